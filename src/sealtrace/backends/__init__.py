@@ -1,0 +1,37 @@
+"""Backends execute a Plan and report each step to observers. Looked up by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sealtrace.backends.base import Backend, StepEvent, StepObserver
+from sealtrace.errors import BackendError
+
+
+def _reference() -> Backend:
+    from sealtrace.backends.reference import ReferenceBackend
+
+    return ReferenceBackend()
+
+
+def _onnxruntime() -> Backend:
+    from sealtrace.backends.onnxruntime import OnnxRuntimeBackend
+
+    return OnnxRuntimeBackend()
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {
+    "reference": _reference,
+    "onnxruntime": _onnxruntime,
+}
+
+
+def get_backend(name: str) -> Backend:
+    """A fresh backend instance by name ('reference', 'onnxruntime', ...)."""
+    factory = BACKENDS.get(name)
+    if factory is None:
+        raise BackendError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+    return factory()
+
+
+__all__ = ["BACKENDS", "Backend", "StepEvent", "StepObserver", "get_backend"]

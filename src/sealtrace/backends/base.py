@@ -1,0 +1,59 @@
+"""What every backend shares: the observer interface and the backend contract.
+
+Backends execute a Plan and report each executed step to observers. The audit recorder, the
+parity checker and the capture store are observers; none of them knows which backend ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from sealtrace.plan.model import Plan, Step
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One executed step: where it sits (subgraph path), what it read and what it produced.
+
+    ``path`` is empty for top-level steps; for a step inside a subgraph it names the enclosing
+    node, the graph attribute and, for loops, the iteration: ('loop_1', 'body', '3').
+    """
+
+    path: tuple[str, ...]
+    step: Step
+    inputs: Sequence[Any]
+    outputs: Sequence[Any]
+
+
+@runtime_checkable
+class StepObserver(Protocol):
+    """Receives every step of a run as it happens. Must not modify the arrays it is given."""
+
+    def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None: ...
+
+    def on_step(self, event: StepEvent) -> None: ...
+
+    def on_run_end(self, outputs: Mapping[str, Any]) -> None: ...
+
+
+class Backend(Protocol):
+    """Executes a Plan. ``name`` and ``version`` go into audit logs and reports."""
+
+    name: str
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def per_step(self) -> bool:
+        """True when this backend reports every step to observers (not just graph outputs)."""
+        ...
+
+    def run(
+        self,
+        plan: Plan,
+        feeds: Mapping[str, Any],
+        observers: Sequence[StepObserver] = (),
+    ) -> dict[str, Any]: ...

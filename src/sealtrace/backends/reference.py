@@ -1,0 +1,113 @@
+"""The reference backend: executes a Plan step by step with the NumPy kernels in sealtrace.ops."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sealtrace import __version__
+from sealtrace.backends.base import StepEvent, StepObserver
+from sealtrace.errors import KernelError, SealtraceError
+from sealtrace.ops.registry import as_outputs
+from sealtrace.plan.model import Plan, Step
+
+
+class ReferenceBackend:
+    """Faithful, deterministic NumPy execution of a Plan, reporting every step to observers."""
+
+    name = "reference"
+    per_step = True
+
+    @property
+    def version(self) -> str:
+        return __version__
+
+    def run(
+        self,
+        plan: Plan,
+        feeds: Mapping[str, Any],
+        observers: Sequence[StepObserver] = (),
+    ) -> dict[str, Any]:
+        for observer in observers:
+            observer.on_run_start(plan, feeds, self)
+        outputs = execute(plan, feeds, observers, ())
+        result = dict(zip(plan.output_names, outputs, strict=True))
+        for observer in observers:
+            observer.on_run_end(result)
+        return result
+
+
+class _StepContext:
+    """The KernelContext handed to control-flow kernels."""
+
+    __slots__ = ("_env", "_observers", "_path", "_step", "_calls")
+
+    def __init__(
+        self, env: dict[str, Any], observers: Sequence[StepObserver], path: tuple[str, ...], step: Step
+    ) -> None:
+        self._env = env
+        self._observers = observers
+        self._path = path
+        self._step = step
+        self._calls: dict[str, int] = {}
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self._step.outputs)
+
+    @property
+    def since_version(self) -> int:
+        return self._step.since_version
+
+    @property
+    def requested_outputs(self) -> tuple[bool, ...]:
+        """Which declared outputs the graph actually names (optional ones may be empty)."""
+        return tuple(bool(o) for o in self._step.outputs)
+
+    def run_subgraph(self, name: str, plan: Plan, feeds: Sequence[Any]) -> list[Any]:
+        call = self._calls.get(name, 0)
+        self._calls[name] = call + 1
+        outer = {c: self._env[c] for c in plan.captures}
+        outer.update(zip(plan.input_names, feeds, strict=False))
+        return execute(plan, outer, self._observers, self._path + (self._step.name, name, str(call)))
+
+
+def execute(
+    plan: Plan,
+    feeds: Mapping[str, Any],
+    observers: Sequence[StepObserver],
+    path: tuple[str, ...],
+) -> list[Any]:
+    """Run ``plan`` on ``feeds`` (which may also carry captured outer values); return its outputs."""
+    env: dict[str, Any] = dict(plan.initializers)
+    env.update(feeds)
+    for step, release in zip(plan.steps, plan.release_after, strict=True):
+        args = [env[name] if name else None for name in step.inputs]
+        try:
+            if step.kernel.context:
+                result = step.kernel.fn(_StepContext(env, observers, path, step), *args, **step.attributes)
+            else:
+                result = step.kernel.fn(*args, **step.attributes)
+        except SealtraceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any kernel failure is reported with its step
+            where = "/".join(path + (step.name,))
+            raise KernelError(
+                f"step {step.index} {where!r} ({step.op_type}) failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        outputs = as_outputs(result)
+        for i, name in enumerate(step.outputs):
+            if name:
+                if i >= len(outputs):
+                    raise KernelError(
+                        f"step {step.index} {step.name!r} ({step.op_type}): output {i} ({name!r}) "
+                        "was asked for but the kernel does not produce it"
+                    )
+                env[name] = outputs[i]
+        if observers:
+            event = StepEvent(path, step, args, [env[n] if n else None for n in step.outputs])
+            for observer in observers:
+                observer.on_step(event)
+        for name in release:
+            env.pop(name, None)
+    return [env[name] for name in plan.output_names]

@@ -1,0 +1,68 @@
+"""The ``sealtrace`` command line: thin shells over the Python API.
+
+Exit codes (docs/cli.md): 0 success; 1 a check ran and failed; 2 bad usage or bad input
+(unreadable model, unsupported op, wrong feeds, invalid container); 3 an internal error.
+Every error is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+
+from sealtrace import __version__
+from sealtrace.errors import SealtraceError
+
+EXIT_INTERNAL = 3
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="sealtrace")
+def app() -> None:
+    """sealtrace: seal ONNX models, run them on a fixed plan, and record what ran."""
+
+
+def _load_commands() -> None:
+    # Each module in this package adds its verbs to ``app``; a new verb group needs no edit here.
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    _load_commands()
+    try:
+        app.main(args=argv, prog_name="sealtrace", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("sealtrace: interrupted", err=True)
+        return 130
+    except click.ClickException as exc:
+        # Usage errors (unknown option, missing argument): click's message, exit 2.
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except SealtraceError as exc:
+        click.echo(f"sealtrace: error: {_one_line(str(exc))}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("sealtrace: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
+        click.echo(f"sealtrace: internal error: {type(exc).__name__}: {_one_line(str(exc))}", err=True)
+        return EXIT_INTERNAL
+    return 0
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""``sealtrace run`` and ``sealtrace conformance``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from sealtrace.cli import app
+from sealtrace.errors import CheckFailedError, InputError
+from sealtrace.inputs import gather_feeds
+from sealtrace.session import Session
+
+
+def _summary(array: Any, count: int = 6) -> str:
+    if isinstance(array, list):
+        return f"sequence of {len(array)}"
+    if array is None:
+        return "none"
+    flat = np.asarray(array).reshape(-1)[:count]
+    values = ", ".join(np.format_float_positional(v, precision=6, trim="-") if flat.dtype.kind == "f" else str(v) for v in flat.tolist())
+    more = ", ..." if np.asarray(array).size > count else ""
+    return f"[{values}{more}]"
+
+
+@app.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--input", "input_files", multiple=True, metavar="NAME=FILE.npy", help="One input from a .npy file.")
+@click.option("--inputs", "npz_files", multiple=True, metavar="FILE.npz", help="Inputs from a .npz archive, by name.")
+@click.option("--random-inputs", is_flag=True, help="Draw inputs not given by file at random.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random-inputs.")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE", help="Size of a named dynamic dimension.")
+@click.option("--backend", default="reference", show_default=True, help="reference | onnxruntime")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the outputs to a .npz file.")
+def run(
+    model: str,
+    input_files: tuple[str, ...],
+    npz_files: tuple[str, ...],
+    random_inputs: bool,
+    seed: int,
+    dims: tuple[str, ...],
+    backend: str,
+    out_path: str | None,
+) -> None:
+    """Run MODEL on a backend and print a summary of its outputs."""
+    session = Session(model, backend=backend)
+    feeds = gather_feeds(session.plan, input_files, npz_files, random_inputs, seed, dims)
+    outputs = session.run(None, feeds)
+    table = Table(title=f"{Path(model).name} on {backend}", title_justify="left")
+    for column in ("output", "dtype", "shape", "values"):
+        table.add_column(column)
+    for name, value in zip(session.plan.output_names, outputs, strict=True):
+        dtype = str(value.dtype) if isinstance(value, np.ndarray) else type(value).__name__
+        shape = str(list(value.shape)) if isinstance(value, np.ndarray) else "-"
+        table.add_row(name, dtype, shape, _summary(value))
+    Console().print(table)
+    if out_path:
+        if Path(out_path).suffix != ".npz":
+            raise InputError(f"--out {out_path}: the file name must end in .npz")
+        arrays = {n: v for n, v in zip(session.plan.output_names, outputs, strict=True) if isinstance(v, np.ndarray)}
+        np.savez(out_path, **arrays)  # type: ignore[arg-type]
+        click.echo(f"wrote {len(arrays)} output(s) to {out_path}")
+
+
+@app.command()
+@click.option("--ops", default=None, metavar="A,B", help="Only the cases of these operators.")
+@click.option("--backend", type=click.Choice(["reference", "onnxruntime"]), default="reference", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
+@click.option("--show-failures", is_flag=True, help="List every failed case with its reason.")
+def conformance(ops: str | None, backend: str, as_json: bool, show_failures: bool) -> None:
+    """Run ONNX's backend node test suite (regenerated from the installed onnx) on a backend."""
+    from rich.progress import Progress
+
+    from sealtrace.conformance import collect_cases, run_conformance
+    from sealtrace.conformance.exclusions import excluded_cases
+
+    wanted = [o.strip() for o in ops.split(",") if o.strip()] if ops else None
+    total = len(collect_cases(wanted))
+    with Progress(transient=True, disable=as_json) as progress:
+        task = progress.add_task("conformance", total=total)
+        report = run_conformance(
+            backend,
+            wanted,
+            on_case=lambda _r: progress.advance(task),
+            excluded=excluded_cases() if backend == "reference" else None,
+        )
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+        return
+    table = Table(title=f"ONNX node conformance on {backend}", title_justify="left")
+    for column in ("op", "passed", "failed", "unsupported", "excluded"):
+        table.add_column(column, justify="right" if column != "op" else "left")
+    for op, counts in report.per_op().items():
+        table.add_row(op, *(str(counts.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
+    totals = report.totals()
+    table.add_section()
+    table.add_row("total", *(str(totals.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
+    console = Console()
+    console.print(table)
+    if show_failures:
+        for r in report.results:
+            if r.status == "failed":
+                console.print(f"[red]FAILED[/red] {r.name}: {r.message}", markup=True, highlight=False)
+    if wanted and totals.get("failed", 0):
+        raise CheckFailedError(f"{totals['failed']} case(s) failed")

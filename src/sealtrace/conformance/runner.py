@@ -1,0 +1,252 @@
+"""Run ONNX's node test cases (regenerated with ``collect_testcases()``) against a backend.
+
+Each case is one small model plus input/expected-output data sets. A case passes when every data
+set's outputs match the expected ones in dtype, shape and value (``assert_allclose`` with the
+case's own rtol/atol, as ONNX's backend test runner does); it is 'unsupported' when the Plan
+cannot be built because an operator, version or domain has no kernel; anything else is a failure.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from sealtrace.errors import SealtraceError, UnsupportedError
+
+_EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """The outcome of one node test case."""
+
+    name: str
+    op_type: str
+    status: str  # 'passed' | 'failed' | 'unsupported' | 'excluded'
+    message: str = ""
+
+
+@dataclass
+class ConformanceReport:
+    """All case results, with per-op totals."""
+
+    backend: str
+    results: list[CaseResult] = field(default_factory=list)
+
+    def totals(self) -> Counter[str]:
+        return Counter(r.status for r in self.results)
+
+    def per_op(self) -> dict[str, Counter[str]]:
+        table: dict[str, Counter[str]] = {}
+        for r in self.results:
+            table.setdefault(r.op_type, Counter())[r.status] += 1
+        return dict(sorted(table.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        totals = self.totals()
+        return {
+            "format": "sealtrace.conformance.v1",
+            "backend": self.backend,
+            "onnx_version": onnx.__version__,
+            "totals": {k: totals.get(k, 0) for k in ("passed", "failed", "unsupported", "excluded")},
+            "ops": {
+                op: {k: c.get(k, 0) for k in ("passed", "failed", "unsupported", "excluded")}
+                for op, c in self.per_op().items()
+            },
+            "cases": [
+                {"name": r.name, "op_type": r.op_type, "status": r.status, "message": r.message}
+                for r in self.results
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class NodeCase:
+    """One regenerated node test case."""
+
+    name: str
+    op_type: str
+    model: onnx.ModelProto
+    data_sets: Sequence[tuple[list[Any], list[Any]]]
+    rtol: float
+    atol: float
+
+
+def collect_cases(ops: Iterable[str] | None = None) -> list[NodeCase]:
+    """Regenerate the node test suite from the installed onnx; optionally only for ``ops``."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the case generators compute inf/nan on purpose
+        raw = collect_testcases()
+    op_of_base = {c.name: _main_op(c.model) for c in raw if not _EXPANDED.search(c.name)}
+    wanted = {o.lower() for o in ops} if ops else None
+    cases = []
+    for c in raw:
+        base = _EXPANDED.sub("", c.name)
+        op_type = op_of_base.get(base) or _main_op(c.model)
+        if wanted is not None and op_type.lower() not in wanted:
+            continue
+        cases.append(NodeCase(c.name, op_type, c.model, c.data_sets, c.rtol, c.atol))
+    return sorted(cases, key=lambda c: c.name)
+
+
+def _main_op(model: onnx.ModelProto) -> str:
+    nodes = model.graph.node
+    return nodes[0].op_type if len(nodes) == 1 else (nodes[-1].op_type if nodes else "?")
+
+
+Runner = Callable[[onnx.ModelProto, list[Any]], list[Any]]
+
+
+def reference_runner() -> Callable[[onnx.ModelProto], Runner | None]:
+    """Factory of per-model run functions on the reference backend."""
+    from sealtrace.backends.reference import ReferenceBackend
+    from sealtrace.plan import build_plan
+
+    backend = ReferenceBackend()
+
+    def prepare(model: onnx.ModelProto) -> Runner:
+        plan = build_plan(model)
+
+        def run(_model: onnx.ModelProto, inputs: list[Any]) -> list[Any]:
+            feeds = dict(zip(plan.input_names, inputs, strict=False))
+            outputs = backend.run(plan, feeds)
+            return [outputs[n] for n in plan.output_names]
+
+        return run
+
+    return prepare  # type: ignore[return-value]
+
+
+def onnxruntime_runner() -> Callable[[onnx.ModelProto], Runner | None]:
+    """Factory of per-model run functions on plain ONNX Runtime (to measure it on the same suite)."""
+    import onnxruntime as ort
+
+    def prepare(model: onnx.ModelProto) -> Runner:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        try:
+            session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ORT's load errors mean 'not supported'
+            raise UnsupportedError([str(exc).splitlines()[0][:200]]) from None
+        names = [i.name for i in session.get_inputs()]
+
+        def run(_model: onnx.ModelProto, inputs: list[Any]) -> list[Any]:
+            return list(session.run(None, dict(zip(names, inputs, strict=False))))
+
+        return run
+
+    return prepare  # type: ignore[return-value]
+
+
+def run_case(case: NodeCase, prepare: Callable[[onnx.ModelProto], Any]) -> CaseResult:
+    """Run one case; never raises for a backend failure (it becomes the case's status)."""
+    try:
+        runner = prepare(case.model)
+    except UnsupportedError as exc:
+        return CaseResult(case.name, case.op_type, "unsupported", str(exc))
+    except SealtraceError as exc:
+        return CaseResult(case.name, case.op_type, "failed", f"plan: {exc}")
+    for index, (inputs, expected) in enumerate(case.data_sets):
+        try:
+            with np.errstate(all="ignore"):
+                outputs = runner(case.model, [_to_value(v) for v in inputs])
+        except Exception as exc:  # noqa: BLE001 - a crash is a failed case, reported with its cause
+            return CaseResult(case.name, case.op_type, "failed", f"data set {index}: {type(exc).__name__}: {exc}")
+        problem = compare_outputs([_to_value(v) for v in expected], outputs, case.rtol, case.atol)
+        if problem:
+            return CaseResult(case.name, case.op_type, "failed", f"data set {index}: {problem}")
+    return CaseResult(case.name, case.op_type, "passed")
+
+
+def _to_value(value: Any) -> Any:
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [_to_value(v) for v in value]
+    if value is None or isinstance(value, np.ndarray):
+        return value
+    return np.asarray(value)
+
+
+def compare_outputs(expected: list[Any], actual: list[Any], rtol: float, atol: float) -> str | None:
+    """None when ``actual`` matches ``expected`` (dtype, shape, values), else what differs."""
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs, expected {len(expected)}"
+    for i, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        problem = _compare_value(want, got, rtol, atol)
+        if problem:
+            return f"output {i}: {problem}"
+    return None
+
+
+def _compare_value(want: Any, got: Any, rtol: float, atol: float) -> str | None:
+    if isinstance(want, list):
+        if not isinstance(got, list):
+            return f"expected a sequence, got {type(got).__name__}"
+        if len(want) != len(got):
+            return f"sequence length {len(got)}, expected {len(want)}"
+        for w, g in zip(want, got, strict=True):
+            problem = _compare_value(w, g, rtol, atol)
+            if problem:
+                return problem
+        return None
+    if want is None:
+        return None if got is None else f"expected no value, got {type(got).__name__}"
+    if not isinstance(got, np.ndarray):
+        return f"expected an array, got {type(got).__name__}"
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype}, expected {want.dtype}"
+    if got.shape != want.shape:
+        return f"shape {got.shape}, expected {want.shape}"
+    if want.dtype == object:
+        if not np.array_equal(want, got):
+            return "string values differ"
+        return None
+    try:
+        np.testing.assert_allclose(
+            _comparable(got),
+            _comparable(want),
+            rtol=rtol,
+            atol=atol,
+        )
+    except AssertionError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        return "values differ: " + " | ".join(lines[1:4])
+    return None
+
+
+def _comparable(array: np.ndarray) -> np.ndarray:
+    """ml_dtypes arrays (bfloat16, float8, int4 ...) are compared as float64."""
+    if array.dtype.kind == "V":
+        return array.astype(np.float64)
+    return array
+
+
+def run_conformance(
+    backend: str = "reference",
+    ops: Iterable[str] | None = None,
+    on_case: Callable[[CaseResult], None] | None = None,
+    excluded: dict[str, str] | None = None,
+) -> ConformanceReport:
+    """Run every regenerated node case (or those of ``ops``) on ``backend``."""
+    prepare = {"reference": reference_runner, "onnxruntime": onnxruntime_runner}[backend]()
+    report = ConformanceReport(backend)
+    for case in collect_cases(ops):
+        if excluded and case.name in excluded:
+            result = CaseResult(case.name, case.op_type, "excluded", excluded[case.name])
+        else:
+            result = run_case(case, prepare)
+        report.results.append(result)
+        if on_case is not None:
+            on_case(result)
+    return report

@@ -1,0 +1,68 @@
+"""The one place that hashes tensors, bytes and JSON documents.
+
+A tensor digest is sha256 over a canonical encoding: a domain tag, the dtype as a little-endian
+NumPy type string, the shape, then the C-order little-endian bytes. The same array therefore has
+the same digest whatever its memory layout or the host's byte order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from typing import Any
+
+import numpy as np
+
+TENSOR_DIGEST_TAG = b"sealtrace.tensor.v1\0"
+
+
+def canonical_dtype(dtype: np.dtype[Any]) -> str:
+    """A stable dtype name: the little-endian NumPy type string ('<f4'), or 'str' for strings."""
+    if dtype.kind in "OUS":
+        return "str"
+    if dtype.byteorder in ("=", "|", ">", "<") and dtype.itemsize > 1:
+        return dtype.newbyteorder("<").str
+    return dtype.str
+
+
+def tensor_bytes(array: np.ndarray) -> bytes | memoryview:
+    """The canonical payload of a tensor: C-order, little-endian; strings as length-prefixed UTF-8."""
+    if array.dtype.kind in "OUS":
+        parts = []
+        for item in array.reshape(-1).tolist():
+            data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+            parts.append(struct.pack("<Q", len(data)) + data)
+        return b"".join(parts)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    array = np.ascontiguousarray(array)
+    return memoryview(array).cast("B") if array.size else b""
+
+
+def tensor_digest(array: np.ndarray) -> str:
+    """Hex sha256 of the canonical encoding of ``array`` (dtype, shape, C-order LE bytes)."""
+    array = np.asarray(array)
+    h = hashlib.sha256(TENSOR_DIGEST_TAG)
+    h.update(canonical_dtype(array.dtype).encode("ascii") + b"\0")
+    h.update(struct.pack("<Q", array.ndim))
+    h.update(struct.pack(f"<{array.ndim}Q", *array.shape))
+    h.update(tensor_bytes(array))
+    return h.hexdigest()
+
+
+def bytes_digest(data: bytes | memoryview) -> str:
+    """Hex sha256 of raw bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(document: Any) -> bytes:
+    """Canonical JSON bytes: sorted keys, no whitespace, ASCII only; what sealtrace hashes and signs."""
+    return json.dumps(
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode("ascii")
+
+
+def json_digest(document: Any) -> str:
+    """Hex sha256 of :func:`canonical_json` of ``document``."""
+    return hashlib.sha256(canonical_json(document)).hexdigest()

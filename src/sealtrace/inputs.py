@@ -1,0 +1,122 @@
+"""Feeds for a run: read from .npy/.npz files, or drawn at random from a seed."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sealtrace.errors import InputError
+from sealtrace.plan.model import Plan, ValueInfo
+
+
+def load_array(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read one .npy file (no pickles: object arrays are refused)."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"{path}: not a readable .npy file ({exc})") from None
+
+
+def load_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Read every array of a .npz file, keyed by name (no pickles)."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise InputError(f"{path}: expected a .npz archive, found a single array")
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: not a readable .npz file ({exc})") from None
+
+
+def parse_assignments(items: Sequence[str], what: str) -> dict[str, str]:
+    """Parse NAME=VALUE pairs from the command line."""
+    parsed: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise InputError(f"{what} {item!r}: expected NAME=VALUE")
+        parsed[name] = value
+    return parsed
+
+
+def random_feeds(
+    inputs: Sequence[ValueInfo], seed: int = 0, dims: Mapping[str, int] | None = None
+) -> dict[str, np.ndarray]:
+    """Random values for ``inputs`` (e.g. ``plan.inputs``) of their declared dtypes and shapes.
+
+    Named dynamic dimensions take their size from ``dims`` (by name, or 'INPUT:AXIS').
+    """
+    rng = np.random.default_rng(seed)
+    dims = dict(dims or {})
+    feeds: dict[str, np.ndarray] = {}
+    for info in inputs:
+        shape = _concrete_shape(info, dims)
+        feeds[info.name] = _random_array(rng, info, shape)
+    return feeds
+
+
+def _concrete_shape(info: ValueInfo, dims: Mapping[str, int]) -> tuple[int, ...]:
+    if info.kind != "tensor" or info.shape is None:
+        raise InputError(f"input {info.name!r}: {info.describe()} has no static shape; give it with --input")
+    shape: list[int] = []
+    for axis, dim in enumerate(info.shape):
+        if isinstance(dim, int) and dim > 0:
+            shape.append(dim)
+        elif isinstance(dim, str) and dim in dims:
+            shape.append(int(dims[dim]))
+        elif f"{info.name}:{axis}" in dims:
+            shape.append(int(dims[f"{info.name}:{axis}"]))
+        else:
+            label = repr(dim) if isinstance(dim, str) else f"{info.name}:{axis}"
+            raise InputError(
+                f"input {info.name!r} ({info.describe()}): dynamic dimension {label} needs --dim {label.strip(chr(39))}=SIZE"
+            )
+    return tuple(shape)
+
+
+def _random_array(rng: np.random.Generator, info: ValueInfo, shape: tuple[int, ...]) -> np.ndarray:
+    dtype = info.dtype if info.dtype is not None else np.dtype(np.float32)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0, 16, size=shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    raise InputError(f"input {info.name!r}: cannot draw random values of dtype {dtype}")
+
+
+def gather_feeds(
+    plan: Plan,
+    input_files: Sequence[str] = (),
+    npz_files: Sequence[str] = (),
+    random: bool = False,
+    seed: int = 0,
+    dims: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Feeds from the CLI's --input/--inputs/--random-inputs/--dim options, files first."""
+    feeds: dict[str, Any] = {}
+    for npz in npz_files:
+        feeds.update(load_npz(npz))
+    for name, path in parse_assignments(input_files, "--input").items():
+        feeds[name] = load_array(Path(path))
+    if random:
+        sizes: dict[str, int] = {}
+        for name, value in parse_assignments(dims, "--dim").items():
+            try:
+                sizes[name] = int(value)
+            except ValueError:
+                raise InputError(f"--dim {name}={value}: size must be an integer") from None
+            if sizes[name] <= 0:
+                raise InputError(f"--dim {name}={value}: size must be positive")
+        missing = [v for v in plan.inputs if v.name not in feeds]
+        feeds.update(random_feeds(missing, seed, sizes))
+    return feeds

@@ -1,0 +1,104 @@
+"""The kernel registry: NumPy kernels keyed by (domain, op type, since_version).
+
+A kernel is registered for the exact ``since_version`` values of the ONNX operator schemas whose
+semantics it implements. The Plan builder asks onnx for the schema that a model's opset import
+selects and then looks up a kernel registered for that schema version, so an operator whose
+semantics changed in a newer opset is never run with an older kernel by accident.
+
+Calling convention: ``fn(*inputs, **attributes)``; omitted optional inputs arrive as ``None``;
+attributes arrive resolved with their schema defaults (``None`` where the schema has no default).
+A kernel registered with ``context=True`` receives a :class:`KernelContext` first, which tells
+how many outputs the node asked for and runs subgraphs for control-flow operators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+KernelFn = Callable[..., Any]
+
+
+class KernelContext(Protocol):
+    """What a context kernel may ask of the executor running it."""
+
+    @property
+    def n_outputs(self) -> int:
+        """Number of outputs the node declares (including omitted optional ones)."""
+        ...
+
+    @property
+    def since_version(self) -> int:
+        """The schema version this node resolved to."""
+        ...
+
+    def run_subgraph(self, name: str, plan: Any, feeds: Sequence[Any]) -> list[Any]:
+        """Run a nested Plan (an attribute called ``name``) with positional ``feeds``."""
+        ...
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One registered implementation of an ONNX operator at one schema version."""
+
+    domain: str
+    op_type: str
+    since_version: int
+    fn: KernelFn
+    context: bool
+
+    @property
+    def qualified_name(self) -> str:
+        module = getattr(self.fn, "__module__", "?")
+        return f"{module}.{getattr(self.fn, '__qualname__', '?')}"
+
+
+_KERNELS: dict[tuple[str, str, int], Kernel] = {}
+
+
+def register(
+    op_type: str, *since_versions: int, domain: str = "", context: bool = False
+) -> Callable[[KernelFn], KernelFn]:
+    """Register the decorated function for ``op_type`` at each of ``since_versions``."""
+    if not since_versions:
+        raise ValueError(f"register({op_type!r}) needs at least one since_version")
+    normalized_domain = "" if domain == "ai.onnx" else domain
+
+    def decorate(fn: KernelFn) -> KernelFn:
+        for version in since_versions:
+            key = (normalized_domain, op_type, version)
+            if key in _KERNELS:
+                raise ValueError(f"kernel for {key} registered twice")
+            _KERNELS[key] = Kernel(normalized_domain, op_type, version, fn, context)
+        return fn
+
+    return decorate
+
+
+def lookup(domain: str, op_type: str, since_version: int) -> Kernel | None:
+    """The kernel registered for exactly this schema version, or None."""
+    return _KERNELS.get(("" if domain == "ai.onnx" else domain, op_type, since_version))
+
+
+def registered_ops() -> dict[tuple[str, str], list[int]]:
+    """Every registered (domain, op type) with its sorted since_versions."""
+    ops: dict[tuple[str, str], list[int]] = {}
+    for domain, op_type, version in _KERNELS:
+        ops.setdefault((domain, op_type), []).append(version)
+    return {key: sorted(versions) for key, versions in sorted(ops.items())}
+
+
+def as_outputs(result: Any) -> list[Any]:
+    """Normalize a kernel's return value into a list of outputs (arrays, sequences or None)."""
+    if isinstance(result, tuple):
+        return [_as_value(r) for r in result]
+    return [_as_value(result)]
+
+
+def _as_value(value: Any) -> Any:
+    if value is None or isinstance(value, (np.ndarray, list)):
+        return value
+    return np.asarray(value)

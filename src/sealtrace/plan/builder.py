@@ -1,0 +1,418 @@
+"""ONNX model -> Plan: load, resolve opsets and kernels, order topologically, check everything.
+
+Every problem that can be found without running an op is found here, and problems of one kind are
+reported together (all unsupported nodes in one error, all dangling inputs in one error).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, numpy_helper
+
+from sealtrace.errors import InvalidModelError, PlanError, UnsupportedError
+from sealtrace.ops import lookup
+from sealtrace.ops.registry import Kernel
+from sealtrace.plan.model import Plan, Step, ValueInfo
+
+ModelSource = str | os.PathLike[str] | bytes | ModelProto
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def load_model(source: ModelSource) -> ModelProto:
+    """Read an ONNX model from a path, bytes or proto; external data is loaded beside the file."""
+    if isinstance(source, ModelProto):
+        return source
+    if isinstance(source, bytes):
+        return _parse(source, "<bytes>")
+    path = Path(source)
+    if not path.exists():
+        raise InvalidModelError(f"{path}: no such file")
+    if path.is_dir():
+        raise InvalidModelError(f"{path}: is a directory, not an ONNX file")
+    model = _parse(path.read_bytes(), str(path))
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as exc:
+        raise InvalidModelError(f"{path}: cannot load external data: {exc}") from None
+    return model
+
+
+def _parse(data: bytes, where: str) -> ModelProto:
+    model = ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise InvalidModelError(f"{where}: not a valid ONNX model ({exc})") from None
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
+        raise InvalidModelError(f"{where}: not an ONNX model (no graph found)")
+    return model
+
+
+def build_plan(source: ModelSource) -> Plan:
+    """Compile an ONNX model into a :class:`Plan`, checking everything before any op runs."""
+    model = load_model(source)
+    if model.functions:
+        # Model-local functions are expanded so every step maps to one registered kernel.
+        try:
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception as exc:  # noqa: BLE001 - onnx raises assorted errors for bad functions
+            raise InvalidModelError(f"cannot expand model-local functions: {exc}") from None
+    opsets = _opsets(model)
+    value_info = _infer_value_info(model)
+    builder = _GraphBuilder(opsets, value_info, ir_version=model.ir_version)
+    plan = builder.build(model.graph, outer_scope=frozenset())
+    if builder.unsupported:
+        raise UnsupportedError(builder.unsupported)
+    plan.source = model
+    return plan
+
+
+def _opsets(model: ModelProto) -> dict[str, int]:
+    opsets: dict[str, int] = {}
+    for imp in model.opset_import:
+        domain = "" if imp.domain in _DEFAULT_DOMAINS else imp.domain
+        opsets[domain] = imp.version
+    if "" not in opsets and model.ir_version < 3:
+        opsets[""] = 1
+    return opsets
+
+
+def _infer_value_info(model: ModelProto) -> dict[str, ValueInfo]:
+    """Static dtypes and shapes from onnx shape inference, where it succeeds."""
+    infos: dict[str, ValueInfo] = {}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort; the Plan does not depend on it
+        inferred = model
+    graph = inferred.graph
+    for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
+        infos[vi.name] = value_info_from_type(vi.name, vi.type)
+    return infos
+
+
+def value_info_from_type(name: str, tp: TypeProto) -> ValueInfo:
+    """Translate an ONNX TypeProto into a :class:`ValueInfo`."""
+    which = tp.WhichOneof("value")
+    if which == "tensor_type" or which == "sparse_tensor_type":
+        tt = tp.tensor_type if which == "tensor_type" else tp.sparse_tensor_type
+        dtype = _np_dtype(tt.elem_type)
+        shape: tuple[int | str | None, ...] | None = None
+        if tt.HasField("shape"):
+            shape = tuple(
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
+            )
+        return ValueInfo(name, "tensor", dtype, shape)
+    if which == "sequence_type":
+        inner = value_info_from_type(name, tp.sequence_type.elem_type)
+        return ValueInfo(name, "sequence", inner.dtype, inner.shape)
+    if which == "optional_type":
+        inner = value_info_from_type(name, tp.optional_type.elem_type)
+        return ValueInfo(name, "optional", inner.dtype, inner.shape)
+    if which == "map_type":
+        return ValueInfo(name, "map", None, None)
+    return ValueInfo(name)
+
+
+def _np_dtype(elem_type: int) -> np.dtype[Any] | None:
+    if elem_type == 0:
+        return None
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+class _GraphBuilder:
+    def __init__(self, opsets: Mapping[str, int], value_info: Mapping[str, ValueInfo], ir_version: int):
+        self.opsets = opsets
+        self.value_info = value_info
+        self.ir_version = ir_version
+        self.unsupported: list[str] = []
+        self._anonymous = 0
+
+    def build(self, graph: GraphProto, outer_scope: frozenset[str], path: str = "") -> Plan:
+        initializers: dict[str, Any] = {}
+        for tensor in graph.initializer:
+            if tensor.name in initializers:
+                raise PlanError(f"{path}initializer {tensor.name!r} is defined twice")
+            initializers[tensor.name] = _to_array(tensor, f"initializer {tensor.name!r}")
+        for sparse in graph.sparse_initializer:
+            initializers[sparse.values.name] = _sparse_to_array(sparse)
+
+        # IR < 4 lists every initializer as a graph input too; those are weights, not feeds.
+        inputs = tuple(
+            self._declared(vi.name, vi.type) for vi in graph.input if vi.name not in initializers
+        )
+        input_names = [v.name for v in inputs]
+        if len(set(input_names)) != len(input_names):
+            raise PlanError(f"{path}graph {graph.name!r} declares an input twice")
+
+        nodes = list(graph.node)
+        names = self._node_names(nodes, path)
+        produced: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            for out in node.output:
+                if not out:
+                    continue
+                if out in produced:
+                    raise PlanError(
+                        f"{path}value {out!r} is produced by both node {names[produced[out]]!r} "
+                        f"and node {names[i]!r}"
+                    )
+                if out in initializers or out in input_names:
+                    raise PlanError(f"{path}node {names[i]!r} overwrites graph input or initializer {out!r}")
+                produced[out] = i
+
+        defined_here = set(initializers) | set(input_names) | set(produced)
+        visible = outer_scope | defined_here
+        steps_spec: list[tuple[NodeProto, str, dict[str, Any], tuple[str, ...]]] = []
+        dangling: list[str] = []
+        for node, name in zip(nodes, names, strict=True):
+            attrs, implicit = self._attributes(node, name, visible, path)
+            for value in node.input:
+                if value and value not in visible:
+                    dangling.append(f"node {name!r} reads {value!r}")
+            steps_spec.append((node, name, attrs, implicit))
+        for out in graph.output:
+            if out.name not in visible:
+                dangling.append(f"graph output {out.name!r}")
+        if dangling:
+            raise PlanError(f"{path}undefined values: " + "; ".join(dangling))
+
+        order = self._topological_order(nodes, names, produced, steps_spec, path)
+        steps: list[Step] = []
+        for index, node_index in enumerate(order):
+            node, name, attrs, implicit = steps_spec[node_index]
+            steps.append(self._step(index, node, name, attrs, implicit))
+
+        captures = sorted(
+            {v for s in steps for v in (*s.inputs, *s.implicit_inputs) if v and v not in defined_here}
+        )
+        outputs = tuple(self._declared(vi.name, vi.type) for vi in graph.output)
+        plan = Plan(
+            name=graph.name,
+            opsets=dict(self.opsets),
+            inputs=inputs,
+            outputs=outputs,
+            initializers=initializers,
+            steps=tuple(steps),
+            captures=tuple(captures),
+            release_after=_release_schedule(steps, {o.name for o in outputs}, defined_here),
+            value_info={k: v for k, v in self.value_info.items() if k in defined_here},
+            ir_version=self.ir_version,
+        )
+        return plan
+
+    def _declared(self, name: str, tp: TypeProto) -> ValueInfo:
+        declared = value_info_from_type(name, tp)
+        if declared.dtype is None and name in self.value_info:
+            return self.value_info[name]
+        return declared
+
+    def _node_names(self, nodes: list[NodeProto], path: str) -> list[str]:
+        names: list[str] = []
+        seen: set[str] = set()
+        for i, node in enumerate(nodes):
+            name = node.name or f"{node.op_type}_{i}"
+            if name in seen:  # duplicated names would make audit records ambiguous
+                name = f"{name}#{i}"
+            seen.add(name)
+            names.append(name)
+        return names
+
+    def _attributes(
+        self, node: NodeProto, name: str, visible: frozenset[str] | set[str], path: str
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        domain = "" if node.domain in _DEFAULT_DOMAINS else node.domain
+        schema = self._schema(node, name, domain)
+        attrs: dict[str, Any] = {}
+        implicit: list[str] = []
+        if schema is not None:
+            for attr_name, attr in schema.attributes.items():
+                default = attr.default_value
+                if default is not None and default.type != AttributeProto.UNDEFINED:
+                    attrs[attr_name] = self._attribute_value(default, name, visible, path, implicit)
+                else:
+                    attrs[attr_name] = None
+        for attr in node.attribute:
+            if attr.ref_attr_name:
+                raise PlanError(f"{path}node {name!r}: attribute reference outside a function")
+            if schema is not None and attr.name not in schema.attributes:
+                raise PlanError(
+                    f"{path}node {name!r} ({node.op_type}) has unknown attribute {attr.name!r}"
+                )
+            attrs[attr.name] = self._attribute_value(attr, name, visible, f"{path}{name}/", implicit)
+        return attrs, tuple(dict.fromkeys(implicit))
+
+    def _schema(self, node: NodeProto, name: str, domain: str) -> Any:
+        if domain not in self.opsets:
+            self.unsupported.append(f"{name!r} ({node.op_type}): domain {domain!r} is not imported by the model")
+            return None
+        try:
+            return onnx.defs.get_schema(node.op_type, self.opsets[domain], domain)
+        except onnx.defs.SchemaError:
+            where = f"domain {domain!r}" if domain else "the default domain"
+            self.unsupported.append(
+                f"{name!r} ({node.op_type}): no such operator in {where} at opset {self.opsets[domain]}"
+            )
+            return None
+
+    def _attribute_value(
+        self, attr: AttributeProto, node_name: str, visible: Any, path: str, implicit: list[str]
+    ) -> Any:
+        kind = attr.type
+        if kind == AttributeProto.GRAPH:
+            sub = self.build(attr.g, frozenset(visible), path)
+            implicit.extend(sub.captures)
+            return sub
+        if kind == AttributeProto.GRAPHS:
+            subs = tuple(self.build(g, frozenset(visible), path) for g in attr.graphs)
+            for sub in subs:
+                implicit.extend(sub.captures)
+            return subs
+        if kind == AttributeProto.TENSOR:
+            return _to_array(attr.t, f"attribute {attr.name!r} of node {node_name!r}")
+        if kind == AttributeProto.TENSORS:
+            return tuple(_to_array(t, f"attribute {attr.name!r}") for t in attr.tensors)
+        if kind == AttributeProto.SPARSE_TENSOR:
+            return _sparse_to_array(attr.sparse_tensor)
+        if kind == AttributeProto.STRING:
+            return attr.s.decode("utf-8", errors="replace")
+        if kind == AttributeProto.STRINGS:
+            return tuple(s.decode("utf-8", errors="replace") for s in attr.strings)
+        if kind == AttributeProto.INTS:
+            return tuple(int(v) for v in attr.ints)
+        if kind == AttributeProto.FLOATS:
+            return tuple(float(v) for v in attr.floats)
+        if kind == AttributeProto.INT:
+            return int(attr.i)
+        if kind == AttributeProto.FLOAT:
+            return float(attr.f)
+        if kind == AttributeProto.TYPE_PROTO:
+            return attr.tp
+        if kind == AttributeProto.TYPE_PROTOS:
+            return tuple(attr.type_protos)
+        return onnx.helper.get_attribute_value(attr)
+
+    def _topological_order(
+        self,
+        nodes: list[NodeProto],
+        names: list[str],
+        produced: Mapping[str, int],
+        specs: list[tuple[NodeProto, str, dict[str, Any], tuple[str, ...]]],
+        path: str,
+    ) -> list[int]:
+        """Kahn's algorithm, taking ready nodes in file order so the order is stable."""
+        deps: list[set[int]] = []
+        for node, _name, _attrs, implicit in specs:
+            deps.append({produced[v] for v in (*node.input, *implicit) if v in produced})
+        users: list[list[int]] = [[] for _ in nodes]
+        remaining = [len(d) for d in deps]
+        for i, d in enumerate(deps):
+            for j in d:
+                users[j].append(i)
+        ready = [i for i, r in enumerate(remaining) if r == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(i)
+            for u in users[i]:
+                remaining[u] -= 1
+                if remaining[u] == 0:
+                    heapq.heappush(ready, u)
+        if len(order) != len(nodes):
+            stuck = [names[i] for i, r in enumerate(remaining) if r > 0]
+            raise PlanError(f"{path}graph has a cycle through node(s): {', '.join(stuck[:10])}")
+        return order
+
+    def _step(
+        self, index: int, node: NodeProto, name: str, attrs: dict[str, Any], implicit: tuple[str, ...]
+    ) -> Step:
+        domain = "" if node.domain in _DEFAULT_DOMAINS else node.domain
+        version = self.opsets.get(domain, 0)
+        since = 0
+        kernel = None
+        try:
+            schema = onnx.defs.get_schema(node.op_type, version, domain)
+            since = schema.since_version
+            kernel = lookup(domain, node.op_type, since)
+        except onnx.defs.SchemaError:
+            pass  # already recorded as unsupported by _schema
+        if kernel is None:
+            if since:
+                self.unsupported.append(
+                    f"{name!r} ({node.op_type}, opset {version} -> since_version {since}): no kernel"
+                )
+            kernel = _MISSING
+        return Step(
+            index=index,
+            name=name,
+            op_type=node.op_type,
+            domain=domain,
+            since_version=since,
+            kernel=kernel,
+            attributes=attrs,
+            inputs=tuple(node.input),
+            outputs=tuple(node.output),
+            output_info=tuple(self.value_info.get(o) if o else None for o in node.output),
+            implicit_inputs=implicit,
+        )
+
+
+def _missing_kernel(*_args: Any, **_kwargs: Any) -> Any:
+    raise AssertionError("a Plan with unsupported steps is never returned")
+
+
+_MISSING = Kernel("", "<missing>", 0, _missing_kernel, False)
+
+
+def _to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
+    try:
+        array = numpy_helper.to_array(tensor)
+    except Exception as exc:  # noqa: BLE001 - onnx raises assorted errors for malformed tensors
+        raise InvalidModelError(f"{what}: unreadable tensor data ({exc})") from None
+    if array.dtype.kind in "US":
+        array = array.astype(object)
+    return array
+
+
+def _sparse_to_array(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    values = numpy_helper.to_array(sparse.values)
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    dense = np.zeros(tuple(sparse.dims), dtype=values.dtype)
+    if indices.ndim == 1:
+        dense.reshape(-1)[indices] = values
+    else:
+        dense[tuple(indices.T)] = values
+    return dense
+
+
+def _release_schedule(
+    steps: Iterable[Step], keep: set[str], defined_here: set[str]
+) -> tuple[tuple[str, ...], ...]:
+    """For each step, the values whose last reader it is (graph outputs and captures never freed)."""
+    steps = list(steps)
+    last_use: dict[str, int] = {}
+    for step in steps:
+        for value in (*step.inputs, *step.implicit_inputs):
+            if value:
+                last_use[value] = step.index
+        for value in step.outputs:
+            # An output nobody reads can go right after it is made.
+            if value and value not in last_use:
+                last_use[value] = step.index
+    schedule: list[list[str]] = [[] for _ in steps]
+    for value, index in last_use.items():
+        if value not in keep and value in defined_here:
+            schedule[index].append(value)
+    return tuple(tuple(sorted(names)) for names in schedule)
