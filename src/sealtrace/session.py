@@ -2,13 +2,52 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from onnx import ModelProto
 
 from sealtrace.backends import Backend, StepObserver, get_backend
 from sealtrace.errors import InputError
 from sealtrace.plan import ModelSource, Plan, ValueInfo, build_plan
 from sealtrace.plan.feeds import check_feeds
+
+
+@dataclass(frozen=True)
+class ModelOrigin:
+    """Where a session's model came from; audit logs link runs to it.
+
+    ``kind`` is 'onnx' (a plain ONNX file), 'proto' (an in-memory ModelProto or bytes), 'plan' or
+    'container' (a verified .seal file). ``sha256`` is the file's (or serialized proto's) digest;
+    ``container_digest`` is set for containers only.
+    """
+
+    kind: str
+    path: str | None = None
+    sha256: str | None = None
+    container_digest: str | None = None
+
+
+def _origin_of(model: ModelSource | Plan) -> ModelOrigin:
+    if isinstance(model, Plan):
+        return ModelOrigin("plan")
+    if isinstance(model, ModelProto):
+        return ModelOrigin("proto", sha256=hashlib.sha256(model.SerializeToString()).hexdigest())
+    if isinstance(model, bytes):
+        return ModelOrigin("proto", sha256=hashlib.sha256(model).hexdigest())
+    path = Path(os.fspath(model))
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return ModelOrigin("onnx", path=str(path))  # build_plan reports the unreadable file
+    return ModelOrigin("onnx", path=str(path), sha256=digest.hexdigest())
 
 
 class Session:
@@ -19,6 +58,7 @@ class Session:
 
     def __init__(self, model: ModelSource | Plan, backend: str | Backend = "reference") -> None:
         self.plan = model if isinstance(model, Plan) else build_plan(model)
+        self.origin = _origin_of(model)
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
 
     def get_inputs(self) -> list[ValueInfo]:
