@@ -1,0 +1,561 @@
+"""Shape-manipulation kernels: Reshape, Transpose, Squeeze, Concat, Split, Pad, Expand, Constant ...
+
+Kernels that only rearrange metadata (Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity,
+Split, Expand) return NumPy views of their inputs: no kernel ever writes into an data, so sharing
+memory is safe and saves a copy per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sealtrace.ops.registry import KernelContext, register
+
+_ALL_VERSIONS_FROM_13 = (13, 21, 23, 24, 25)
+
+
+def _axis(axis: int, rank: int) -> int:
+    """Normalize a possibly negative axis into [0, rank)."""
+    if not -rank <= axis < max(rank, 1):
+        raise ValueError(f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def _ints(values: np.ndarray | Sequence[int] | None) -> list[int]:
+    """A 0-d/1-d integer tensor or attribute tuple as a list of Python ints."""
+    if values is None:
+        return []
+    return [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def _onnx_dtype(code: int) -> np.dtype[Any]:
+    import onnx
+
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(code))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reshape, Transpose, Squeeze, Unsqueeze, Flatten
+
+
+def _reshape(data: np.ndarray, shape: Sequence[int], allowzero: int) -> np.ndarray:
+    target = list(shape)
+    if not allowzero:
+        # 0 copies the input's dimension at the same position (unless allowzero).
+        for i, dim in enumerate(target):
+            if dim == 0:
+                target[i] = data.shape[i]
+    return data.reshape(target)
+
+
+@register("Reshape", 1)
+def reshape_v1(data: np.ndarray, *, consumed_inputs: Any, shape: tuple[int, ...] | None) -> np.ndarray:
+    """Reshape-1: target shape as the ``shape`` attribute."""
+    return _reshape(data, _ints(shape), 0)
+
+
+@register("Reshape", 5, 13)
+def reshape_v5(data: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    """Reshape-5/13: target shape as an input; 0 copies the input dimension."""
+    return _reshape(data, _ints(shape), 0)
+
+
+@register("Reshape", 14, 19, 21, 23, 24, 25)
+def reshape_v14(data: np.ndarray, shape: np.ndarray, *, allowzero: int) -> np.ndarray:
+    """Reshape-14+: with ``allowzero`` (0 means an empty dimension instead of 'copy')."""
+    return _reshape(data, _ints(shape), allowzero)
+
+
+@register("Transpose", 1, *_ALL_VERSIONS_FROM_13)
+def transpose(data: np.ndarray, *, perm: tuple[int, ...] | None) -> np.ndarray:
+    """Transpose-1+: permute axes (reverse them without ``perm``)."""
+    return np.transpose(data, perm if perm else None)
+
+
+def _squeeze(data: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+    if not axes:
+        return np.squeeze(data)
+    return np.squeeze(data, axis=tuple(_axis(a, data.ndim) for a in axes))
+
+
+@register("Squeeze", 1, 11)
+def squeeze_v1(data: np.ndarray, *, axes: tuple[int, ...] | None) -> np.ndarray:
+    """Squeeze-1/11: axes as an attribute (all size-1 axes without it)."""
+    return _squeeze(data, _ints(axes))
+
+
+@register("Squeeze", *_ALL_VERSIONS_FROM_13)
+def squeeze_v13(data: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
+    """Squeeze-13+: axes as an optional data."""
+    return _squeeze(data, _ints(axes))
+
+
+@register("Unsqueeze", 1, 11)
+def unsqueeze_v1(data: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
+    """Unsqueeze-1/11: axes (positions in the output) as an attribute."""
+    return np.expand_dims(data, tuple(_ints(axes)))
+
+
+@register("Unsqueeze", *_ALL_VERSIONS_FROM_13)
+def unsqueeze_v13(data: np.ndarray, axes: np.ndarray) -> np.ndarray:
+    """Unsqueeze-13+: axes as an data."""
+    return np.expand_dims(data, tuple(_ints(axes)))
+
+
+@register("Flatten", 1, 9, 11, *_ALL_VERSIONS_FROM_13)
+def flatten(data: np.ndarray, *, axis: int) -> np.ndarray:
+    """Flatten-1+: collapse into 2-D at ``axis``."""
+    rank = data.ndim
+    if not -rank <= axis <= rank:
+        raise ValueError(f"axis {axis} is out of range for rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    outer = int(np.prod(data.shape[:axis], dtype=np.int64))
+    inner = int(np.prod(data.shape[axis:], dtype=np.int64))
+    # Explicit sizes, not -1: -1 is ambiguous for empty tensors.
+    return data.reshape(outer, inner)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape, Size, Identity
+
+
+@register("Shape", 1, 13)
+def shape_v1(data: np.ndarray) -> np.ndarray:
+    """Shape-1/13: the input's shape as int64."""
+    return np.array(data.shape, dtype=np.int64)
+
+
+@register("Shape", 15, 19, 21, 23, 24, 25)
+def shape_v15(data: np.ndarray, *, end: int | None, start: int) -> np.ndarray:
+    """Shape-15+: a [start, end) window of the shape (Python slice clamping = ONNX clamping)."""
+    return np.array(data.shape[start:end], dtype=np.int64)
+
+
+@register("Size", 1, 13, 19, 21, 23, 24, 25)
+def size(data: np.ndarray) -> np.ndarray:
+    """Size-1+: number of elements as a 0-d int64."""
+    return np.array(data.size, dtype=np.int64)
+
+
+@register("Identity", 1, 13, 14, 16, 19, 21, 23, 24, 25)
+def identity(value: Any) -> Any:
+    """Identity-1+: tensors, sequences and optionals pass through unchanged."""
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Concat, Split
+
+
+@register("Concat", 1, 4, 11, 13)
+def concat(*inputs: np.ndarray, axis: int | None) -> np.ndarray:
+    """Concat-1+: join along ``axis`` (Concat-1 defaults to axis 1)."""
+    axis = 1 if axis is None else axis
+    return np.concatenate(inputs, axis=_axis(axis, inputs[0].ndim))
+
+
+def _split(data: np.ndarray, axis: int, sizes: Sequence[int]) -> tuple[np.ndarray, ...]:
+    axis = _axis(axis, data.ndim)
+    if sum(sizes) != data.shape[axis]:
+        raise ValueError(f"split sizes {list(sizes)} do not add up to dimension {data.shape[axis]}")
+    bounds = np.cumsum(sizes)[:-1]
+    return tuple(np.split(data, bounds, axis=axis))
+
+
+def _equal_sizes(dim: int, parts: int) -> list[int]:
+    if dim % parts:
+        raise ValueError(f"dimension {dim} cannot be split into {parts} equal parts")
+    return [dim // parts] * parts
+
+
+@register("Split", 1, context=True)
+def split_v1(
+    ctx: KernelContext,
+    data: np.ndarray,
+    *sizes_input: np.ndarray | None,
+    axis: int | None,
+    split: tuple[int, ...] | None,
+) -> tuple[np.ndarray, ...]:
+    """Split-1: sizes from the optional second input or the ``split`` attribute, else equal parts."""
+    # The input and the attribute share the name 'split', so the input arrives positionally.
+    given = sizes_input[0] if sizes_input and sizes_input[0] is not None else None
+    sizes = _ints(given) if given is not None else _ints(split)
+    axis = 0 if axis is None else axis
+    if not sizes:
+        sizes = _equal_sizes(data.shape[_axis(axis, data.ndim)], ctx.n_outputs)
+    return _split(data, axis, sizes)
+
+
+@register("Split", 2, 11, context=True)
+def split_v2(
+    ctx: KernelContext, data: np.ndarray, *, axis: int, split: tuple[int, ...] | None
+) -> tuple[np.ndarray, ...]:
+    """Split-2/11: sizes as the ``split`` attribute, else equal parts."""
+    sizes = _ints(split) or _equal_sizes(data.shape[_axis(axis, data.ndim)], ctx.n_outputs)
+    return _split(data, axis, sizes)
+
+
+@register("Split", 13, context=True)
+def split_v13(
+    ctx: KernelContext, data: np.ndarray, split: np.ndarray | None = None, *, axis: int
+) -> tuple[np.ndarray, ...]:
+    """Split-13: sizes as an optional data, else equal parts."""
+    sizes = _ints(split) if split is not None else []
+    if not sizes:
+        sizes = _equal_sizes(data.shape[_axis(axis, data.ndim)], ctx.n_outputs)
+    return _split(data, axis, sizes)
+
+
+@register("Split", 18, context=True)
+def split_v18(
+    ctx: KernelContext,
+    data: np.ndarray,
+    split: np.ndarray | None = None,
+    *,
+    axis: int,
+    num_outputs: int | None,
+) -> tuple[np.ndarray, ...]:
+    """Split-18: sizes as an data, or ``num_outputs`` chunks of ceil(dim/n) with a smaller last one."""
+    dim = data.shape[_axis(axis, data.ndim)]
+    if split is not None and split.size:
+        sizes = _ints(split)
+    else:
+        parts = num_outputs if num_outputs is not None else ctx.n_outputs
+        chunk = -(-dim // parts)
+        sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(parts)]
+    return _split(data, axis, sizes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pad, CenterCropPad
+
+
+def _pad(
+    data: np.ndarray, pads: Sequence[int], mode: str, value: Any, axes: Sequence[int] | None = None
+) -> np.ndarray:
+    rank = data.ndim
+    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
+    if len(pads) != 2 * len(axes):
+        raise ValueError(f"pads has {len(pads)} values, expected {2 * len(axes)}")
+    width = [(0, 0)] * rank
+    for i, axis in enumerate(axes):
+        width[axis] = (pads[i], pads[len(axes) + i])
+    # Negative pads remove elements: crop first, then pad what is positive.
+    if any(b < 0 or e < 0 for b, e in width):
+        crop = tuple(
+            slice(max(-b, 0), dim - max(-e, 0)) for (b, e), dim in zip(width, data.shape, strict=True)
+        )
+        data = data[crop]
+        width = [(max(b, 0), max(e, 0)) for b, e in width]
+    if not any(b or e for b, e in width):
+        return data
+    if mode == "constant":
+        fill = np.asarray(value if value is not None else ("" if data.dtype == object else 0))
+        out = np.empty(
+            tuple(d + b + e for d, (b, e) in zip(data.shape, width, strict=True)), dtype=data.dtype
+        )
+        out[...] = fill.astype(data.dtype) if data.dtype != object else fill
+        out[tuple(slice(b, b + d) for d, (b, _e) in zip(data.shape, width, strict=True))] = data
+        return out
+    if mode not in ("reflect", "edge", "wrap"):
+        raise ValueError(f"unknown Pad mode {mode!r}")
+    if data.size == 0:
+        raise ValueError(f"Pad mode {mode!r} needs a non-empty input")
+    return np.pad(data, width, mode=mode)  # type: ignore[call-overload]
+
+
+@register("Pad", 1)
+def pad_v1(data: np.ndarray, *, mode: str, paddings: tuple[int, ...], value: float) -> np.ndarray:
+    """Pad-1: ``paddings`` and ``value`` as attributes."""
+    return _pad(data, paddings, mode, value)
+
+
+@register("Pad", 2)
+def pad_v2(data: np.ndarray, *, mode: str, pads: tuple[int, ...], value: float) -> np.ndarray:
+    """Pad-2: ``pads`` and ``value`` as attributes."""
+    return _pad(data, pads, mode, value)
+
+
+@register("Pad", 11, 13)
+def pad_v11(
+    data: np.ndarray, pads: np.ndarray, constant_value: np.ndarray | None = None, *, mode: str
+) -> np.ndarray:
+    """Pad-11/13: ``pads`` and ``constant_value`` as inputs."""
+    return _pad(data, _ints(pads), mode, _scalar(constant_value))
+
+
+@register("Pad", 18, 19, 21, 23, 24, 25)
+def pad_v18(
+    data: np.ndarray,
+    pads: np.ndarray,
+    constant_value: np.ndarray | None = None,
+    axes: np.ndarray | None = None,
+    *,
+    mode: str,
+) -> np.ndarray:
+    """Pad-18+: with ``axes`` (18) and mode ``wrap`` (19)."""
+    return _pad(data, _ints(pads), mode, _scalar(constant_value), None if axes is None else _ints(axes))
+
+
+def _scalar(value: np.ndarray | None) -> Any:
+    if value is None or value.size == 0:
+        return None
+    return value.reshape(-1)[0]
+
+
+@register("CenterCropPad", 18)
+def center_crop_pad(input_data: np.ndarray, shape: np.ndarray, *, axes: tuple[int, ...] | None) -> np.ndarray:
+    """CenterCropPad-18: crop or zero-pad each axis around its center (extra element at the end)."""
+    rank = input_data.ndim
+    axis_list = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
+    target = list(input_data.shape)
+    crop = [slice(None)] * rank
+    place = [slice(None)] * rank
+    for axis, size in zip(axis_list, _ints(shape), strict=True):
+        dim = input_data.shape[axis]
+        target[axis] = size
+        if size < dim:
+            start = (dim - size) // 2
+            crop[axis] = slice(start, start + size)
+        elif size > dim:
+            start = (size - dim) // 2
+            place[axis] = slice(start, start + dim)
+    out = np.zeros(target, dtype=input_data.dtype)
+    out[tuple(place)] = input_data[tuple(crop)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile, Expand, Range, ConstantOfShape, Constant, EyeLike, Trilu
+
+
+@register("Tile", 1)
+def tile_v1(data: np.ndarray, tiles: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    """Tile-1: ``tiles`` copies along one ``axis``."""
+    reps = [1] * data.ndim
+    reps[_axis(int(axis.reshape(-1)[0]), data.ndim)] = int(tiles.reshape(-1)[0])
+    return np.tile(data, reps)
+
+
+@register("Tile", 6, 13)
+def tile(data: np.ndarray, repeats: np.ndarray) -> np.ndarray:
+    """Tile-6/13: repeat along every axis."""
+    reps = _ints(repeats)
+    if len(reps) != data.ndim:
+        raise ValueError(f"repeats has {len(reps)} values for rank {data.ndim}")
+    return np.tile(data, reps)
+
+
+@register("Expand", 8, 13)
+def expand(data: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    """Expand-8/13: bidirectional broadcast to ``shape`` (a read-only broadcast view)."""
+    target = np.broadcast_shapes(data.shape, tuple(_ints(shape)))
+    return np.broadcast_to(data, target)
+
+
+def _range(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, compute: np.dtype[Any]) -> np.ndarray:
+    dtype = start.dtype
+    s, lim, d = (np.asarray(v).reshape(()).astype(compute) for v in (start, limit, delta))
+    if compute.kind in "iu":
+        count = max(-((int(s) - int(lim)) // int(d)), 0)
+    else:
+        count = max(int(np.ceil((float(lim) - float(s)) / float(d))), 0)
+    # start + i * delta in the compute type, as the spec's pseudocode writes it.
+    out = np.arange(count, dtype=compute) * d + s
+    return out.astype(dtype, copy=False)
+
+
+@register("Range", 11)
+def range_v11(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """Range-11: [start, limit) by delta, in the inputs' type."""
+    return _range(start, limit, delta, start.dtype)
+
+
+@register("Range", 27)
+def range_v27(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, *, stash_type: int) -> np.ndarray:
+    """Range-27: float16/bfloat16 computed in ``stash_type`` precision."""
+    compute = start.dtype
+    if compute.itemsize == 2 and compute.kind in "fV":
+        compute = _onnx_dtype(stash_type)
+    return _range(start, limit, delta, compute)
+
+
+@register("ConstantOfShape", 9, 20, 21, 23, 24, 25)
+def constant_of_shape(data: np.ndarray, *, value: np.ndarray | None) -> np.ndarray:
+    """ConstantOfShape-9+: a tensor of ``input``'s shape filled with ``value`` (float32 0)."""
+    fill = np.zeros((), dtype=np.float32) if value is None else value.reshape(())
+    return np.full(tuple(_ints(data)), fill, dtype=fill.dtype)
+
+
+@register("Constant", 1, 9)
+def constant_v1(*, value: np.ndarray) -> np.ndarray:
+    """Constant-1/9: the ``value`` tensor."""
+    return value
+
+
+@register("Constant", 11)
+def constant_v11(*, value: np.ndarray | None, sparse_value: np.ndarray | None) -> np.ndarray:
+    """Constant-11: ``value`` or (densified) ``sparse_value``."""
+    return value if value is not None else sparse_value  # type: ignore[return-value]
+
+
+@register("Constant", 12, 13, 19, 21, 23, 24, 25)
+def constant_v12(
+    *,
+    value: np.ndarray | None,
+    sparse_value: np.ndarray | None,
+    value_float: float | None,
+    value_floats: tuple[float, ...] | None,
+    value_int: int | None,
+    value_ints: tuple[int, ...] | None,
+    value_string: str | None,
+    value_strings: tuple[str, ...] | None,
+) -> np.ndarray:
+    """Constant-12+: exactly one of the value attributes."""
+    if value is not None:
+        return value
+    if sparse_value is not None:
+        return sparse_value
+    if value_float is not None:
+        return np.array(value_float, dtype=np.float32)
+    if value_floats is not None:
+        return np.array(value_floats, dtype=np.float32)
+    if value_int is not None:
+        return np.array(value_int, dtype=np.int64)
+    if value_ints is not None:
+        return np.array(value_ints, dtype=np.int64)
+    if value_string is not None:
+        return np.array(value_string, dtype=object)
+    if value_strings is not None:
+        return np.array(value_strings, dtype=object).reshape(len(value_strings))
+    raise ValueError("Constant has no value attribute")
+
+
+@register("EyeLike", 9, 22)
+def eye_like(data: np.ndarray, *, dtype: int | None, k: int) -> np.ndarray:
+    """EyeLike-9/22: ones on diagonal ``k`` of a matrix shaped like ``input``."""
+    if data.ndim != 2:
+        raise ValueError(f"EyeLike needs a rank-2 input, got rank {data.ndim}")
+    out_dtype = data.dtype if dtype is None else _onnx_dtype(dtype)
+    return np.eye(data.shape[0], data.shape[1], k=k, dtype=out_dtype)
+
+
+@register("Trilu", 14)
+def trilu(data: np.ndarray, k: np.ndarray | None = None, *, upper: int) -> np.ndarray:
+    """Trilu-14: keep the upper (or lower) triangle of the last two axes from diagonal ``k``."""
+    offset = 0 if k is None else int(k.reshape(-1)[0])
+    return np.triu(data, offset) if upper else np.tril(data, offset)
+
+
+# ---------------------------------------------------------------------------------------------
+# DepthToSpace, SpaceToDepth
+
+
+@register("DepthToSpace", 1)
+def depth_to_space_v1(data: np.ndarray, *, blocksize: int) -> np.ndarray:
+    """DepthToSpace-1: DCR order."""
+    return _depth_to_space(data, blocksize, "DCR")
+
+
+@register("DepthToSpace", 11, 13, 28)
+def depth_to_space(data: np.ndarray, *, blocksize: int, mode: str) -> np.ndarray:
+    """DepthToSpace-11+: DCR or CRD order."""
+    return _depth_to_space(data, blocksize, mode)
+
+
+def _depth_to_space(x: np.ndarray, bs: int, mode: str) -> np.ndarray:
+    b, c, h, w = x.shape
+    if mode == "DCR":
+        tmp = x.reshape(b, bs, bs, c // (bs * bs), h, w).transpose(0, 3, 4, 1, 5, 2)
+    elif mode == "CRD":
+        tmp = x.reshape(b, c // (bs * bs), bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
+    else:
+        raise ValueError(f"unknown DepthToSpace mode {mode!r}")
+    return tmp.reshape(b, c // (bs * bs), h * bs, w * bs)
+
+
+@register("SpaceToDepth", 1, 13)
+def space_to_depth_v1(data: np.ndarray, *, blocksize: int) -> np.ndarray:
+    """SpaceToDepth-1/13: DCR order."""
+    return _space_to_depth(data, blocksize, "DCR")
+
+
+@register("SpaceToDepth", 28)
+def space_to_depth(data: np.ndarray, *, blocksize: int, mode: str) -> np.ndarray:
+    """SpaceToDepth-28: DCR or CRD order."""
+    return _space_to_depth(data, blocksize, mode)
+
+
+def _space_to_depth(x: np.ndarray, bs: int, mode: str) -> np.ndarray:
+    b, c, h, w = x.shape
+    tmp = x.reshape(b, c, h // bs, bs, w // bs, bs)
+    if mode == "DCR":
+        tmp = tmp.transpose(0, 3, 5, 1, 2, 4)
+    elif mode == "CRD":
+        tmp = tmp.transpose(0, 1, 3, 5, 2, 4)
+    else:
+        raise ValueError(f"unknown SpaceToDepth mode {mode!r}")
+    return tmp.reshape(b, c * bs * bs, h // bs, w // bs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dropout
+
+# Without a seed attribute the spec lets the runtime pick one; a fixed one keeps runs bit-identical.
+_DEFAULT_DROPOUT_SEED = 0
+
+
+def _dropout(
+    data: np.ndarray, ratio: float, training: bool, seed: int | None, mask_dtype: np.dtype[Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    if not training or ratio == 0:
+        return data, np.ones(data.shape, dtype=mask_dtype)
+    # Same generator and draw as ONNX's reference and its conformance data.
+    rng = np.random.RandomState(_DEFAULT_DROPOUT_SEED if seed is None else seed)
+    keep = rng.uniform(0, 1.0, data.shape) >= ratio
+    scale = data.dtype.type(1.0 / (1.0 - ratio))
+    out = (np.where(keep, data, data.dtype.type(0)) * scale).astype(data.dtype, copy=False)
+    return out, keep.astype(mask_dtype)
+
+
+@register("Dropout", 1)
+def dropout_v1(
+    data: np.ndarray, *, consumed_inputs: Any, is_test: int, ratio: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Dropout-1: random dropout unless ``is_test``; mask has the data's type."""
+    return _dropout(data, ratio, not is_test, None, data.dtype)
+
+
+@register("Dropout", 6)
+def dropout_v6(data: np.ndarray, *, is_test: int, ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """Dropout-6: random dropout unless ``is_test``; mask has the data's type."""
+    return _dropout(data, ratio, not is_test, None, data.dtype)
+
+
+@register("Dropout", 7)
+def dropout_v7(data: np.ndarray, *, ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """Dropout-7: inference (identity); mask of ones in the data's type."""
+    return _dropout(data, ratio, False, None, data.dtype)
+
+
+@register("Dropout", 10)
+def dropout_v10(data: np.ndarray, *, ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """Dropout-10: inference (identity); boolean mask of all True."""
+    return _dropout(data, ratio, False, None, np.dtype(bool))
+
+
+@register("Dropout", 12, 13, 22)
+def dropout_v12(
+    data: np.ndarray,
+    ratio: np.ndarray | None = None,
+    training_mode: np.ndarray | None = None,
+    *,
+    seed: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Dropout-12+: identity unless ``training_mode``, then seeded random dropout."""
+    rate = 0.5 if ratio is None else float(ratio.reshape(-1)[0])
+    training = training_mode is not None and bool(training_mode.reshape(-1)[0])
+    return _dropout(data, rate, training, seed, np.dtype(bool))
