@@ -120,3 +120,14 @@ def gather_feeds(
         missing = [v for v in plan.inputs if v.name not in feeds]
         feeds.update(random_feeds(missing, seed, sizes))
     return feeds
+
+
+def write_npz_atomically(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write ``arrays`` to ``path`` via a temporary file and a rename: never a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("wb") as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

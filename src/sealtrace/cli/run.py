@@ -13,7 +13,7 @@ from rich.table import Table
 
 from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
-from sealtrace.inputs import gather_feeds
+from sealtrace.inputs import gather_feeds, write_npz_atomically
 from sealtrace.session import Session
 
 
@@ -37,6 +37,7 @@ def _summary(array: Any, count: int = 6) -> str:
 @click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE", help="Size of a named dynamic dimension.")
 @click.option("--backend", default="reference", show_default=True, help="reference | onnxruntime")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the outputs to a .npz file.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --out file.")
 def run(
     model: str,
     input_files: tuple[str, ...],
@@ -46,8 +47,14 @@ def run(
     dims: tuple[str, ...],
     backend: str,
     out_path: str | None,
+    force: bool,
 ) -> None:
     """Run MODEL on a backend and print a summary of its outputs."""
+    if out_path:
+        if Path(out_path).suffix != ".npz":
+            raise InputError(f"--out {out_path}: the file name must end in .npz")
+        if Path(out_path).exists() and not force:
+            raise InputError(f"--out {out_path}: file exists (use --force to overwrite)")
     session = Session(model, backend=backend)
     feeds = gather_feeds(session.plan, input_files, npz_files, random_inputs, seed, dims)
     outputs = session.run(None, feeds)
@@ -60,10 +67,8 @@ def run(
         table.add_row(name, dtype, shape, _summary(value))
     Console().print(table)
     if out_path:
-        if Path(out_path).suffix != ".npz":
-            raise InputError(f"--out {out_path}: the file name must end in .npz")
         arrays = {n: v for n, v in zip(session.plan.output_names, outputs, strict=True) if isinstance(v, np.ndarray)}
-        np.savez(out_path, **arrays)  # type: ignore[arg-type]
+        write_npz_atomically(Path(out_path), arrays)
         click.echo(f"wrote {len(arrays)} output(s) to {out_path}")
 
 
