@@ -1,0 +1,182 @@
+"""Shared pieces of the elementwise, activation and cast kernels.
+
+Opset < 7 binary operators broadcast with ``broadcast``/``axis`` attributes instead of NumPy
+rules; ``legacy_operand`` turns such a B into one NumPy broadcasts correctly. ``erf`` is a
+vectorized error function (NumPy has none). ``compute_dtype`` says in which float type a
+multi-step formula is evaluated: half-precision inputs are widened to float32 once and rounded
+once at the end, so intermediate results are not rounded to 8 or 11 bits at every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+try:  # ml_dtypes ships with onnx; bfloat16 and the float8 types live there.
+    import ml_dtypes
+
+    BFLOAT16: np.dtype[Any] | None = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - onnx always installs it
+    BFLOAT16 = None
+
+_HALF_KINDS = {np.dtype(np.float16)}
+if BFLOAT16 is not None:
+    _HALF_KINDS.add(BFLOAT16)
+
+
+def legacy_operand(b: np.ndarray, a_ndim: int, broadcast: int | None, axis: int | None) -> np.ndarray:
+    """B of an opset<7 binary op, reshaped so NumPy broadcasting matches the legacy rule.
+
+    With ``broadcast=1`` B's shape is a contiguous run of A's shape starting at ``axis``
+    (default: aligned to A's trailing axes, which NumPy already does). With ``broadcast=0``
+    the shapes must be equal and nothing changes.
+    """
+    if not broadcast or axis is None or b.ndim == 0:
+        return b
+    if axis < 0:
+        axis += a_ndim
+    trailing = a_ndim - axis - b.ndim
+    if trailing <= 0:
+        return b
+    return b.reshape(b.shape + (1,) * trailing)
+
+
+def is_float(dtype: np.dtype[Any]) -> bool:
+    """True for IEEE-like floats, including ml_dtypes' bfloat16."""
+    return dtype.kind == "f" or dtype == BFLOAT16
+
+
+def compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype a multi-step float formula is evaluated in for inputs of ``dtype``."""
+    return np.dtype(np.float32) if dtype in _HALF_KINDS else dtype
+
+
+def widen(x: np.ndarray) -> np.ndarray:
+    """``x`` in its compute dtype (a new float32 array for half-precision inputs, else ``x``)."""
+    wide = compute_dtype(x.dtype)
+    return x if wide == x.dtype else x.astype(wide)
+
+
+def narrow(y: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """``y`` rounded once to ``dtype`` (no copy when it already is)."""
+    return y if y.dtype == dtype else y.astype(dtype)
+
+
+# Error function: the rational approximations of Sun's fdlibm s_erf.c (accurate to < 1 ulp in
+# float64), evaluated piecewise on the elements of each interval only.
+_ERX = 8.45062911510467529297e-01
+_PP = (
+    1.28379167095512558561e-01,
+    -3.25042107247001499370e-01,
+    -2.84817495755985104766e-02,
+    -5.77027029648944159157e-03,
+    -2.37630166566501626084e-05,
+)
+_QQ = (
+    1.0,
+    3.97917223959155352819e-01,
+    6.50222499887672944485e-02,
+    5.08130628187576562776e-03,
+    1.32494738004321644526e-04,
+    -3.96022827877536812320e-06,
+)
+_PA = (
+    -2.36211856075265944077e-03,
+    4.14856118683748331666e-01,
+    -3.72207876035701323847e-01,
+    3.18346619901161753674e-01,
+    -1.10894694282396677476e-01,
+    3.54783043256182359371e-02,
+    -2.16637559486879084300e-03,
+)
+_QA = (
+    1.0,
+    1.06420880400844228286e-01,
+    5.40397917702171048937e-01,
+    7.18286544141962662868e-02,
+    1.26171219808761642112e-01,
+    1.36370839120290507362e-02,
+    1.19844998467991074170e-02,
+)
+_RA = (
+    -9.86494403484714822705e-03,
+    -6.93858572707181764372e-01,
+    -1.05586262253232909814e01,
+    -6.23753324503260060396e01,
+    -1.62396669462573470355e02,
+    -1.84605092906711035994e02,
+    -8.12874355063065934246e01,
+    -9.81432934416914548592e00,
+)
+_SA = (
+    1.0,
+    1.96512716674392571292e01,
+    1.37657754143519042600e02,
+    4.34565877475229228821e02,
+    6.45387271733267880336e02,
+    4.29008140027567833386e02,
+    1.08635005541779435134e02,
+    6.57024977031928170135e00,
+    -6.04244152148580987438e-02,
+)
+_RB = (
+    -9.86494292470009928597e-03,
+    -7.99283237680523006574e-01,
+    -1.77579549177547519889e01,
+    -1.60636384855821916062e02,
+    -6.37566443368389627722e02,
+    -1.02509513161107724954e03,
+    -4.83519191608651397019e02,
+)
+_SB = (
+    1.0,
+    3.03380607434824582924e01,
+    3.25792512996573918826e02,
+    1.53672958608443695994e03,
+    3.19985821950859553908e03,
+    2.55305040643316442583e03,
+    4.74528541206955367215e02,
+    -2.24409524465858183362e01,
+)
+
+
+def _poly(z: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
+    """Horner evaluation of c0 + c1*z + c2*z**2 + ... ."""
+    acc = np.full_like(z, coefficients[-1])
+    for c in coefficients[-2::-1]:
+        acc *= z
+        acc += c
+    return acc
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function of ``x`` in x's float dtype (evaluated in float64)."""
+    dtype = x.dtype
+    v = np.asarray(x, dtype=np.float64).ravel()
+    a = np.abs(v)
+    out = np.empty_like(v)
+    small = a < 0.84375
+    mid = (a >= 0.84375) & (a < 1.25)
+    tail = (a >= 1.25) & (a < 6.0)
+    big = a >= 6.0
+    if small.any():
+        s = v[small]
+        z = s * s
+        out[small] = s + s * (_poly(z, _PP) / _poly(z, _QQ))
+    if mid.any():
+        s = a[mid] - 1.0
+        out[mid] = _ERX + _poly(s, _PA) / _poly(s, _QA)
+    if tail.any():
+        t = a[tail]
+        s = 1.0 / (t * t)
+        ratio = np.where(t < 1.0 / 0.35, _poly(s, _RA) / _poly(s, _SA), _poly(s, _RB) / _poly(s, _SB))
+        # fdlibm splits t into a 32-bit-mantissa head so exp(-t*t) keeps its accuracy
+        head = (t.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
+        r = np.exp(-head * head - 0.5625) * np.exp((head - t) * (head + t) + ratio)
+        out[tail] = 1.0 - r / t
+    out[big] = 1.0
+    # the mid/tail/big branches computed erf(|x|); restore the sign (odd function)
+    np.copysign(out, v, out=out, where=~small)
+    out[np.isnan(v)] = np.nan
+    return out.reshape(x.shape).astype(dtype, copy=False)

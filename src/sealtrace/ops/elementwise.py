@@ -1,0 +1,331 @@
+"""Elementwise math, comparison, logical and bitwise operators (default domain).
+
+Binary operators broadcast NumPy-style from opset 7; before that they take ``broadcast``/``axis``
+attributes (see ``legacy_operand``). Outputs keep the ONNX type of their inputs: NumPy promotes
+only where ONNX does (it never needs to, since ONNX binary operators take one type T).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from sealtrace.ops._elementwise_common import erf, is_float, legacy_operand
+from sealtrace.ops.registry import register
+
+Array = np.ndarray
+
+# --------------------------------------------------------------------------------------------
+# Unary math
+
+
+def _unary(op_type: str, ufunc: Callable[..., Any], *versions: int) -> None:
+    """Register a unary ufunc for ``versions`` (opset 1's ``consumed_inputs`` is ignored)."""
+
+    def kernel(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
+        return np.asarray(ufunc(x))
+
+    kernel.__name__ = kernel.__qualname__ = op_type.lower()
+    kernel.__doc__ = f"ONNX {op_type} (since_versions {', '.join(map(str, versions))})."
+    register(op_type, *versions)(kernel)
+
+
+_UNARY: tuple[tuple[str, np.ufunc, tuple[int, ...]], ...] = (
+    ("Abs", np.abs, (1, 6, 13)),
+    ("Neg", np.negative, (1, 6, 13)),
+    ("Exp", np.exp, (1, 6, 13)),
+    ("Log", np.log, (1, 6, 13)),
+    ("Sqrt", np.sqrt, (1, 6, 13)),
+    ("Reciprocal", np.reciprocal, (1, 6, 13)),
+    ("Floor", np.floor, (1, 6, 13)),
+    ("Ceil", np.ceil, (1, 6, 13)),
+    ("Sin", np.sin, (7, 22)),
+    ("Cos", np.cos, (7, 22)),
+    ("Tan", np.tan, (7, 22)),
+    ("Asin", np.arcsin, (7, 22)),
+    ("Acos", np.arccos, (7, 22)),
+    ("Atan", np.arctan, (7, 22)),
+    ("Sinh", np.sinh, (9, 22)),
+    ("Cosh", np.cosh, (9, 22)),
+    ("Asinh", np.arcsinh, (9, 22)),
+    ("Acosh", np.arccosh, (9, 22)),
+    ("Atanh", np.arctanh, (9, 22)),
+    ("Round", np.rint, (11, 22)),  # rint rounds half to even, as ONNX Round does
+    ("Sign", np.sign, (9, 13)),
+    ("IsNaN", np.isnan, (9, 13, 20)),
+    ("Not", np.logical_not, (1,)),
+    ("BitwiseNot", np.invert, (18,)),
+)
+for _op, _ufunc, _versions in _UNARY:
+    _unary(_op, _ufunc, *_versions)
+
+
+@register("Erf", 9, 13)
+def erf_op(x: Array) -> Array:
+    """ONNX Erf (9, 13); integer inputs (allowed by the schema) keep their type."""
+    if is_float(x.dtype):
+        return erf(x)
+    return erf(x.astype(np.float64)).astype(x.dtype)
+
+
+@register("IsInf", 10, 20)
+def isinf(x: Array, *, detect_negative: int = 1, detect_positive: int = 1) -> Array:
+    """ONNX IsInf (10, 20) with detect_negative / detect_positive."""
+    if detect_negative and detect_positive:
+        return np.asarray(np.isinf(x))
+    if detect_positive:
+        return np.asarray(np.isposinf(x))
+    if detect_negative:
+        return np.asarray(np.isneginf(x))
+    return np.zeros(x.shape, dtype=bool)
+
+
+# --------------------------------------------------------------------------------------------
+# Binary arithmetic
+
+
+def _int_divide(a: Array, b: Array) -> Array:
+    """Integer division truncating toward zero (C semantics, as ONNX Runtime computes it)."""
+    quotient = np.floor_divide(a, b)
+    if a.dtype.kind == "i":
+        # floor and trunc differ when the division is inexact and the signs differ
+        inexact = np.remainder(a, b) != 0
+        quotient = np.asarray(quotient)
+        quotient += (inexact & ((a < 0) != (b < 0))).astype(quotient.dtype)
+    return np.asarray(quotient)
+
+
+def _divide(a: Array, b: Array) -> Array:
+    if a.dtype.kind in "iu":
+        return _int_divide(a, b)
+    return np.asarray(np.divide(a, b))
+
+
+_ARITH: dict[str, Callable[[Array, Array], Array]] = {
+    "Add": lambda a, b: np.asarray(np.add(a, b)),
+    "Sub": lambda a, b: np.asarray(np.subtract(a, b)),
+    "Mul": lambda a, b: np.asarray(np.multiply(a, b)),
+    "Div": _divide,
+}
+
+
+def _binary(op_type: str, fn: Callable[[Array, Array], Array]) -> None:
+    """Register ``fn`` as the v1/v6 (legacy broadcast) and v7+ (NumPy broadcast) kernels."""
+
+    def legacy(
+        a: Array,
+        b: Array,
+        *,
+        axis: int | None = None,
+        broadcast: int = 0,
+        consumed_inputs: tuple[int, ...] | None = None,
+    ) -> Array:
+        return fn(a, legacy_operand(b, a.ndim, broadcast, axis))
+
+    def modern(a: Array, b: Array) -> Array:
+        return fn(a, b)
+
+    for kernel, versions, kind in (
+        (legacy, (1, 6), "legacy broadcast"),
+        (modern, (7, 13, 14), "NumPy broadcast"),
+    ):
+        kernel.__name__ = kernel.__qualname__ = f"{op_type.lower()}_{'legacy' if kernel is legacy else 'v7'}"
+        kernel.__doc__ = f"ONNX {op_type} ({', '.join(map(str, versions))}; {kind})."
+        register(op_type, *versions)(kernel)
+
+
+for _op, _fn2 in _ARITH.items():
+    _binary(_op, _fn2)
+
+
+def _power(base: Array, exponent: Array) -> Array:
+    """Pow with the base's type as the result type (the exponent may be of another type)."""
+    dtype = base.dtype
+    if is_float(dtype):
+        if exponent.dtype != dtype:
+            exponent = exponent.astype(dtype)
+        if exponent.ndim == 0 and exponent == 2:
+            return np.asarray(np.square(base))  # x*x is exactly what a correctly rounded pow gives
+        return np.asarray(np.power(base, exponent))
+    if is_float(exponent.dtype) or (exponent.dtype.kind == "i" and bool((exponent < 0).any())):
+        # an integer base with a fractional or negative exponent: compute in double, truncate
+        with np.errstate(all="ignore"):
+            return np.power(base.astype(np.float64), exponent.astype(np.float64)).astype(dtype)
+    return np.asarray(np.power(base, exponent)).astype(dtype, copy=False)
+
+
+@register("Pow", 1)
+def pow_legacy(a: Array, b: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    """ONNX Pow 1 (legacy broadcast attributes)."""
+    return _power(a, legacy_operand(b, a.ndim, broadcast, axis))
+
+
+@register("Pow", 7, 12, 13, 15)
+def pow_op(a: Array, b: Array) -> Array:
+    """ONNX Pow 7, 12, 13, 15 (NumPy broadcast; from 12 the exponent may have its own type)."""
+    return _power(a, b)
+
+
+@register("Mod", 10, 13, 28)
+def mod(a: Array, b: Array, *, fmod: int = 0) -> Array:
+    """ONNX Mod 10, 13, 28: fmod=0 floors (sign of B), fmod=1 truncates (sign of A)."""
+    # np.remainder implements A - floor(A/B)*B including the signed-zero/inf cases of Mod-28
+    return np.asarray(np.fmod(a, b) if fmod else np.remainder(a, b))
+
+
+# --------------------------------------------------------------------------------------------
+# Variadic
+
+
+def _fold(ufunc: np.ufunc, inputs: tuple[Array, ...]) -> Array:
+    result = inputs[0]
+    if len(inputs) == 1:
+        return result
+    result = np.asarray(ufunc(inputs[0], inputs[1]))
+    for operand in inputs[2:]:
+        if np.broadcast_shapes(result.shape, operand.shape) == result.shape and result.ndim:
+            ufunc(result, operand, out=result)
+        else:
+            result = np.asarray(ufunc(result, operand))
+    return result
+
+
+def _variadic(op_type: str, ufunc: np.ufunc, versions: tuple[int, ...]) -> None:
+    def kernel(*inputs: Array, consumed_inputs: tuple[int, ...] | None = None) -> Array:
+        return _fold(ufunc, inputs)
+
+    kernel.__name__ = kernel.__qualname__ = op_type.lower()
+    kernel.__doc__ = f"ONNX {op_type} ({', '.join(map(str, versions))}; variadic, broadcasting from 8)."
+    register(op_type, *versions)(kernel)
+
+
+# maximum/minimum propagate NaN, as ONNX Runtime's Max/Min do
+_variadic("Max", np.maximum, (1, 6, 8, 12, 13))
+_variadic("Min", np.minimum, (1, 6, 8, 12, 13))
+_variadic("Sum", np.add, (1, 6, 8, 13))
+
+
+@register("Mean", 1, 6, 8, 13)
+def mean(*inputs: Array, consumed_inputs: tuple[int, ...] | None = None) -> Array:
+    """ONNX Mean (1, 6, 8, 13): the sum divided by the number of inputs, in the input type."""
+    total = _fold(np.add, inputs)
+    if len(inputs) == 1:
+        return total.copy()
+    total /= total.dtype.type(len(inputs))
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison and logic (outputs are bool)
+
+
+def _compare(
+    op_type: str, ufunc: np.ufunc, legacy_versions: tuple[int, ...], versions: tuple[int, ...]
+) -> None:
+    def legacy(a: Array, b: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+        return np.asarray(ufunc(a, legacy_operand(b, a.ndim, broadcast, axis)), dtype=bool)
+
+    def modern(a: Array, b: Array) -> Array:
+        return np.asarray(ufunc(a, b), dtype=bool)
+
+    for kernel, vs in ((legacy, legacy_versions), (modern, versions)):
+        if not vs:
+            continue
+        kernel.__name__ = kernel.__qualname__ = f"{op_type.lower()}_{'legacy' if kernel is legacy else 'v7'}"
+        kernel.__doc__ = f"ONNX {op_type} ({', '.join(map(str, vs))})."
+        register(op_type, *vs)(kernel)
+
+
+_compare("Equal", np.equal, (1,), (7, 11, 13, 19))
+_compare("Greater", np.greater, (1,), (7, 9, 13))
+_compare("Less", np.less, (1,), (7, 9, 13))
+_compare("GreaterOrEqual", np.greater_equal, (), (12, 16))
+_compare("LessOrEqual", np.less_equal, (), (12, 16))
+_compare("And", np.logical_and, (1,), (7,))
+_compare("Or", np.logical_or, (1,), (7,))
+_compare("Xor", np.logical_xor, (1,), (7,))
+
+
+@register("BitwiseAnd", 18)
+def bitwise_and(a: Array, b: Array) -> Array:
+    """ONNX BitwiseAnd 18."""
+    return np.asarray(np.bitwise_and(a, b))
+
+
+@register("BitwiseOr", 18)
+def bitwise_or(a: Array, b: Array) -> Array:
+    """ONNX BitwiseOr 18."""
+    return np.asarray(np.bitwise_or(a, b))
+
+
+@register("BitwiseXor", 18)
+def bitwise_xor(a: Array, b: Array) -> Array:
+    """ONNX BitwiseXor 18."""
+    return np.asarray(np.bitwise_xor(a, b))
+
+
+@register("BitShift", 11, 28)
+def bitshift(x: Array, y: Array, *, direction: str | None = None) -> Array:
+    """ONNX BitShift 11, 28 (signed types from 28: arithmetic right shift)."""
+    # NumPy's shifts give 0 (or -1 for a negative value shifted right) for shift amounts that
+    # are negative or >= the bit width, which is the rule BitShift-28 spells out.
+    if direction == "LEFT":
+        return np.asarray(np.left_shift(x, y))
+    if direction == "RIGHT":
+        return np.asarray(np.right_shift(x, y))
+    raise ValueError(f"BitShift direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+
+
+@register("Where", 9, 16)
+def where(condition: Array, x: Array, y: Array) -> Array:
+    """ONNX Where (9, 16)."""
+    return np.asarray(np.where(condition, x, y))
+
+
+# --------------------------------------------------------------------------------------------
+# Clip
+
+
+def _clip(x: Array, low: Any, high: Any) -> Array:
+    if low is None and high is None:
+        return x
+    out = np.empty_like(x)
+    if low is not None and high is not None:
+        # max then min, so min > max sets everything to max as the spec asks
+        np.maximum(x, low, out=out)
+        np.minimum(out, high, out=out)
+    elif low is not None:
+        np.maximum(x, low, out=out)
+    else:
+        np.minimum(x, high, out=out)
+    return out
+
+
+def _bound(value: float | None, dtype: np.dtype[Any], default: float) -> Any:
+    if value is None or value == default:
+        return None
+    with np.errstate(over="ignore"):
+        return np.asarray(value, dtype=np.float64).astype(dtype)
+
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+@register("Clip", 1, 6)
+def clip_legacy(
+    x: Array,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    consumed_inputs: tuple[int, ...] | None = None,
+) -> Array:
+    """ONNX Clip 1 and 6 (bounds are attributes; absent or +-FLT_MAX means unbounded)."""
+    return _clip(x, _bound(min, x.dtype, -_FLT_MAX), _bound(max, x.dtype, _FLT_MAX))
+
+
+@register("Clip", 11, 12, 13)
+def clip(x: Array, low: Array | None = None, high: Array | None = None) -> Array:
+    """ONNX Clip 11, 12, 13 (bounds are optional scalar inputs)."""
+    return _clip(x, low, high)
