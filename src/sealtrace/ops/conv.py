@@ -1,0 +1,410 @@
+"""Convolution kernels: Conv, ConvTranspose, ConvInteger, QLinearConv, DeformConv, Col2Im,
+CausalConvWithState.
+
+Speed comes from doing the arithmetic in BLAS: a convolution is one im2col copy (a strided view
+of the padded input, materialized once) and one matmul per group (batched over groups). Three
+shapes get their own paths because im2col would waste work on them: 1x1 convolutions (a plain
+matmul), depthwise convolutions (a multiply-accumulate over the few kernel taps), and transposed
+convolutions (matmul, then a scatter-add of each tap into the output canvas).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from sealtrace.ops._windows import Array, Window, all_windows, pad_spatial, resolve_window, tap_view
+from sealtrace.ops.registry import register
+
+# float16/bfloat16 have no BLAS: they are computed in float32 and rounded once at the end.
+_WIDE = {np.dtype(np.float32), np.dtype(np.float64)}
+
+
+def _compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return dtype if dtype in _WIDE else np.dtype(np.float32)
+
+
+def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
+    """Convolution of float ``x`` [N, C, *in] with ``w`` [M, C/group, *k]; no bias, same dtype."""
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    if cg * group != c or m % group:
+        raise ValueError(f"Conv: input channels {c}, weight {w.shape} and group {group} disagree")
+    mg = m // group
+    out_shape = window.out_shape
+    length = prod(out_shape)
+    rank = len(out_shape)
+    unpadded = not any(window.pads_begin) and not any(window.pads_end)
+    if all(k == 1 for k in window.kernel) and unpadded:
+        # 1x1: no windows at all, the convolution is a matmul over channels.
+        if any(s != 1 for s in window.strides):
+            x = x[(slice(None), slice(None), *(slice(None, None, s) for s in window.strides))]
+            x = x[(slice(None), slice(None), *(slice(0, o) for o in out_shape))]
+        if group == 1:
+            y = np.matmul(w.reshape(m, c), x.reshape(n, c, length))
+        else:
+            y = np.matmul(w.reshape(group, mg, cg), x.reshape(n, group, cg, length))
+        return y.reshape((n, m, *out_shape))
+    xp = pad_spatial(x, window.pads_begin, window.pads_end)
+    if cg == 1 and m == c and group == c:
+        return _depthwise(xp, w, window)
+    # im2col: the reshape of the window view is the one copy; then one GEMM per group.
+    k = prod(window.kernel)
+    cols = all_windows(xp, window).reshape(n, group, cg * k, length)
+    if group == 1:
+        y = np.matmul(w.reshape(m, cg * k), cols[:, 0])
+    else:
+        y = np.matmul(w.reshape(group, mg, cg * k), cols)
+    assert y.size == n * m * length and rank == len(window.kernel)
+    return y.reshape((n, m, *out_shape))
+
+
+def _depthwise(xp: Array, w: Array, window: Window) -> Array:
+    """Depthwise convolution (one filter per channel): accumulate tap by tap, no im2col."""
+    c = w.shape[0]
+    rank = len(window.kernel)
+    acc: Array | None = None
+    scratch: Array | None = None
+    for tap in window.taps:
+        view = tap_view(xp, tap, window)
+        index: tuple[Any, ...] = (slice(None), 0, *tap)
+        weight = w[index].reshape((c,) + (1,) * rank)
+        if acc is None or scratch is None:
+            acc = np.multiply(view, weight)
+            scratch = np.empty_like(acc)
+        else:
+            np.multiply(view, weight, out=scratch)
+            np.add(acc, scratch, out=acc)
+    assert acc is not None
+    return acc
+
+
+def _add_bias(y: Array, b: Array | None) -> Array:
+    if b is not None:
+        y += b.reshape((-1,) + (1,) * (y.ndim - 2)).astype(y.dtype, copy=False)
+    return y
+
+
+def _kernel_of(w: Array, kernel_shape: Sequence[int] | None) -> tuple[int, ...]:
+    return tuple(kernel_shape) if kernel_shape else tuple(w.shape[2:])
+
+
+@register("Conv", 1, 11, 22)
+def conv(
+    x: Array,
+    w: Array,
+    b: Array | None = None,
+    *,
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    group: int,
+    kernel_shape: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+) -> Array:
+    """ONNX Conv (versions 1, 11, 22): N-D grouped, dilated, strided, padded convolution."""
+    window = resolve_window(x.shape[2:], _kernel_of(w, kernel_shape), strides, dilations, pads, auto_pad)
+    dtype = _compute_dtype(x.dtype)
+    y = _conv_core(x.astype(dtype, copy=False), w.astype(dtype, copy=False), window, group)
+    return _add_bias(y, b).astype(x.dtype, copy=False)
+
+
+@register("ConvInteger", 10)
+def conv_integer(
+    x: Array,
+    w: Array,
+    x_zero_point: Array | None = None,
+    w_zero_point: Array | None = None,
+    *,
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    group: int,
+    kernel_shape: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+) -> Array:
+    """ONNX ConvInteger (version 10): integer convolution with zero points, int32 output."""
+    window = resolve_window(x.shape[2:], _kernel_of(w, kernel_shape), strides, dilations, pads, auto_pad)
+    return _integer_accumulate(x, w, x_zero_point, w_zero_point, window, group)
+
+
+def _integer_accumulate(
+    x: Array, w: Array, x_zero_point: Array | None, w_zero_point: Array | None, window: Window, group: int
+) -> Array:
+    """Exact int32 sum of (x - x_zp) * (w - w_zp); padding acts as the zero point.
+
+    float64 GEMM is exact here: every partial sum of 8-bit products stays far below 2**53.
+    """
+    xf = x.astype(np.float64)
+    if x_zero_point is not None:
+        xf -= np.float64(np.asarray(x_zero_point).reshape(-1)[0])
+    wf = w.astype(np.float64)
+    if w_zero_point is not None:
+        wz = np.asarray(w_zero_point, dtype=np.float64).reshape(-1)
+        wf -= wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.size > 1 else wz[0]
+    return _conv_core(xf, wf, window, group).astype(np.int32)
+
+
+@register("QLinearConv", 10)
+def qlinear_conv(
+    x: Array,
+    x_scale: Array,
+    x_zero_point: Array,
+    w: Array,
+    w_scale: Array,
+    w_zero_point: Array,
+    y_scale: Array,
+    y_zero_point: Array,
+    b: Array | None = None,
+    *,
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    group: int,
+    kernel_shape: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+) -> Array:
+    """ONNX QLinearConv (version 10): quantized convolution, requantized as ONNX Runtime does."""
+    window = resolve_window(x.shape[2:], _kernel_of(w, kernel_shape), strides, dilations, pads, auto_pad)
+    acc = _integer_accumulate(x, w, x_zero_point, w_zero_point, window, group)
+    if b is not None:
+        acc += b.astype(np.int32).reshape((-1,) + (1,) * (acc.ndim - 2))
+    # The multiplier is formed in float32 and applied to the float32 accumulator, then rounded
+    # half to even: ONNX Runtime's requantization.
+    w_scale32 = np.asarray(w_scale, dtype=np.float32).reshape(-1)
+    multiplier = (np.float32(np.asarray(x_scale).reshape(-1)[0]) * w_scale32) / np.float32(
+        np.asarray(y_scale).reshape(-1)[0]
+    )
+    multiplier = multiplier.reshape((-1,) + (1,) * (acc.ndim - 2)) if multiplier.size > 1 else multiplier[0]
+    out_dtype = np.asarray(y_zero_point).dtype
+    info = np.iinfo(out_dtype)
+    y = np.rint(acc.astype(np.float32) * multiplier) + np.float32(np.asarray(y_zero_point).reshape(-1)[0])
+    return np.clip(y, info.min, info.max).astype(out_dtype)
+
+
+def _transpose_geometry(
+    in_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    output_padding: Sequence[int],
+    pads: Sequence[int] | None,
+    output_shape: Sequence[int] | None,
+    auto_pad: str,
+) -> tuple[list[int], list[int]]:
+    """(pads_begin, out_shape) of a transposed convolution, per the ConvTranspose spec."""
+    rank = len(kernel)
+    full = [
+        s * (i - 1) + op + (k - 1) * d + 1
+        for i, k, s, d, op in zip(in_shape, kernel, strides, dilations, output_padding, strict=True)
+    ]
+    if output_shape:
+        wanted = list(output_shape)[-rank:]
+        totals = [f - o for f, o in zip(full, wanted, strict=True)]
+        upper = auto_pad == "SAME_UPPER"
+        begin = [t // 2 if upper else t - t // 2 for t in totals]
+        return begin, wanted
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        wanted = [i * s for i, s in zip(in_shape, strides, strict=True)]
+        totals = [f - o for f, o in zip(full, wanted, strict=True)]
+        upper = auto_pad == "SAME_UPPER"
+        begin = [t // 2 if upper else t - t // 2 for t in totals]
+        return begin, wanted
+    pads_t = list(pads) if pads and auto_pad != "VALID" else [0] * (2 * rank)
+    begin = pads_t[:rank]
+    return begin, [f - b - e for f, b, e in zip(full, begin, pads_t[rank:], strict=True)]
+
+
+def _scatter_taps(
+    cols: Array,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    begin: Sequence[int],
+    out_shape: Sequence[int],
+) -> Array:
+    """col2im: add ``cols`` [N, C, *kernel, *grid] into an output of ``out_shape``.
+
+    Tap ``t`` of grid cell ``g`` lands at ``g * stride + t * dilation - begin`` (dropped when it
+    falls outside the output). One strided add per kernel tap.
+    """
+    rank = len(out_shape)
+    kernel = cols.shape[2 : 2 + rank]
+    grid = cols.shape[2 + rank :]
+    # A canvas holding both every tap's landing range and the output window, so no add is clipped.
+    lo = [min(0, b) for b in begin]
+    hi = [
+        max((g - 1) * s + (k - 1) * d + 1, b + o)
+        for g, k, s, d, b, o in zip(grid, kernel, strides, dilations, begin, out_shape, strict=True)
+    ]
+    canvas = np.zeros(cols.shape[:2] + tuple(h - low for h, low in zip(hi, lo, strict=True)), dtype=cols.dtype)
+    for tap in np.ndindex(*kernel):
+        index: list[slice] = [slice(None), slice(None)]
+        for t, g, s, d, low in zip(tap, grid, strides, dilations, lo, strict=True):
+            start = t * d - low
+            index.append(slice(start, start + (g - 1) * s + 1, s))
+        canvas[tuple(index)] += cols[(slice(None), slice(None), *tap)]
+    crop = tuple(slice(b - low, b - low + o) for b, low, o in zip(begin, lo, out_shape, strict=True))
+    return np.ascontiguousarray(canvas[(slice(None), slice(None), *crop)])
+
+
+@register("ConvTranspose", 1, 11, 22)
+def conv_transpose(
+    x: Array,
+    w: Array,
+    b: Array | None = None,
+    *,
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    group: int,
+    kernel_shape: Sequence[int] | None,
+    output_padding: Sequence[int] | None,
+    output_shape: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+) -> Array:
+    """ONNX ConvTranspose (versions 1, 11, 22): matmul, then col2im scatter-add over taps."""
+    n, c = x.shape[:2]
+    in_shape = x.shape[2:]
+    rank = len(in_shape)
+    kernel = _kernel_of(w, kernel_shape)
+    strides_t = tuple(strides) if strides else (1,) * rank
+    dilations_t = tuple(dilations) if dilations else (1,) * rank
+    out_pad = tuple(output_padding) if output_padding else (0,) * rank
+    begin, out_shape = _transpose_geometry(
+        in_shape, kernel, strides_t, dilations_t, out_pad, pads, output_shape, auto_pad
+    )
+    dtype = _compute_dtype(x.dtype)
+    mg = w.shape[1]
+    cg = c // group
+    k = prod(kernel)
+    length = prod(in_shape)
+    xs = x.astype(dtype, copy=False).reshape(n, group, cg, length)
+    wt = w.astype(dtype, copy=False).reshape(group, cg, mg * k).transpose(0, 2, 1)
+    cols = np.matmul(wt, xs)  # [N, G, Mg*K, L]
+    cols = cols.reshape((n, group * mg, *kernel, *in_shape))
+    y = _scatter_taps(cols, strides_t, dilations_t, begin, out_shape)
+    return _add_bias(y, b).astype(x.dtype, copy=False)
+
+
+@register("Col2Im", 18)
+def col2im(
+    data: Array,
+    image_shape: Array,
+    block_shape: Array,
+    *,
+    dilations: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+) -> Array:
+    """ONNX Col2Im (version 18): sum sliding blocks [N, C*prod(block), L] back into images."""
+    image = [int(v) for v in image_shape]
+    block = tuple(int(v) for v in block_shape)
+    rank = len(image)
+    strides_t = tuple(strides) if strides else (1,) * rank
+    dilations_t = tuple(dilations) if dilations else (1,) * rank
+    pads_t = tuple(pads) if pads else (0,) * (2 * rank)
+    grid = tuple(
+        (i + pads_t[a] + pads_t[rank + a] - ((k - 1) * d + 1)) // s + 1
+        for a, (i, k, s, d) in enumerate(zip(image, block, strides_t, dilations_t, strict=True))
+    )
+    n = data.shape[0]
+    c = data.shape[1] // prod(block)
+    if c * prod(block) != data.shape[1] or prod(grid) != data.shape[2]:
+        raise ValueError(f"Col2Im: input {data.shape} does not fit image {image} with blocks {block}")
+    cols = data.reshape((n, c, *block, *grid))
+    return _scatter_taps(cols, strides_t, dilations_t, pads_t[:rank], image)
+
+
+@register("DeformConv", 19, 22)
+def deform_conv(
+    x: Array,
+    w: Array,
+    offset: Array,
+    b: Array | None = None,
+    mask: Array | None = None,
+    *,
+    dilations: Sequence[int] | None,
+    group: int,
+    kernel_shape: Sequence[int] | None,
+    offset_group: int,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+) -> Array:
+    """ONNX DeformConv (versions 19, 22), 2-D: bilinear sampling at offset taps, then GEMM."""
+    if x.ndim != 4:
+        raise NotImplementedError(f"DeformConv: only 2-D inputs are supported, got {x.shape}")
+    dtype = _compute_dtype(x.dtype)
+    n, c, h, wd = x.shape
+    m = w.shape[0]
+    kh, kw = _kernel_of(w, kernel_shape)
+    sh, sw = strides if strides else (1, 1)
+    dh, dw = dilations if dilations else (1, 1)
+    ph, pw = (pads[0], pads[1]) if pads else (0, 0)
+    oh, ow = offset.shape[2:]
+    og = offset_group
+    k = kh * kw
+    length = oh * ow
+    cog = c // og
+    off = offset.astype(dtype, copy=False).reshape(n, og, k, 2, length)
+    # Where each (tap, output) samples before the learned offset.
+    base_y = (np.arange(kh) * dh).repeat(kw)[:, None] + (np.arange(oh) * sh - ph).repeat(ow)[None, :]
+    base_x = np.tile(np.arange(kw) * dw, kh)[:, None] + np.tile(np.arange(ow) * sw - pw, oh)[None, :]
+    py = base_y.astype(dtype) + off[:, :, :, 0]  # [N, og, K, L]
+    px = base_x.astype(dtype) + off[:, :, :, 1]
+    y0 = np.floor(py)
+    x0 = np.floor(px)
+    ly = py - y0
+    lx = px - x0
+    y0i = y0.astype(np.int64)
+    x0i = x0.astype(np.int64)
+    sampled = np.zeros((n, og, cog, k * length), dtype=dtype)
+    flat = x.astype(dtype, copy=False).reshape(n, og, cog, h * wd)
+    for yi, xi, weight in (
+        (y0i, x0i, (1 - ly) * (1 - lx)),
+        (y0i, x0i + 1, (1 - ly) * lx),
+        (y0i + 1, x0i, ly * (1 - lx)),
+        (y0i + 1, x0i + 1, ly * lx),
+    ):
+        # Bilinear with zeros outside the image, corner by corner (torchvision / ONNX Runtime).
+        valid = (yi >= 0) & (yi < h) & (xi >= 0) & (xi < wd)
+        index = (np.clip(yi, 0, h - 1) * wd + np.clip(xi, 0, wd - 1)).reshape(n, og, 1, k * length)
+        values = np.take_along_axis(flat, index, axis=3)
+        sampled += values * np.where(valid, weight, 0).reshape(n, og, 1, k * length).astype(dtype)
+    sampled = sampled.reshape(n, og, cog, k, length)
+    if mask is not None:
+        sampled *= mask.astype(dtype, copy=False).reshape(n, og, 1, k, length)
+    cg = c // group
+    cols = sampled.reshape(n, group, cg * k, length)
+    y = np.matmul(w.astype(dtype, copy=False).reshape(group, m // group, cg * k), cols)
+    y = y.reshape(n, m, oh, ow)
+    return _add_bias(y, b).astype(x.dtype, copy=False)
+
+
+@register("CausalConvWithState", 27)
+def causal_conv_with_state(
+    x: Array,
+    weight: Array,
+    bias: Array | None = None,
+    past_state: Array | None = None,
+    *,
+    activation: str,
+) -> tuple[Array, Array]:
+    """ONNX CausalConvWithState (version 27): stateful causal depthwise 1-D conv (+ SiLU)."""
+    if activation not in ("none", "silu", "swish"):
+        raise ValueError(f"CausalConvWithState: unknown activation {activation!r}")
+    batch, channels, _ = x.shape
+    k = weight.shape[2]
+    if past_state is None:
+        past_state = np.zeros((batch, channels, k - 1), dtype=x.dtype)
+    padded = np.concatenate([past_state, x], axis=2)
+    dtype = _compute_dtype(x.dtype)
+    window = resolve_window(padded.shape[2:], (k,), None, None, None)
+    y = _depthwise(padded.astype(dtype, copy=False), weight.astype(dtype, copy=False), window)
+    y = _add_bias(y, bias)
+    if activation != "none":
+        y = y / (1 + np.exp(-y))
+    present = np.ascontiguousarray(padded[:, :, padded.shape[2] - (k - 1) :])
+    return y.astype(x.dtype, copy=False), present
