@@ -1,0 +1,224 @@
+"""Cast, CastLike and BitCast (default domain).
+
+Numeric conversions follow ONNX's rules, which are C's: float to integer truncates, integer to
+integer wraps, anything nonzero (NaN included) is True. Float8 targets saturate to the largest
+finite value unless ``saturate=0``; float8e8m0 rounds with ``round_mode``. Strings convert the way
+ONNX Runtime does (``%.8g`` for floats, ``strtod``/``strtoll``-style prefix parsing back).
+bfloat16, float8, float4/6 and int4/int2 arrays are ml_dtypes arrays, as onnx's numpy_helper
+produces them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onnx
+
+from sealtrace.ops.registry import register
+
+Array = np.ndarray
+
+_TP = onnx.TensorProto
+
+# Bit widths where ml_dtypes stores a narrower type in one byte per element.
+_NARROW_BITS: dict[np.dtype[Any], int] = {
+    np.dtype(ml_dtypes.int4): 4,
+    np.dtype(ml_dtypes.uint4): 4,
+    np.dtype(ml_dtypes.float4_e2m1fn): 4,
+    np.dtype(ml_dtypes.int2): 2,
+    np.dtype(ml_dtypes.uint2): 2,
+    np.dtype(ml_dtypes.float6_e2m3fn): 6,
+    np.dtype(ml_dtypes.float6_e3m2fn): 6,
+}
+
+# float8 targets to which `saturate` applies: clamp to +-max (inf included) before rounding.
+_SATURATING = {
+    _TP.FLOAT8E4M3FN,
+    _TP.FLOAT8E4M3FNUZ,
+    _TP.FLOAT8E5M2,
+    _TP.FLOAT8E5M2FNUZ,
+}
+
+_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+
+
+def _np_dtype(code: int | str) -> np.dtype[Any]:
+    """The NumPy dtype of an ONNX element type (Cast-1 names it by string)."""
+    number = _TP.DataType.Value(code.upper()) if isinstance(code, str) else code
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(number))
+
+
+def _is_ml_float(dtype: np.dtype[Any]) -> bool:
+    """bfloat16, float8, float6 and float4 (ml_dtypes floats, NumPy kind 'V')."""
+    return dtype.kind == "V" and dtype not in (
+        np.dtype(ml_dtypes.int4),
+        np.dtype(ml_dtypes.uint4),
+        np.dtype(ml_dtypes.int2),
+        np.dtype(ml_dtypes.uint2),
+    )
+
+
+def _bits(dtype: np.dtype[Any]) -> int:
+    return _NARROW_BITS.get(dtype, dtype.itemsize * 8)
+
+
+# --------------------------------------------------------------------------------------------
+# strings
+
+
+def _format_number(value: Any, kind: str) -> str:
+    if kind == "b":
+        return "1" if value else "0"
+    if kind in "iu":
+        return str(int(value))
+    v = float(value)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "-INF" if v < 0 else "INF"
+    return "%.8g" % v  # noqa: UP031 - printf semantics are the point (ONNX Runtime prints this way)
+
+
+def _to_strings(x: Array) -> Array:
+    kind = x.dtype.kind
+    source = x.astype(np.float32) if _is_ml_float(x.dtype) else x
+    if kind == "V" and not _is_ml_float(x.dtype):
+        source, kind = x.astype(np.int64), "i"
+    elif _is_ml_float(x.dtype):
+        kind = "f"
+    out = np.empty(x.shape, dtype=object)
+    flat_out = out.reshape(-1)
+    for i, value in enumerate(source.reshape(-1).tolist()):
+        flat_out[i] = _format_number(value, kind)
+    return out
+
+
+_FLOAT_PREFIX = re.compile(
+    r"\s*([+-]?(?:inf(?:inity)?|nan(?:\([0-9a-z_]*\))?|0x(?:[0-9a-f]+\.?[0-9a-f]*|\.[0-9a-f]+)(?:p[+-]?\d+)?"
+    r"|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?))",
+    re.IGNORECASE,
+)
+_INT_PREFIX = re.compile(r"\s*([+-]?\d+)")
+
+
+def _parse_float(text: str) -> float:
+    """strtod: the longest numeric prefix (decimal, hex, inf, nan) after leading white space."""
+    match = _FLOAT_PREFIX.match(text)
+    if match is None:
+        raise ValueError(f"cannot cast string {text!r} to a number")
+    token = match.group(1)
+    if "x" in token.lower():
+        return float.fromhex(token)
+    if "(" in token:
+        token = token[: token.index("(")]
+    return float(token)
+
+
+def _parse_int(text: str) -> int:
+    """strtoll: the longest integer prefix after leading white space."""
+    match = _INT_PREFIX.match(text)
+    if match is None:
+        raise ValueError(f"cannot cast string {text!r} to an integer")
+    return int(match.group(1))
+
+
+def _from_strings(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str) -> Array:
+    texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in x.reshape(-1).tolist()]
+    if dtype.kind in "iub":
+        # integers wrap modulo 2**64 as strtoull/strtoll followed by a C cast do
+        values = np.array([_parse_int(t) & 0xFFFFFFFFFFFFFFFF for t in texts], dtype=np.uint64)
+        result = values.astype(bool) if dtype.kind == "b" else values.astype(dtype)
+        return result.reshape(x.shape)
+    # floats parse as double first, then round to the target (as stod + static_cast does)
+    doubles = np.array([_parse_float(t) for t in texts], dtype=np.float64).reshape(x.shape)
+    return _cast_numeric(doubles, dtype, saturate, round_mode)
+
+
+# --------------------------------------------------------------------------------------------
+# numbers
+
+
+def _to_e8m0(x: Array, saturate: int, round_mode: str) -> Array:
+    """float8e8m0 (a bare biased power-of-two exponent) from the float32 bits of ``x``."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    fraction = bits & 0x7FFFFF
+    special = exponent == 0xFF
+    if round_mode == "up":
+        carry = fraction > 0
+    elif round_mode == "down":
+        carry = np.zeros(bits.shape, dtype=bool)
+    elif round_mode == "nearest":
+        # round to nearest, ties up: the first fraction bit decides (below 2**-126 too)
+        carry = (fraction & 0x400000) > 0
+    else:
+        raise ValueError(f"Cast round_mode must be 'up', 'down' or 'nearest', got {round_mode!r}")
+    exponent += carry & ~special
+    if saturate:
+        exponent = np.where(~special & (exponent > 0xFE), 0xFE, exponent)
+        exponent = np.where(special & ~np.isnan(x), 0xFE, exponent)  # +-inf -> E8M0_MAX
+    exponent = np.where(exponent > 0xFF, 0xFF, exponent)
+    return exponent.astype(np.uint8).view(_E8M0)
+
+
+def _cast_numeric(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str) -> Array:
+    if x.dtype == dtype:
+        return x.copy()
+    code = onnx.helper.np_dtype_to_tensor_dtype(dtype)
+    if code == _TP.FLOAT8E8M0:
+        return _to_e8m0(x, saturate, round_mode)
+    if _is_ml_float(x.dtype) and dtype.kind != "f":
+        # ml_dtypes' own casts to integers, bool and each other go through float32 (exact)
+        x = x.astype(np.float32)
+    elif x.dtype.kind == "V" and not _is_ml_float(x.dtype):  # int4/int2 widen exactly to int8/uint8
+        x = x.astype(np.int8 if x.dtype in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.int2)) else np.uint8)
+    if code in _SATURATING and saturate:
+        limit = float(ml_dtypes.finfo(dtype).max)
+        if x.dtype.kind != "f":
+            x = x.astype(np.float64)
+        # clamping before rounding gives the same as rounding then clamping: values between max
+        # and the next representable magnitude round down to max anyway; NaN passes through
+        x = np.clip(x, x.dtype.type(-limit), x.dtype.type(limit))
+    if dtype.kind == "b":
+        return np.asarray(x != 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return x.astype(dtype)
+
+
+def _cast(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str) -> Array:
+    if dtype.kind == "O":
+        return x.copy() if x.dtype.kind == "O" else _to_strings(x)
+    if x.dtype.kind in "OUS":
+        return _from_strings(x, dtype, saturate, round_mode)
+    return _cast_numeric(x, dtype, saturate, round_mode)
+
+
+@register("Cast", 1, 6, 9, 13, 19, 21, 23, 24, 25, 28)
+def cast(x: Array, *, to: int | str, saturate: int = 1, round_mode: str = "up") -> Array:
+    """ONNX Cast (every version: `to` is a type name in 1, saturate from 19, round_mode from 24)."""
+    return _cast(x, _np_dtype(to), saturate, round_mode)
+
+
+@register("CastLike", 15, 19, 21, 23, 24, 25)
+def cast_like(x: Array, target_type: Array, *, saturate: int = 1, round_mode: str = "up") -> Array:
+    """ONNX CastLike (15 .. 25): Cast to the element type of the second input."""
+    return _cast(x, target_type.dtype, saturate, round_mode)
+
+
+@register("BitCast", 26)
+def bitcast(x: Array, *, to: int) -> Array:
+    """ONNX BitCast 26: reinterpret the bits of each element as another type of one width."""
+    dtype = _np_dtype(to)
+    if dtype.kind == "O" or x.dtype.kind in "OUS":
+        raise ValueError("BitCast does not take strings")
+    if _bits(dtype) != _bits(x.dtype):
+        raise ValueError(f"BitCast needs types of one bit width, got {x.dtype} and {dtype}")
+    if dtype.kind == "b":
+        # bool is one byte; any nonzero byte reads as True
+        return np.asarray(np.array(x, order="C").view(np.uint8) != 0)
+    # ml_dtypes keeps narrow types in the low bits of a byte, so a view reinterprets them too
+    return np.array(x, order="C").view(dtype)
