@@ -203,6 +203,9 @@ class _Recurrence:
         else:
             y = np.zeros((self.seq_len, 0, self.batch, self.hidden), dtype=self.compute)
         states = [np.stack(f, axis=0) for f in finals]
+        if self.lengths is not None and np.any(self.lengths == 0):
+            # ONNX Runtime reports zero final states (not the initial ones) for empty entries.
+            states = [np.where((self.lengths == 0)[None, :, None], 0, s).astype(s.dtype) for s in states]
         if self.layout == 1:
             y = np.transpose(y, (2, 0, 1, 3))
             states = [np.swapaxes(s, 0, 1) for s in states]
