@@ -1,0 +1,294 @@
+"""Attention (opset 23/24/25) and RotaryEmbedding (opset 23).
+
+Scores and softmax run in float32 for float16/bfloat16/float32 inputs (float64 stays float64);
+outputs are cast back to the query's dtype once. Grouped-query attention is computed by
+reshaping the query heads into (kv_heads, group) instead of repeating K and V in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from sealtrace.ops.registry import register
+
+Array = np.ndarray[Any, Any]
+
+_PRECISIONS = {
+    1: np.dtype(np.float32),
+    10: np.dtype(np.float16),
+    11: np.dtype(np.float64),
+    16: np.dtype(ml_dtypes.bfloat16),
+}
+
+
+def _work_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """float16 and float32 compute in float32, float64 in float64; bfloat16 stays bfloat16.
+
+    bfloat16 follows the function body literally (every op rounds to T1): ONNX Runtime has no
+    bfloat16 Attention to compare with, and float32 results sit several bfloat16 ulps away.
+    """
+    if dtype.kind == "V" or dtype == np.float64:
+        return dtype
+    return np.dtype(np.float32)
+
+
+def _split_heads(x: Array, num_heads: int | None) -> Array:
+    """(batch, seq, heads * size) -> (batch, heads, seq, size); 4-D inputs pass through."""
+    if x.ndim == 4:
+        return x
+    if not num_heads:
+        raise ValueError("3-D Attention inputs need q_num_heads and kv_num_heads")
+    batch, seq, hidden = x.shape
+    return x.reshape(batch, seq, num_heads, hidden // num_heads).transpose(0, 2, 1, 3)
+
+
+def _attention_bias(
+    attn_mask: Array | None,
+    q_len: int,
+    kv_len: int,
+    offset: int | Array,
+    is_causal: int,
+    left_window: int,
+    right_window: int,
+    nonpad_kv_seqlen: Array | None,
+    work: np.dtype[Any],
+) -> Array:
+    """The additive bias (0 or -inf, plus a float mask), broadcastable to (batch, heads, q, kv).
+
+    ``offset`` is the number of valid keys before the query block: an int, or one per batch
+    (external cache described by nonpad_kv_seqlen).
+    """
+    neg_inf = work.type(-np.inf)
+    bias = np.zeros((q_len, kv_len), dtype=work)
+    if attn_mask is not None:
+        short = kv_len - attn_mask.shape[-1]
+        if short > 0:  # a shorter mask is padded with 'not attended' up to the total length
+            fill: Any = False if attn_mask.dtype == np.bool_ else -np.inf
+            attn_mask = np.pad(attn_mask, [(0, 0)] * (attn_mask.ndim - 1) + [(0, short)], constant_values=fill)
+        if attn_mask.dtype == np.bool_:
+            bias = bias + np.where(attn_mask, work.type(0), neg_inf)
+        else:
+            bias = bias + attn_mask.astype(work)
+    per_batch = np.ndim(offset) > 0
+    # position[..., i, j] = (i + offset) - j: how far key j lies behind query i's absolute position.
+    shift = np.reshape(offset, (-1, 1, 1, 1)) if per_batch else int(offset)
+    query_pos = np.arange(q_len).reshape(q_len, 1) + shift
+    distance = query_pos - np.arange(kv_len).reshape(1, kv_len)
+    allowed = np.ones(distance.shape, dtype=np.bool_)
+    if is_causal:
+        allowed &= distance >= 0
+    if left_window >= 0:
+        allowed &= distance <= left_window
+    if right_window >= 0:
+        allowed &= -distance <= right_window
+    if nonpad_kv_seqlen is not None:
+        valid = np.arange(kv_len) < nonpad_kv_seqlen.reshape(-1, 1, 1, 1)
+        allowed = allowed & valid
+    if not allowed.all():
+        bias = bias + np.where(allowed, work.type(0), neg_inf)
+    return bias
+
+
+def _softmax(logits: Array) -> Array:
+    peak = np.max(logits, axis=-1, keepdims=True)
+    # An all -inf row has no attendable key: shift by 0 and let its (zero) sum become 1.
+    peak = np.where(np.isneginf(peak), logits.dtype.type(0), peak)
+    exp = np.exp(logits - peak)
+    total = np.sum(exp, axis=-1, keepdims=True)
+    total = np.where(total == 0, logits.dtype.type(1), total)
+    exp /= total
+    return exp
+
+
+def _attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    attn_mask: Array | None,
+    past_key: Array | None,
+    past_value: Array | None,
+    nonpad_kv_seqlen: Array | None,
+    *,
+    is_causal: int,
+    kv_num_heads: int | None,
+    q_num_heads: int | None,
+    qk_matmul_output_mode: int,
+    scale: float | None,
+    softcap: float,
+    softmax_precision: int | None,
+    left_window_size: int,
+    right_window_size: int,
+) -> tuple[Array, Array, Array, Array]:
+    if (past_key is None) != (past_value is None):
+        raise ValueError("past_key and past_value must be given together")
+    if nonpad_kv_seqlen is not None and past_key is not None:
+        raise ValueError("nonpad_kv_seqlen cannot be combined with past_key/past_value")
+    rank = q.ndim
+    out_dtype = q.dtype
+    work = _work_dtype(out_dtype)
+    q4 = _split_heads(q, q_num_heads)
+    k4 = _split_heads(k, kv_num_heads)
+    v4 = _split_heads(v, kv_num_heads)
+    present_key = k4 if past_key is None else np.concatenate((past_key, k4), axis=2)
+    present_value = v4 if past_value is None else np.concatenate((past_value, v4), axis=2)
+
+    batch, heads, q_len, head_size = q4.shape
+    kv_heads, kv_len = present_key.shape[1], present_key.shape[2]
+    if heads % kv_heads:
+        raise ValueError(f"q_num_heads ({heads}) must be a multiple of kv_num_heads ({kv_heads})")
+    group = heads // kv_heads
+
+    if scale is None:
+        scale = 1 / np.sqrt(head_size)
+    # Q and K are each scaled by sqrt(scale) before the product, as the spec prescribes.
+    root = work.type(np.sqrt(scale))
+    qs = q4.astype(work) * root
+    ks = present_key.astype(work) * root
+    # GQA: query head h uses kv head h // group; view queries as (kv_heads, group) to share K, V.
+    scores = np.matmul(
+        qs.reshape(batch, kv_heads, group, q_len, head_size), ks[:, :, None].swapaxes(-1, -2)
+    ).reshape(batch, heads, q_len, kv_len)
+    scores = scores.astype(work, copy=False)  # ml_dtypes' bfloat16 matmul answers in float32
+    raw_scores = scores
+    if softcap > 0:
+        cap = work.type(softcap)
+        scores = np.tanh(scores / cap) * cap
+    capped_scores = scores
+
+    if past_key is not None:
+        offset: int | Array = past_key.shape[2]
+    elif nonpad_kv_seqlen is not None:
+        offset = nonpad_kv_seqlen.astype(np.int64).reshape(-1) - q_len
+    else:
+        offset = 0
+    bias = _attention_bias(
+        attn_mask, q_len, kv_len, offset, is_causal, left_window_size, right_window_size, nonpad_kv_seqlen, work
+    )
+    biased = scores + bias
+    logits = biased
+    if softmax_precision is not None and _PRECISIONS[softmax_precision] != work:
+        # Emulate the requested precision by rounding the logits through it.
+        logits = biased.astype(_PRECISIONS[softmax_precision]).astype(work)
+    probs = _softmax(logits)
+    # Rows with no attendable key (decided on the bias, not on the logits) give zeros.
+    fully_masked = np.isneginf(np.max(bias, axis=-1, keepdims=True))
+    if fully_masked.any():
+        probs = np.where(fully_masked, work.type(0), probs)
+
+    y = np.matmul(
+        probs.reshape(batch, kv_heads, group, q_len, kv_len), present_value.astype(work)[:, :, None]
+    ).reshape(batch, heads, q_len, -1)
+    if rank == 3:
+        y = y.transpose(0, 2, 1, 3).reshape(batch, q_len, -1)
+
+    qk_output = {0: raw_scores, 1: capped_scores, 2: biased, 3: probs}[qk_matmul_output_mode]
+    return (
+        y.astype(out_dtype),
+        present_key.astype(q.dtype, copy=False),
+        present_value.astype(v.dtype, copy=False),
+        np.ascontiguousarray(qk_output).astype(out_dtype),
+    )
+
+
+@register("Attention", 23)
+def attention_v23(
+    q: Array,
+    k: Array,
+    v: Array,
+    attn_mask: Array | None = None,
+    past_key: Array | None = None,
+    past_value: Array | None = None,
+    *,
+    is_causal: int,
+    kv_num_heads: int | None,
+    q_num_heads: int | None,
+    qk_matmul_output_mode: int,
+    scale: float | None,
+    softcap: float,
+    softmax_precision: int | None,
+) -> tuple[Array, Array, Array, Array]:
+    """ONNX Attention v23: outputs Y, present_key, present_value, qk_matmul_output."""
+    return _attention(
+        q, k, v, attn_mask, past_key, past_value, None,
+        is_causal=is_causal, kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
+        softmax_precision=softmax_precision, left_window_size=-1, right_window_size=-1,
+    )  # fmt: skip
+
+
+@register("Attention", 24, 25)
+def attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    attn_mask: Array | None = None,
+    past_key: Array | None = None,
+    past_value: Array | None = None,
+    nonpad_kv_seqlen: Array | None = None,
+    *,
+    is_causal: int,
+    kv_num_heads: int | None,
+    q_num_heads: int | None,
+    qk_matmul_output_mode: int,
+    scale: float | None,
+    softcap: float,
+    softmax_precision: int | None,
+    left_window_size: int = -1,
+    right_window_size: int = -1,
+) -> tuple[Array, Array, Array, Array]:
+    """ONNX Attention v24 (nonpad_kv_seqlen) and v25 (left/right sliding windows)."""
+    return _attention(
+        q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen,
+        is_causal=is_causal, kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
+        softmax_precision=softmax_precision, left_window_size=left_window_size,
+        right_window_size=right_window_size,
+    )  # fmt: skip
+
+
+@register("RotaryEmbedding", 23)
+def rotary_embedding(
+    x: Array,
+    cos_cache: Array,
+    sin_cache: Array,
+    position_ids: Array | None = None,
+    *,
+    interleaved: int,
+    num_heads: int | None,
+    rotary_embedding_dim: int,
+) -> Array:
+    """ONNX RotaryEmbedding v23: rotate (part of) each head by position-dependent angles."""
+    work = _work_dtype(x.dtype)
+    if x.ndim == 4:  # (batch, heads, seq, size) -> (batch, seq, heads, size)
+        x4 = x.transpose(0, 2, 1, 3)
+    else:
+        if not num_heads:
+            raise ValueError("3-D RotaryEmbedding input needs num_heads")
+        batch, seq, hidden = x.shape
+        x4 = x.reshape(batch, seq, num_heads, hidden // num_heads)
+    x4 = x4.astype(work)
+    dim = rotary_embedding_dim or x4.shape[-1]
+    if position_ids is not None:
+        cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
+    if cos_cache.shape[-1] != dim // 2 or sin_cache.shape[-1] != dim // 2:
+        raise ValueError(f"cos/sin cache last dimension must be rotary_embedding_dim/2 = {dim // 2}")
+    # (batch, seq, dim/2) -> (batch, seq, 1, dim/2); a 2-D (seq, dim/2) cache serves every batch.
+    cos = cos_cache.astype(work).reshape((-1, *cos_cache.shape[-2:]))[:, :, None, :]
+    sin = sin_cache.astype(work).reshape((-1, *sin_cache.shape[-2:]))[:, :, None, :]
+    rotated = x4[..., :dim]
+    if interleaved:
+        x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
+    else:
+        x1, x2 = rotated[..., : dim // 2], rotated[..., dim // 2 :]
+    real = cos * x1 - sin * x2
+    imag = sin * x1 + cos * x2
+    out = x4.copy()
+    if interleaved:
+        out[..., 0:dim:2], out[..., 1:dim:2] = real, imag
+    else:
+        out[..., : dim // 2], out[..., dim // 2 : dim] = real, imag
+    out = out.reshape(x.shape) if x.ndim == 3 else out.transpose(0, 2, 1, 3)
+    return out.astype(x.dtype)
