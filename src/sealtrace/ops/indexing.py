@@ -277,8 +277,9 @@ def one_hot(indices: np.ndarray, depth: np.ndarray, values: np.ndarray, *, axis:
 def non_zero(x: np.ndarray) -> np.ndarray:
     """NonZero-9/13: indices of the non-zero elements, shape (rank, count), int64."""
     if x.ndim == 0:
-        # NumPy no longer takes 0-d input here; a scalar has no axes to index.
-        return np.zeros((0, int(bool(x))), dtype=np.int64)
+        # A scalar is indexed as a 1-element vector (shape (1, count)), as onnxruntime and
+        # ONNX's reference do; NumPy itself no longer accepts 0-d input here.
+        return np.zeros((1, int(bool(x))), dtype=np.int64)
     return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
 
 
