@@ -1,0 +1,21 @@
+"""Audit trail: a hash-chained, per-step log of every run, verifiable and replayable.
+
+See docs/audit-log.md for the format. The recorder and the capture store are StepObservers;
+the verifier and replay read logs back.
+"""
+
+from __future__ import annotations
+
+from sealtrace.audit.errors import AuditCheckError, AuditFormatError, AuditLogExistsError, AuditWriteError
+from sealtrace.audit.recorder import AuditRecorder
+from sealtrace.audit.records import AUDIT_FORMAT, DEFAULT_SAMPLE
+
+__all__ = [
+    "AUDIT_FORMAT",
+    "DEFAULT_SAMPLE",
+    "AuditCheckError",
+    "AuditFormatError",
+    "AuditLogExistsError",
+    "AuditRecorder",
+    "AuditWriteError",
+]

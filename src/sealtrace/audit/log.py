@@ -1,0 +1,117 @@
+"""Reading audit logs back: lines, records, and the JSON Schema they follow."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sealtrace.errors import InputError, SealtraceError
+
+SCHEMA_FILE = "audit-log.schema.json"
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a log file: its 1-based number, raw bytes, and the record when it parses."""
+
+    number: int
+    raw: bytes
+    record: dict[str, Any] | None
+    error: str | None = None  # why the line is not a JSON object, when it is not
+    complete: bool = True  # False for a last line without its newline (cut off mid-write)
+
+
+def read_lines(path: str | os.PathLike[str]) -> list[LogLine]:
+    """Every line of the log at ``path``, parsed where it parses (no check beyond JSON)."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read audit log ({exc.strerror})") from None
+    return parse_lines(data)
+
+
+def parse_lines(data: bytes) -> list[LogLine]:
+    """Split log bytes into :class:`LogLine` objects (a trailing newline ends the last record)."""
+    if not data:
+        return []
+    parts = data.split(b"\n")
+    complete_last = parts[-1] == b""
+    if complete_last:
+        parts.pop()
+    lines = []
+    for i, raw in enumerate(parts):
+        record, error = _parse(raw)
+        complete = complete_last or i < len(parts) - 1
+        lines.append(LogLine(i + 1, raw, record, error, complete))
+    return lines
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"not valid JSON ({exc})"
+    if not isinstance(value, dict):
+        return None, f"not a JSON object (found {type(value).__name__})"
+    return value, None
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a log, without verification (``audit show`` uses this; verify first)."""
+    records = []
+    for line in read_lines(path):
+        if line.record is None:
+            raise InputError(f"{path} line {line.number}: {line.error}")
+        records.append(line.record)
+    return records
+
+
+@cache
+def audit_schema() -> dict[str, Any]:
+    """The JSON Schema of one audit log record (src/sealtrace/schemas/audit-log.schema.json)."""
+    text = resources.files("sealtrace").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@cache
+def _validators() -> dict[str, Any]:
+    try:
+        import jsonschema
+    except ImportError:
+        raise SealtraceError(
+            "verifying audit logs needs the jsonschema package (pip install jsonschema)"
+        ) from None
+    schema = audit_schema()
+    validators = {}
+    for kind in ("header", "step", "footer"):
+        # One validator per record type gives errors about that type, not about a oneOf.
+        sub = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{kind}"}
+        validators[kind] = jsonschema.Draft202012Validator(sub)
+    return validators
+
+
+def schema_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with ``record`` by the JSON Schema, or None when it conforms."""
+    kind = record.get("type")
+    validator = _validators().get(kind) if isinstance(kind, str) else None
+    if validator is None:
+        return f"unknown record type {kind!r} (expected header, step or footer)"
+    from jsonschema.exceptions import best_match
+
+    error = best_match(validator.iter_errors(record))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "record"
+    return f"{where}: {error.message}"

@@ -1,0 +1,158 @@
+"""Off the critical path: a bounded pipe and a worker thread behind a StepObserver.
+
+The executor's thread only hands references to a worker and carries on; the worker hashes or
+writes (hashlib, NumPy reductions and file writes release the GIL, so this overlaps the run).
+The pipe is bounded in items and bytes: when the worker falls behind, the executor waits, so an
+observer never keeps more tensors alive than its bound allows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from sealtrace.audit.errors import AuditWriteError
+
+DEFAULT_PENDING_BYTES = 256 << 20
+DEFAULT_PENDING_ITEMS = 4096
+
+
+class BoundedPipe:
+    """A FIFO between one producer and one consumer, bounded in items and in bytes.
+
+    ``put`` waits while the pipe is full; an item larger than the byte bound is still admitted
+    once nothing else is pending, so progress never stops. Bytes count as pending from ``put``
+    until the consumer calls ``done``: an item being processed still holds its tensors.
+    """
+
+    def __init__(self, max_items: int = DEFAULT_PENDING_ITEMS, max_bytes: int = DEFAULT_PENDING_BYTES) -> None:
+        self._items: deque[tuple[Any, int]] = deque()
+        self._cond = threading.Condition()
+        self._bytes = 0
+        self._max_items = max(1, max_items)
+        self._max_bytes = max(1, max_bytes)
+        self.peak_bytes = 0
+
+    def put(self, item: Any, nbytes: int = 0) -> None:
+        with self._cond:
+            while len(self._items) >= self._max_items or (
+                self._bytes > 0 and self._bytes + nbytes > self._max_bytes
+            ):
+                self._cond.wait()
+            self._items.append((item, nbytes))
+            self._bytes += nbytes
+            self.peak_bytes = max(self.peak_bytes, self._bytes)
+            self._cond.notify_all()
+
+    def get(self) -> tuple[Any, int]:
+        with self._cond:
+            while not self._items:
+                self._cond.wait()
+            return self._items.popleft()
+
+    def done(self, nbytes: int) -> None:
+        with self._cond:
+            self._bytes -= nbytes
+            self._cond.notify_all()
+
+
+class BackgroundObserver:
+    """Base of observers whose work runs on one worker thread, fed through a :class:`BoundedPipe`.
+
+    Subclasses call :meth:`_start` when the run starts, :meth:`_submit` for each piece of work,
+    :meth:`_finish` when the run ends, and implement :meth:`_handle` (runs on the worker) and
+    :meth:`_close` (runs once the worker stopped). A run that fails is ended with :meth:`abort`:
+    the queued work is still done, so what was recorded up to the failure is kept.
+    """
+
+    what = "observer"
+
+    def __init__(self, max_pending_bytes: int, max_pending_items: int) -> None:
+        self._pipe = BoundedPipe(max_pending_items, max_pending_bytes)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._state = "new"  # new -> running -> finished | aborted
+
+    @property
+    def peak_pending_bytes(self) -> int:
+        """The most tensor bytes this observer held at once (bounded by max_pending_bytes)."""
+        return self._pipe.peak_bytes
+
+    def _start(self) -> None:
+        if self._state != "new":
+            raise AuditWriteError(f"an {type(self).__name__} records one run; make a new one for each run")
+        self._state = "running"
+        self._thread = threading.Thread(target=self._work, name=f"sealtrace-{self.what}", daemon=True)
+        self._thread.start()
+
+    def _submit(self, item: Any, nbytes: int) -> None:
+        if self._state == "running" and self._error is None:
+            self._pipe.put(item, nbytes)
+
+    def _finish(self) -> None:
+        """Wait for the worker to drain the pipe; raise what it failed with, if anything."""
+        if self._state != "running":
+            return
+        self._stop("finished")
+        if self._error is not None:
+            raise AuditWriteError(f"{self._describe()}: not completed: {self._error}") from self._error
+
+    def abort(self) -> None:
+        """End a run that failed: finish the queued work, write no ending, stop the worker."""
+        if self._state == "running":
+            self._stop("aborted")
+        elif self._state == "new":
+            self._state = "aborted"
+
+    def __enter__(self) -> BackgroundObserver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+
+    def _stop(self, state: str) -> None:
+        self._pipe.put(None)
+        if self._thread is not None:
+            self._thread.join()
+        self._state = state
+        try:
+            self._close(state == "finished")
+        except OSError as exc:
+            self._error = self._error or exc
+
+    def _work(self) -> None:
+        while True:
+            item, nbytes = self._pipe.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:
+                    self._handle(item)
+            except BaseException as exc:
+                self._error = exc
+            finally:
+                self._pipe.done(nbytes)
+
+    def _handle(self, item: Any) -> None:
+        raise NotImplementedError
+
+    def _close(self, finished: bool) -> None:
+        """Release files once the worker stopped (``finished`` is False after an abort)."""
+
+    def _describe(self) -> str:
+        return self.what
+
+
+def nbytes_of(values: Iterable[Any]) -> int:
+    """Bytes of the arrays among ``values`` (sequences counted element by element)."""
+    total = 0
+    for value in values:
+        if isinstance(value, np.ndarray):
+            total += value.nbytes
+        elif isinstance(value, list):
+            total += sum(v.nbytes for v in value if isinstance(v, np.ndarray))
+    return total

@@ -1,0 +1,158 @@
+"""Audit log records: what one line of a log holds, and how records are chained.
+
+A log is JSON Lines: a header, one record per executed step, a footer. Every record is written as
+its canonical JSON (:func:`sealtrace.digest.canonical_json`) and carries
+
+- ``seq``: its position in the log (0 for the header),
+- ``prev``: the digest of the record before it (:data:`GENESIS` for the header),
+- its own digest: ``digest`` in header and step records, ``chain_head`` in the footer.
+
+A record's digest is sha256 over the canonical JSON of the record without its digest field and
+without ``signature``. Because each record commits to the one before it, the footer's digest, the
+chain head, commits to the whole run: it is the run digest, and the optional signature covers it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from sealtrace.digest import canonical_dtype, canonical_json, tensor_digest
+
+AUDIT_FORMAT = "sealtrace.audit.v1"
+GENESIS = "0" * 64
+DEFAULT_SAMPLE = 8
+
+# The fields a record's digest leaves out: the digest itself and the signature over the run digest.
+_UNHASHED = ("digest", "chain_head", "signature")
+
+
+def digest_field(record: Mapping[str, Any]) -> str:
+    """The name of the field holding a record's own digest ('chain_head' in the footer)."""
+    return "chain_head" if record.get("type") == "footer" else "digest"
+
+
+def record_digest(record: Mapping[str, Any]) -> str:
+    """sha256 over the canonical JSON of ``record`` without its digest field and signature."""
+    body = {k: v for k, v in record.items() if k not in _UNHASHED}
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def seal_record(record: dict[str, Any], seq: int, prev: str) -> dict[str, Any]:
+    """Give ``record`` its place in the chain (seq, prev) and its own digest; returns it."""
+    record["seq"] = seq
+    record["prev"] = prev
+    record[digest_field(record)] = record_digest(record)
+    return record
+
+
+def json_number(value: float | int | bool) -> float | int | bool | str:
+    """A JSON-safe scalar: non-finite floats become the strings 'nan', 'inf', '-inf'."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def from_json_number(value: Any) -> Any:
+    """Inverse of :func:`json_number`."""
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+        return float(value)
+    return value
+
+
+def sample_of(array: np.ndarray, count: int) -> list[Any]:
+    """The first ``count`` values in C order, as JSON-safe scalars (exact for floats)."""
+    if count <= 0 or array.size == 0:
+        return []
+    # .flat slicing reads only the first values, even of a non-contiguous view.
+    head = np.asarray(array.flat[:count])
+    if head.dtype.kind in "OUS":
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in head.tolist()]
+    if head.dtype.kind == "c":
+        return [[json_number(float(v.real)), json_number(float(v.imag))] for v in head.tolist()]
+    return [json_number(v) for v in head.tolist()]
+
+
+def stats_of(array: np.ndarray) -> dict[str, Any] | None:
+    """min, max, mean and NaN/Inf counts of a numeric tensor; None for strings or empty tensors.
+
+    min, max and mean are taken over the finite values; ``nan`` and ``inf`` count the others.
+    """
+    kind = array.dtype.kind
+    if array.size == 0 or kind not in "biuf":
+        return None
+    if kind == "b":
+        array = array.view(np.uint8)
+    lo = array.min()
+    hi = array.max()
+    nan = inf = 0
+    if kind == "f":
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            # Rare: only now pay for full passes. min/max propagate NaN, so finite ends mean none.
+            nan = int(np.count_nonzero(np.isnan(array)))
+            inf = int(np.count_nonzero(np.isinf(array)))
+            # min, max and mean then describe the finite values; the counts say what was left out.
+            array = array[np.isfinite(array)]
+            if array.size == 0:
+                return {"min": None, "max": None, "mean": None, "nan": nan, "inf": inf}
+            lo, hi = array.min(), array.max()
+        # Pairwise summation in the tensor's own precision (float16 widened): fast and stable enough
+        # for a summary; the digest, not the mean, is what identifies the tensor.
+        total = np.add.reduce(array, axis=None, dtype=np.float32 if array.itemsize < 4 else None)
+        mean = float(total) / array.size
+    else:
+        mean = float(np.add.reduce(array, axis=None, dtype=np.float64)) / array.size
+    as_py = float if kind == "f" else int
+    return {
+        "min": json_number(as_py(lo)),
+        "max": json_number(as_py(hi)),
+        "mean": json_number(mean),
+        "nan": nan,
+        "inf": inf,
+    }
+
+
+def sequence_digest(digests: list[str | None]) -> str:
+    """Digest of a sequence value: sha256 over the canonical JSON list of its elements' digests."""
+    return hashlib.sha256(canonical_json({"sequence": digests})).hexdigest()
+
+
+def value_identity(value: Any) -> dict[str, Any]:
+    """What identifies one value: kind, dtype, shape and digest (no sample, no stats)."""
+    if value is None:
+        return {"kind": "none", "digest": None}
+    if isinstance(value, list):
+        return {"kind": "sequence", "length": len(value), "digest": value_digest(value)}
+    array = np.asarray(value)
+    return {
+        "kind": "tensor",
+        "dtype": canonical_dtype(array.dtype),
+        "shape": [int(d) for d in array.shape],
+        "digest": tensor_digest(array),
+    }
+
+
+def value_summary(value: Any, sample: int) -> dict[str, Any]:
+    """What a step record says of one value: its identity, a sample and stats.
+
+    Tensors are hashed in full with :func:`sealtrace.digest.tensor_digest`: nothing is elided.
+    """
+    summary = value_identity(value)
+    if summary["kind"] == "tensor":
+        array = np.asarray(value)
+        summary["sample"] = sample_of(array, sample)
+        summary["stats"] = stats_of(array)
+    return summary
+
+
+def value_digest(value: Any) -> str | None:
+    """The digest a record gives ``value`` (tensor digest, sequence digest, or None)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return sequence_digest([value_digest(v) for v in value])
+    return tensor_digest(np.asarray(value))
