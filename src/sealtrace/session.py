@@ -12,6 +12,7 @@ from typing import Any
 from onnx import ModelProto
 
 from sealtrace.backends import Backend, StepObserver, get_backend
+from sealtrace.container import is_container, load_sealed_plan
 from sealtrace.errors import InputError
 from sealtrace.plan import ModelSource, Plan, ValueInfo, build_plan
 from sealtrace.plan.feeds import check_feeds
@@ -56,9 +57,30 @@ class Session:
     ``Session(path).run(None, {"x": array})`` mirrors ``onnxruntime.InferenceSession``.
     """
 
-    def __init__(self, model: ModelSource | Plan, backend: str | Backend = "reference") -> None:
-        self.plan = model if isinstance(model, Plan) else build_plan(model)
-        self.origin = _origin_of(model)
+    def __init__(
+        self,
+        model: ModelSource | Plan,
+        backend: str | Backend = "reference",
+        *,
+        trust: Sequence[Any] = (),
+        require_signature: bool = False,
+    ) -> None:
+        """``model`` is an ONNX path, bytes, ModelProto, Plan, or a sealed ``.seal`` container.
+
+        A container is verified before anything else (every tensor, and signatures by the
+        ``trust`` public keys; ``require_signature`` demands one); a container that fails is
+        refused with an IntegrityError naming each part that changed. There is no bypass.
+        """
+        if isinstance(model, (str, os.PathLike)) and is_container(model):
+            self.plan, report = load_sealed_plan(model, trust=trust, require_signature=require_signature)
+            self.origin = ModelOrigin(
+                "container", path=os.fspath(model), sha256=report.file_sha256, container_digest=report.digest
+            )
+        else:
+            if trust or require_signature:
+                raise InputError("trust= and require_signature= apply to sealed containers (.seal) only")
+            self.plan = model if isinstance(model, Plan) else build_plan(model)
+            self.origin = _origin_of(model)
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
 
     def get_inputs(self) -> list[ValueInfo]:
@@ -75,8 +97,18 @@ class Session:
         feeds: Mapping[str, Any],
         *,
         observers: Sequence[StepObserver] = (),
+        audit: Any = None,
+        sample: int | None = None,
+        sign_key: Any = None,
+        capture: Any = None,
     ) -> list[Any]:
-        """Run the Plan; return the requested outputs (all graph outputs when None) in order."""
+        """Run the Plan; return the requested outputs (all graph outputs when None) in order.
+
+        ``audit`` (a log path or an AuditRecorder) records the run as a hash-chained audit log,
+        showing the first ``sample`` values of each tensor and signed with ``sign_key`` (a PEM
+        path) if given; ``capture`` (a directory or a CaptureStore) stores every intermediate
+        tensor. See sealtrace.audit and docs/audit-log.md.
+        """
         wanted = list(output_names) if output_names else self.plan.output_names
         unknown = [n for n in wanted if n not in self.plan.output_names]
         if unknown:
@@ -85,5 +117,16 @@ class Session:
                 f"outputs are: {', '.join(self.plan.output_names)}"
             )
         checked = check_feeds(self.plan, feeds)
-        results = self.backend.run(self.plan, checked, observers)
+        recording: list[Any] = []
+        if audit is not None or capture is not None or sample is not None or sign_key is not None:
+            from sealtrace.audit.attach import observers_for_run
+
+            recording = observers_for_run(self.origin, audit, sample, sign_key, capture)
+        try:
+            results = self.backend.run(self.plan, checked, [*observers, *recording])
+        finally:
+            # After a failure this keeps what was recorded so far (a log without footer reads as
+            # truncated); after success it is a no-op.
+            for observer in recording:
+                observer.abort()
         return [results[name] for name in wanted]

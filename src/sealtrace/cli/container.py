@@ -1,0 +1,177 @@
+"""``sealtrace seal | verify | inspect | unseal | keygen | manifest create|verify``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sealtrace.cli import app
+from sealtrace.container import (
+    IntegrityError,
+    describe_container,
+    seal_model,
+    unseal,
+    verify_container,
+)
+from sealtrace.container import manifest as manifests
+from sealtrace.errors import InputError
+from sealtrace.signing import generate_keypair
+
+_trust = click.option(
+    "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
+    help="A trusted Ed25519 public key (PEM); repeat for several.",
+)  # fmt: skip
+_require = click.option(
+    "--require-signature", is_flag=True, help="Fail unless a trusted key signed it (needs --trust)."
+)
+_force = click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+@app.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="The .seal file to write.")
+@click.option("--sign", "sign", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign with this private key; repeat for several.")
+@_force
+def seal(model: str, output: str, sign: tuple[str, ...], force: bool) -> None:
+    """Seal MODEL (an ONNX file, external data included) into one verifiable container."""
+    info = seal_model(model, output, sign_with=list(sign) or None, force=force)
+    click.echo(
+        f"sealed {model} -> {info.path}: {info.tensors} tensor(s), {_size(info.tensor_bytes)}; "
+        f"container digest {info.digest}"
+    )
+    for key in info.signed_by:
+        click.echo(f"signed by key {key}")
+
+
+@app.command()
+@click.argument("container", type=click.Path(dir_okay=False))
+@_trust
+@_require
+@click.option("--expect-digest", metavar="HEX", help="Also require this container digest.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def verify(container: str, trust: tuple[str, ...], require_signature: bool, expect_digest: str | None, as_json: bool) -> None:
+    """Check every tensor and section of CONTAINER; exit 1 naming each part that changed."""
+    report = verify_container(
+        container, trust=trust, require_signature=require_signature, expect_digest=expect_digest, raise_on_failure=False
+    )
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    elif report.ok:
+        signed = [s.key_id for s in report.signatures if s.trusted]
+        extra = f"; signed by trusted key(s) {', '.join(signed)}" if signed else ""
+        click.echo(
+            f"{container}: OK, {report.tensors} tensor(s), {_size(report.bytes_hashed)} in {report.seconds:.3f} s; "
+            f"container digest {report.digest}{extra}"
+        )
+    else:
+        for m in report.mismatches:
+            click.echo(f"MISMATCH {m.describe()}", err=True)
+    if not report.ok:
+        if as_json:
+            raise click.exceptions.Exit(1)
+        raise IntegrityError(container, report.mismatches)
+
+
+@app.command()
+@click.argument("container", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the header as JSON.")
+def inspect(container: str, as_json: bool) -> None:
+    """Show what CONTAINER says about itself (nothing is hashed: run verify to trust it)."""
+    info = describe_container(container)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    model = info["model"]
+    opsets = ", ".join(f"{o['domain'] or 'ai.onnx'} {o['version']}" for o in model["opset_imports"])
+    click.echo(f"{info['path']}: sealtrace container v{info['format_version']}, {_size(info['size'])}")
+    click.echo(f"  container digest {info['container_digest']}")
+    click.echo(f"  plan digest      {info['plan_digest']}")
+    click.echo(f"  source           {info['source']['file_name']} sha256 {info['source']['sha256']}")
+    click.echo(f"  producer         {model['producer_name']} {model['producer_version']}; opsets {opsets}")
+    click.echo(f"  signatures       {', '.join(s['key_id'] for s in info['signatures']) or 'none'}")
+    table = Table(title=f"{len(info['tensors'])} tensor(s), {_size(info['tensor_bytes'])}", title_justify="left")
+    for column in ("tensor", "dtype", "shape", "bytes", "offset"):
+        table.add_column(column, justify="right" if column in ("bytes", "offset") else "left")
+    for t in info["tensors"]:
+        table.add_row(t["name"], t["dtype"], str(t["shape"]), str(t["length"]), str(t["offset"]))
+    Console().print(table)
+
+
+@app.command(name="unseal")
+@click.argument("container", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="The ONNX file to write.")
+@_trust
+@_require
+@_force
+def unseal_command(container: str, output: str, trust: tuple[str, ...], require_signature: bool, force: bool) -> None:
+    """Verify CONTAINER and write its model back as one ONNX file (weights bit-exact)."""
+    result = unseal(container, output, trust=trust, require_signature=require_signature, force=force)
+    same = " (identical to the sealed source file)" if result.same_as_source else ""
+    click.echo(f"wrote {result.path}: {_size(result.size)}, sha256 {result.sha256}{same}")
+
+
+@app.command()
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), metavar="KEY.pem", help="Private key file; the public key goes to KEY.pub.")
+@_force
+def keygen(output: str, force: bool) -> None:
+    """Write a new Ed25519 key pair: KEY.pem (private, mode 0600) and KEY.pub."""
+    if Path(output).suffix == ".pub":
+        raise InputError(f"{output}: name the private key file; the public key is written beside it as .pub")
+    private, public = generate_keypair(output, overwrite=force)
+    click.echo(f"wrote {private} (private) and {public} (public)")
+
+
+@app.group()
+def manifest() -> None:
+    """Per-file and per-tensor digests of a checkpoint directory."""
+
+
+@manifest.command("create")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="The manifest JSON to write.")
+@click.option("--sign", "sign", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign with this private key; repeat for several.")
+@click.option("--follow-symlinks", is_flag=True, help="Follow symbolic links that stay inside DIRECTORY.")
+@_force
+def manifest_create(directory: str, output: str, sign: tuple[str, ...], follow_symlinks: bool, force: bool) -> None:
+    """Record every file of DIRECTORY (and every tensor of known formats) in a manifest."""
+    written = manifests.create_manifest(directory, output, sign_with=list(sign), follow_symlinks=follow_symlinks, force=force)
+    click.echo(f"wrote {output}: {written.files} file(s), {written.tensors} tensor(s); manifest digest {written.digest}")
+
+
+@manifest.command("verify")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.argument("manifest_file", type=click.Path(dir_okay=False), metavar="MANIFEST")
+@_trust
+@_require
+@click.option("--follow-symlinks", is_flag=True, help="Follow symbolic links that stay inside DIRECTORY.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def manifest_verify(
+    directory: str, manifest_file: str, trust: tuple[str, ...], require_signature: bool, follow_symlinks: bool, as_json: bool
+) -> None:
+    """Check DIRECTORY against MANIFEST: changed, missing and extra files, changed tensors."""
+    report = manifests.verify_manifest(
+        directory, manifest_file, trust=trust, require_signature=require_signature, follow_symlinks=follow_symlinks, raise_on_failure=False
+    )
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    elif report.ok:
+        click.echo(f"{directory}: OK, {report.files} file(s) match {manifest_file}; manifest digest {report.digest}")
+    else:
+        for m in report.mismatches:
+            click.echo(f"MISMATCH {m.describe()}", err=True)
+    if not report.ok:
+        if as_json:
+            raise click.exceptions.Exit(1)
+        raise IntegrityError(directory, report.mismatches)

@@ -1,0 +1,528 @@
+"""The ``.seal`` file format, version 1, and its strict reader (docs/container-format.md).
+
+Layout::
+
+    preamble   48 bytes  magic b"\\x89SEAL\\r\\n\\x1a", u32 LE format version, u32 LE header length,
+                         32-byte container digest (sha256 of the header's "container" object)
+    header     canonical JSON: {"container": {...}, "signatures": [...]}
+    padding    zeros up to the next multiple of 64
+    data       sections and tensors, each starting at a multiple of 64 (offsets are relative to
+               the data start), zeros between them, the file ends where the last one ends
+
+The reader accepts nothing outside this: bounded header, canonical JSON only, no unknown keys or
+versions, no overlapping, out-of-range or unaligned entries, no holes beyond alignment padding,
+sizes consistent with dtype and shape, unique names that cannot be read as escaping paths.
+No code runs on load: the header is JSON, the data is raw bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sealtrace.container.errors import ContainerFormatError, IntegrityError, Mismatch
+from sealtrace.digest import canonical_json, json_digest
+
+MAGIC = b"\x89SEAL\r\n\x1a"
+FORMAT_NAME = "sealtrace.container"
+FORMAT_VERSION = 1
+PREAMBLE = struct.Struct("<8sII32s")
+PREAMBLE_SIZE = PREAMBLE.size  # 48
+ALIGNMENT = 64
+# Headers hold the table and metadata only (the graph is a data section), so 64 MiB is generous.
+MAX_HEADER_SIZE = 64 << 20
+DEFAULT_CHUNK_SIZE = 16 << 20
+MIN_CHUNK_SIZE = 1 << 16
+MAX_CHUNK_SIZE = 1 << 30
+MAX_NAME_LENGTH = 4096
+MAX_RANK = 64
+GRAPH_SECTION = "graph"
+GRAPH_ENCODING = "onnx-protobuf"
+
+# Bits per element of every numeric ONNX tensor type a container may hold (strings stay in the graph).
+DTYPE_BITS: dict[str, int] = {
+    "float": 32, "uint8": 8, "int8": 8, "uint16": 16, "int16": 16, "int32": 32, "int64": 64,
+    "bool": 8, "float16": 16, "double": 64, "uint32": 32, "uint64": 64, "complex64": 64,
+    "complex128": 128, "bfloat16": 16, "float8e4m3fn": 8, "float8e4m3fnuz": 8, "float8e5m2": 8,
+    "float8e5m2fnuz": 8, "uint4": 4, "int4": 4, "float4e2m1": 4, "float8e8m0": 8, "uint2": 2, "int2": 2,
+}  # fmt: skip
+
+# NumPy views for the types NumPy has; the others are exposed as raw bytes.
+NUMPY_DTYPES: dict[str, str] = {
+    "float": "<f4", "uint8": "u1", "int8": "i1", "uint16": "<u2", "int16": "<i2", "int32": "<i4",
+    "int64": "<i8", "bool": "?", "float16": "<f2", "double": "<f8", "uint32": "<u4", "uint64": "<u8",
+    "complex64": "<c8", "complex128": "<c16",
+}  # fmt: skip
+
+STORAGE_FIELDS = ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data")
+
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+_HEX16 = re.compile(r"[0-9a-f]{16}\Z")
+_HEX128 = re.compile(r"[0-9a-f]{128}\Z")
+
+
+def align(offset: int, alignment: int = ALIGNMENT) -> int:
+    """The first multiple of ``alignment`` at or after ``offset``."""
+    return -(-offset // alignment) * alignment
+
+
+def chunk_count(length: int, chunk_size: int) -> int:
+    """How many chunk digests an entry of ``length`` bytes carries (at least one)."""
+    return max(1, -(-length // chunk_size))
+
+
+def expected_length(dtype: str, shape: list[int]) -> int:
+    """Bytes a tensor of ``dtype`` and ``shape`` occupies (sub-byte types packed, rounded up)."""
+    count = 1
+    for dim in shape:
+        count *= dim
+    return -(-count * DTYPE_BITS[dtype] // 8)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One region of the data area: a section (the graph) or a tensor.
+
+    ``offset`` is relative to the data start; ``sha256`` lists the digest of each ``chunk_size``
+    piece in order (one digest, of the whole region, when it fits in one chunk).
+    """
+
+    kind: str
+    name: str
+    offset: int
+    length: int
+    sha256: tuple[str, ...]
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    storage: str | None = None
+    encoding: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.kind == "section":
+            return {
+                "name": self.name,
+                "encoding": self.encoding,
+                "offset": self.offset,
+                "length": self.length,
+                "sha256": list(self.sha256),
+            }
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape or ()),
+            "storage": self.storage,
+            "offset": self.offset,
+            "length": self.length,
+            "sha256": list(self.sha256),
+        }
+
+
+@dataclass(frozen=True)
+class SignatureEntry:
+    """A signature stored in a container or manifest: the public key travels with it, so a
+    damaged signature is detected even without a trusted key; trust is decided by key id."""
+
+    algorithm: str
+    key_id: str
+    public_key: str
+    signature: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "algorithm": self.algorithm,
+            "key_id": self.key_id,
+            "public_key": self.public_key,
+            "signature": self.signature,
+        }
+
+
+class Container:
+    """An opened ``.seal`` file whose structure has been checked (its bytes not yet hashed).
+
+    Use :func:`sealtrace.container.verify_container` before trusting any byte of the data.
+    """
+
+    def __init__(
+        self,
+        where: str,
+        buffer: memoryview,
+        body: dict[str, Any],
+        entries: list[Entry],
+        signatures: list[SignatureEntry],
+        digest: str,
+        header_length: int,
+        closer: Any = None,
+    ) -> None:
+        self.where = where
+        self.buffer = buffer
+        self.body = body
+        self.entries = entries
+        self.signatures = signatures
+        self.digest = digest
+        self.header_length = header_length
+        self.data_start = align(PREAMBLE_SIZE + header_length)
+        self._closer = closer
+
+    @property
+    def format_version(self) -> int:
+        return FORMAT_VERSION
+
+    @property
+    def chunk_size(self) -> int:
+        return int(self.body["chunk_size"])
+
+    @property
+    def plan_digest(self) -> str:
+        return str(self.body["plan_digest"])
+
+    @property
+    def tensors(self) -> list[Entry]:
+        return [e for e in self.entries if e.kind == "tensor"]
+
+    @property
+    def sections(self) -> list[Entry]:
+        return [e for e in self.entries if e.kind == "section"]
+
+    @property
+    def size(self) -> int:
+        return len(self.buffer)
+
+    def entry(self, name: str, kind: str = "tensor") -> Entry:
+        for e in self.entries:
+            if e.kind == kind and e.name == name:
+                return e
+        raise KeyError(name)
+
+    def data(self, entry: Entry) -> memoryview:
+        """The bytes of one entry, a zero-copy view into the mapped file."""
+        start = self.data_start + entry.offset
+        return self.buffer[start : start + entry.length]
+
+    def array(self, name: str) -> np.ndarray:
+        """A read-only NumPy view of a tensor (types NumPy lacks come back as uint8 bytes)."""
+        entry = self.entry(name)
+        assert entry.dtype is not None and entry.shape is not None
+        view = self.data(entry)
+        if entry.dtype in NUMPY_DTYPES:
+            return np.frombuffer(view, dtype=NUMPY_DTYPES[entry.dtype]).reshape(entry.shape)
+        return np.frombuffer(view, dtype=np.uint8)
+
+    def padding(self) -> Iterator[tuple[str, int, int]]:
+        """(what follows, absolute start, end) of every zero-padding run in the file."""
+        end = PREAMBLE_SIZE + self.header_length
+        for e in self.entries:
+            start = self.data_start + e.offset
+            if start > end:
+                yield (f"{e.kind} {e.name}", end, start)
+            end = start + e.length
+
+    def close(self) -> None:
+        """Release the memory map (views handed out before must no longer be used)."""
+        # Views handed out (NumPy arrays) may still hold the map; it is freed when they are collected.
+        with contextlib.suppress(BufferError):
+            self.buffer.release()
+        if self._closer is not None:
+            with contextlib.suppress(BufferError):
+                self._closer.close()
+            self._closer = None
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def is_container(source: str | os.PathLike[str] | bytes) -> bool:
+    """True when ``source`` (a path or the file's bytes) starts with the container magic."""
+    if isinstance(source, bytes):
+        return source[: len(MAGIC)] == MAGIC
+    try:
+        with open(source, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def open_container(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Container:
+    """Open a container from a path (memory-mapped) or from its bytes, checking its structure.
+
+    Raises :class:`ContainerFormatError` for anything that is not a well-formed container, and
+    :class:`IntegrityError` when the header does not match the digest in the preamble or the file
+    is not as long as the header says (truncated or extended).
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        buffer = memoryview(source).cast("B")
+        return _parse(buffer, "<bytes>", None)
+    path = Path(os.fspath(source))
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < PREAMBLE_SIZE:
+                buffer = memoryview(f.read())
+                return _parse(buffer, str(path), None)
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise ContainerFormatError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ContainerFormatError(f"{path}: is a directory, not a container") from None
+    except OSError as exc:
+        raise ContainerFormatError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return _parse(memoryview(mapped), str(path), mapped)
+    except BaseException:
+        mapped.close()
+        raise
+
+
+def _parse(buffer: memoryview, where: str, closer: Any) -> Container:
+    size = len(buffer)
+    if size < PREAMBLE_SIZE:
+        if buffer[: len(MAGIC)] == MAGIC[: min(size, len(MAGIC))] and size > 0:
+            raise IntegrityError(
+                where, [Mismatch("file", where, f"at least {PREAMBLE_SIZE} bytes", f"{size} bytes (truncated)")]
+            )
+        raise ContainerFormatError(f"{where}: not a sealtrace container (file too short)")
+    magic, version, header_length, digest_raw = PREAMBLE.unpack(buffer[:PREAMBLE_SIZE])
+    if magic != MAGIC:
+        raise ContainerFormatError(f"{where}: not a sealtrace container (bad magic bytes)")
+    if version != FORMAT_VERSION:
+        raise ContainerFormatError(
+            f"{where}: container format version {version} is not supported (this sealtrace reads {FORMAT_VERSION})"
+        )
+    if header_length < 2 or header_length > MAX_HEADER_SIZE:
+        raise ContainerFormatError(f"{where}: header length {header_length} out of bounds (2..{MAX_HEADER_SIZE})")
+    if PREAMBLE_SIZE + header_length > size:
+        raise IntegrityError(
+            where,
+            [Mismatch("file", where, f"a {header_length}-byte header", f"{size - PREAMBLE_SIZE} bytes (truncated)")],
+        )
+    raw = bytes(buffer[PREAMBLE_SIZE : PREAMBLE_SIZE + header_length])
+    document = parse_canonical_json(raw, f"{where}: header")
+    if not isinstance(document, dict) or set(document) != {"container", "signatures"}:
+        raise ContainerFormatError(f"{where}: header must be an object with keys 'container' and 'signatures'")
+    body = document["container"]
+    signatures = parse_signatures(document["signatures"], where)
+    digest = digest_raw.hex()
+    actual = json_digest(body)
+    if actual != digest:
+        # The header is what every other check trusts, so nothing else is examined.
+        raise IntegrityError(where, [Mismatch("header", "container", digest, actual, offset=PREAMBLE_SIZE)])
+    entries = _check_body(body, where)
+    container = Container(where, buffer, body, entries, signatures, digest, header_length, closer)
+    last = max((e.offset + e.length for e in entries), default=0)
+    declared = container.data_start + last
+    if declared != size:
+        problem = "truncated" if size < declared else "extra bytes at the end"
+        raise IntegrityError(where, [Mismatch("file", where, f"{declared} bytes", f"{size} bytes ({problem})")])
+    return container
+
+
+def parse_canonical_json(raw: bytes, what: str) -> Any:
+    """Parse JSON that must be exactly sealtrace's canonical encoding (no floats, no duplicates)."""
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result = dict(pairs)
+        if len(result) != len(pairs):
+            raise ContainerFormatError(f"{what}: duplicate key in JSON object")
+        return result
+
+    def no_floats(text: str) -> Any:
+        raise ContainerFormatError(f"{what}: floating-point number {text[:20]!r} not allowed")
+
+    try:
+        text = raw.decode("ascii")
+        document = json.loads(
+            text, object_pairs_hook=no_duplicates, parse_float=no_floats, parse_constant=no_floats
+        )
+    except ContainerFormatError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError and over-long integers; RecursionError deep nesting.
+        raise ContainerFormatError(f"{what}: not valid JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
+    try:
+        canonical = canonical_json(document)
+    except (ValueError, RecursionError):
+        raise ContainerFormatError(f"{what}: JSON cannot be re-encoded canonically") from None
+    if canonical != raw:
+        raise ContainerFormatError(f"{what}: JSON is not in canonical form (sorted keys, no whitespace)")
+    return document
+
+
+def parse_signatures(value: Any, where: str) -> list[SignatureEntry]:
+    """Check the shape of a signature list (validity is checked by the verifier)."""
+    if not isinstance(value, list):
+        raise ContainerFormatError(f"{where}: 'signatures' must be a list")
+    found: list[SignatureEntry] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or set(item) != {"algorithm", "key_id", "public_key", "signature"}:
+            raise ContainerFormatError(
+                f"{where}: signature {i} must have exactly algorithm, key_id, public_key, signature"
+            )
+        if item["algorithm"] != "ed25519":
+            raise ContainerFormatError(f"{where}: signature {i}: unknown algorithm {str(item['algorithm'])[:40]!r}")
+        for key, pattern in (("key_id", _HEX16), ("public_key", _HEX64), ("signature", _HEX128)):
+            if not isinstance(item[key], str) or not pattern.match(item[key]):
+                raise ContainerFormatError(f"{where}: signature {i}: malformed {key}")
+        found.append(SignatureEntry(item["algorithm"], item["key_id"], item["public_key"], item["signature"]))
+    return found
+
+
+_BODY_KEYS = {
+    "format", "format_version", "sealtrace_version", "alignment", "chunk_size", "plan_digest",
+    "model", "source", "sections", "tensors",
+}  # fmt: skip
+_MODEL_KEYS = {"ir_version", "producer_name", "producer_version", "domain", "model_version", "graph_name", "opset_imports"}
+_SOURCE_KEYS = {"file_name", "sha256", "size", "external_data"}
+_SECTION_KEYS = {"name", "encoding", "offset", "length", "sha256"}
+_TENSOR_KEYS = {"name", "dtype", "shape", "storage", "offset", "length", "sha256"}
+
+
+def _fail(where: str, message: str) -> ContainerFormatError:
+    return ContainerFormatError(f"{where}: {message}")
+
+
+def _int(value: Any, what: str, where: str, low: int = 0, high: int = 1 << 63) -> int:
+    # bool is an int in Python; JSON true is not a number here.
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _fail(where, f"{what} must be an integer in [{low}, {high}]")
+    return value
+
+
+def _str(value: Any, what: str, where: str, limit: int = MAX_NAME_LENGTH) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise _fail(where, f"{what} must be a string of at most {limit} characters")
+    return value
+
+
+def _keys(value: Any, keys: set[str], what: str, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(where, f"{what} must be an object")
+    if set(value) != keys:
+        missing = sorted(keys - set(value))
+        unknown = sorted(set(value) - keys)
+        raise _fail(where, f"{what}: missing keys {missing}, unknown keys {[k[:40] for k in unknown[:5]]}")
+    return value
+
+
+def check_name(name: Any, what: str, where: str) -> str:
+    """A tensor or section name: non-empty, printable, and not readable as an escaping path."""
+    name = _str(name, what, where)
+    if not name:
+        raise _fail(where, f"{what} is empty")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise _fail(where, f"{what} {name[:60]!r} contains control characters")
+    if "\\" in name or name.startswith("/") or re.match(r"[A-Za-z]:", name):
+        raise _fail(where, f"{what} {name[:60]!r} looks like an absolute or Windows path")
+    if any(part in (".", "..") for part in name.split("/")):
+        raise _fail(where, f"{what} {name[:60]!r} has a '.' or '..' path component")
+    return name
+
+
+def _digests(value: Any, count: int, what: str, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) != count:
+        raise _fail(where, f"{what}: sha256 must list {count} chunk digest(s)")
+    for item in value:
+        if not isinstance(item, str) or not _HEX64.match(item):
+            raise _fail(where, f"{what}: sha256 entries must be 64 lowercase hex digits")
+    return tuple(value)
+
+
+def _check_body(body: Any, where: str) -> list[Entry]:
+    body = _keys(body, _BODY_KEYS, "container header", where)
+    if body["format"] != FORMAT_NAME:
+        raise _fail(where, f"format must be {FORMAT_NAME!r}")
+    if body["format_version"] != FORMAT_VERSION or isinstance(body["format_version"], bool):
+        raise _fail(where, f"header format_version {str(body['format_version'])[:20]} is not supported")
+    _str(body["sealtrace_version"], "sealtrace_version", where, 64)
+    if body["alignment"] != ALIGNMENT or isinstance(body["alignment"], bool):
+        raise _fail(where, f"alignment must be {ALIGNMENT}")
+    chunk_size = _int(body["chunk_size"], "chunk_size", where, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE)
+    if chunk_size & (chunk_size - 1):
+        raise _fail(where, "chunk_size must be a power of two")
+    if not isinstance(body["plan_digest"], str) or not _HEX64.match(body["plan_digest"]):
+        raise _fail(where, "plan_digest must be 64 lowercase hex digits")
+    model = _keys(body["model"], _MODEL_KEYS, "model", where)
+    for key in ("producer_name", "producer_version", "domain", "graph_name"):
+        _str(model[key], f"model.{key}", where)
+    _int(model["ir_version"], "model.ir_version", where)
+    _int(model["model_version"], "model.model_version", where)
+    if not isinstance(model["opset_imports"], list):
+        raise _fail(where, "model.opset_imports must be a list")
+    for item in model["opset_imports"]:
+        item = _keys(item, {"domain", "version"}, "opset import", where)
+        _str(item["domain"], "opset domain", where)
+        _int(item["version"], "opset version", where)
+    source = _keys(body["source"], _SOURCE_KEYS, "source", where)
+    if source["file_name"] is not None:
+        check_name(source["file_name"], "source.file_name", where)
+    if not isinstance(source["sha256"], str) or not _HEX64.match(source["sha256"]):
+        raise _fail(where, "source.sha256 must be 64 lowercase hex digits")
+    _int(source["size"], "source.size", where)
+    if not isinstance(source["external_data"], list):
+        raise _fail(where, "source.external_data must be a list")
+    for item in source["external_data"]:
+        item = _keys(item, {"path", "sha256", "size"}, "source.external_data entry", where)
+        check_name(item["path"], "external data path", where)
+        if not isinstance(item["sha256"], str) or not _HEX64.match(item["sha256"]):
+            raise _fail(where, "external data sha256 must be 64 lowercase hex digits")
+        _int(item["size"], "external data size", where)
+
+    entries: list[Entry] = []
+    if not isinstance(body["sections"], list) or not isinstance(body["tensors"], list):
+        raise _fail(where, "sections and tensors must be lists")
+    for item in body["sections"]:
+        item = _keys(item, _SECTION_KEYS, "section", where)
+        name = check_name(item["name"], "section name", where)
+        if name != GRAPH_SECTION or item["encoding"] != GRAPH_ENCODING:
+            raise _fail(where, f"unknown section {name[:60]!r} (v1 has one section, 'graph', onnx-protobuf)")
+        offset = _int(item["offset"], f"section {name!r} offset", where)
+        length = _int(item["length"], f"section {name!r} length", where)
+        digests = _digests(item["sha256"], chunk_count(length, chunk_size), f"section {name!r}", where)
+        entries.append(Entry("section", name, offset, length, digests, encoding=GRAPH_ENCODING))
+    if len(entries) != 1:
+        raise _fail(where, "a container has exactly one 'graph' section")
+    names: set[str] = set()
+    for item in body["tensors"]:
+        item = _keys(item, _TENSOR_KEYS, "tensor entry", where)
+        name = check_name(item["name"], "tensor name", where)
+        if name in names:
+            raise _fail(where, f"tensor name {name[:60]!r} appears twice")
+        names.add(name)
+        dtype = item["dtype"]
+        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+            raise _fail(where, f"tensor {name!r}: unknown dtype {str(dtype)[:40]!r}")
+        shape = item["shape"]
+        if not isinstance(shape, list) or len(shape) > MAX_RANK:
+            raise _fail(where, f"tensor {name!r}: shape must be a list of at most {MAX_RANK} sizes")
+        dims = tuple(_int(d, f"tensor {name!r} dimension", where) for d in shape)
+        if item["storage"] not in STORAGE_FIELDS:
+            raise _fail(where, f"tensor {name!r}: unknown storage {str(item['storage'])[:40]!r}")
+        offset = _int(item["offset"], f"tensor {name!r} offset", where)
+        length = _int(item["length"], f"tensor {name!r} length", where)
+        if expected_length(dtype, list(dims)) != length:
+            raise _fail(where, f"tensor {name!r}: {dtype}{list(dims)} needs {expected_length(dtype, list(dims))} bytes, header says {length}")
+        digests = _digests(item["sha256"], chunk_count(length, chunk_size), f"tensor {name!r}", where)
+        entries.append(Entry("tensor", name, offset, length, digests, dtype, dims, item["storage"]))
+
+    # Layout: in file order, each entry starts at the first aligned offset after the previous one.
+    end = 0
+    ordered = sorted(entries, key=lambda e: e.offset)
+    if ordered != entries:
+        raise _fail(where, "sections and tensors must be listed in file order")
+    for e in entries:
+        if e.offset != align(end):
+            kind = "overlaps the previous entry" if e.offset < end else "leaves a hole or is misaligned"
+            raise _fail(where, f"{e.kind} {e.name!r} at offset {e.offset} {kind} (expected {align(end)})")
+        end = e.offset + e.length
+    return entries

@@ -1,0 +1,194 @@
+"""Take the weights out of an ONNX model for sealing, and put them back bit-exactly.
+
+Weights are every numeric TensorProto that carries data: graph initializers (subgraphs included)
+and tensor-valued attributes (Constant ``value``, ConstantOfShape ``value``, ...), so models that
+keep all their weights in Constant nodes (PP-OCR) are sealed the same way. A stripped tensor keeps
+its name, dtype and dims, loses its data field, and gains one ``external_data`` entry whose key is
+:data:`MARKER` and whose value is the container entry's name. Restoring removes the marker and
+fills the original field again, so the model's serialized bytes come back exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
+
+from sealtrace.container.errors import ContainerFormatError, SealingError
+from sealtrace.container.format import DTYPE_BITS, expected_length
+
+MARKER = "sealtrace.tensor"
+
+# Where each non-raw storage field keeps its values, per element type: the NumPy dtype whose
+# little-endian bytes are the tensor's raw_data form.
+_FIELD_DTYPES: dict[tuple[str, str], str] = {
+    ("float_data", "float"): "<f4", ("float_data", "complex64"): "<f4",
+    ("double_data", "double"): "<f8", ("double_data", "complex128"): "<f8",
+    ("int64_data", "int64"): "<i8",
+    ("uint64_data", "uint64"): "<u8", ("uint64_data", "uint32"): "<u4",
+    ("int32_data", "int32"): "<i4", ("int32_data", "int16"): "<i2", ("int32_data", "int8"): "i1",
+    ("int32_data", "uint16"): "<u2", ("int32_data", "uint8"): "u1", ("int32_data", "bool"): "u1",
+    ("int32_data", "float16"): "<u2", ("int32_data", "bfloat16"): "<u2",
+}  # fmt: skip
+
+
+@dataclass
+class Weight:
+    """One tensor taken out of the model: its container name, type, storage field and bytes."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    storage: str
+    data: bytes | memoryview
+
+
+def dtype_name(data_type: int) -> str:
+    """The container's name for an ONNX element type ('float', 'int64', 'bfloat16' ...)."""
+    return str(TensorProto.DataType.Name(data_type)).lower()
+
+
+def model_tensors(model: ModelProto) -> Iterator[tuple[str, TensorProto]]:
+    """Every data-carrying TensorProto in the model, in a fixed order, with a readable scope name."""
+    yield from _graph_tensors(model.graph, "")
+    for function in model.functions:
+        for i, node in enumerate(function.node):
+            yield from _node_tensors(node, f"{function.domain}.{function.name}:", i)
+
+
+def _graph_tensors(graph: GraphProto, scope: str) -> Iterator[tuple[str, TensorProto]]:
+    for tensor in graph.initializer:
+        yield scope + tensor.name, tensor
+    for i, node in enumerate(graph.node):
+        yield from _node_tensors(node, scope, i)
+
+
+def _node_tensors(node: onnx.NodeProto, scope: str, index: int) -> Iterator[tuple[str, TensorProto]]:
+    label = node.name or f"{node.op_type}_{index}"
+    for attr in node.attribute:
+        if attr.type == AttributeProto.TENSOR:
+            # A Constant's tensor is best known by the value it produces.
+            if node.op_type == "Constant" and node.output and node.output[0]:
+                yield scope + node.output[0], attr.t
+            else:
+                yield f"{scope}{label}.{attr.name}", attr.t
+        elif attr.type == AttributeProto.TENSORS:
+            for j, tensor in enumerate(attr.tensors):
+                yield f"{scope}{label}.{attr.name}[{j}]", tensor
+        elif attr.type == AttributeProto.GRAPH:
+            yield from _graph_tensors(attr.g, f"{scope}{label}.{attr.name}:")
+        elif attr.type == AttributeProto.GRAPHS:
+            for j, sub in enumerate(attr.graphs):
+                yield from _graph_tensors(sub, f"{scope}{label}.{attr.name}[{j}]:")
+
+
+def entry_name(scope_name: str, taken: set[str]) -> str:
+    """A unique container name: the ONNX name, made relative (PyTorch names start with '/') and
+    with '.'/'..' components and backslashes replaced, so no name can be read as an escaping path."""
+    parts = [p if p not in (".", "..") else p.replace(".", "_") for p in scope_name.split("/")]
+    name = "/".join(parts).lstrip("/").replace("\\", "_")
+    name = "".join(c if 32 <= ord(c) != 127 else "_" for c in name) or "tensor"
+    if len(name) > 1000:
+        name = name[:1000]
+    candidate, k = name, 1
+    while candidate in taken:
+        k += 1
+        candidate = f"{name}#{k}"
+    taken.add(candidate)
+    return candidate
+
+
+def strip_weights(model: ModelProto) -> tuple[ModelProto, list[Weight]]:
+    """A copy of ``model`` without weight data, and the weights in container order."""
+    stripped = ModelProto()
+    stripped.CopyFrom(model)
+    weights: list[Weight] = []
+    taken: set[str] = set()
+    for scope_name, tensor in model_tensors(stripped):
+        if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
+            raise SealingError(f"tensor {scope_name!r} still refers to external data (load it before sealing)")
+        weight = _take(tensor, scope_name, taken)
+        if weight is not None:
+            weights.append(weight)
+    return stripped, weights
+
+
+def _take(tensor: TensorProto, scope_name: str, taken: set[str]) -> Weight | None:
+    """Strip one tensor in place; None (left inline, covered by the graph digest) when it cannot
+    be restored bit-exactly: strings, segments, sparse forms, unusual storage."""
+    dtype = dtype_name(tensor.data_type)
+    if dtype not in DTYPE_BITS or tensor.HasField("segment"):
+        return None
+    fields = [f for f in ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data")
+              if (tensor.HasField(f) if f == "raw_data" else len(getattr(tensor, f)) > 0)]  # fmt: skip
+    if len(fields) != 1:
+        return None
+    storage = fields[0]
+    shape = tuple(int(d) for d in tensor.dims)
+    if any(d < 0 for d in shape):
+        return None
+    if storage == "raw_data":
+        data: bytes | memoryview = tensor.raw_data
+    else:
+        wire = _FIELD_DTYPES.get((storage, dtype))
+        if wire is None:
+            return None
+        try:
+            data = np.array(getattr(tensor, storage), dtype=wire).tobytes()
+        except (OverflowError, ValueError):
+            return None
+    if len(data) != expected_length(dtype, list(shape)):
+        return None
+    original = tensor.SerializeToString()
+    tensor.ClearField(storage)
+    entry = tensor.external_data.add()
+    entry.key = MARKER
+    probe = TensorProto()
+    probe.CopyFrom(tensor)
+    name_guess = entry_name(scope_name, set(taken))
+    entry.value = name_guess
+    probe.external_data[0].value = name_guess
+    _fill(probe, storage, dtype, data)
+    if probe.SerializeToString() != original:
+        # Restoring would not give the same bytes back: keep this tensor inline.
+        tensor.ParseFromString(original)
+        return None
+    taken.add(name_guess)
+    return Weight(name_guess, dtype, shape, storage, data)
+
+
+def _fill(tensor: TensorProto, storage: str, dtype: str, data: bytes | memoryview) -> None:
+    del tensor.external_data[:]
+    if storage == "raw_data":
+        tensor.raw_data = bytes(data)
+        return
+    wire = _FIELD_DTYPES[(storage, dtype)]
+    getattr(tensor, storage).extend(np.frombuffer(data, dtype=wire).tolist())
+
+
+def restore_weights(stripped: ModelProto, fetch: dict[str, tuple[str, str, tuple[int, ...], memoryview]]) -> None:
+    """Put the weights back into ``stripped`` in place. ``fetch`` maps each container name to
+    (storage, dtype, shape, bytes). Every marker must match one entry and every entry one marker."""
+    seen: set[str] = set()
+    for scope_name, tensor in model_tensors(stripped):
+        markers = [e for e in tensor.external_data if e.key == MARKER]
+        if not markers:
+            continue
+        if len(markers) != 1 or len(tensor.external_data) != 1:
+            raise ContainerFormatError(f"graph tensor {scope_name!r} has a malformed container reference")
+        name = markers[0].value
+        if name not in fetch or name in seen:
+            raise ContainerFormatError(f"graph tensor {scope_name!r} refers to {name[:80]!r}, which is not in the tensor table once")
+        seen.add(name)
+        storage, dtype, shape, data = fetch[name]
+        if dtype_name(tensor.data_type) != dtype or tuple(tensor.dims) != shape:
+            raise ContainerFormatError(f"tensor {name!r}: graph and tensor table disagree on dtype or shape")
+        if storage != "raw_data" and (storage, dtype) not in _FIELD_DTYPES:
+            raise ContainerFormatError(f"tensor {name!r}: storage {storage} cannot hold {dtype}")
+        _fill(tensor, storage, dtype, data)
+    unused = sorted(set(fetch) - seen)
+    if unused:
+        raise ContainerFormatError(f"tensor table entries not used by the graph: {', '.join(unused[:10])}")

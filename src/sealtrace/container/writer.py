@@ -1,0 +1,223 @@
+"""Seal an ONNX model into one ``.seal`` file (format: sealtrace.container.format)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import onnx
+from onnx import ModelProto, TensorProto
+
+from sealtrace import __version__
+from sealtrace.container.atomic import atomic_output
+from sealtrace.container.chunks import chunk_ranges, default_workers
+from sealtrace.container.errors import SealingError
+from sealtrace.container.format import (
+    ALIGNMENT,
+    DEFAULT_CHUNK_SIZE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    GRAPH_ENCODING,
+    GRAPH_SECTION,
+    MAGIC,
+    MAX_HEADER_SIZE,
+    PREAMBLE,
+    PREAMBLE_SIZE,
+    Entry,
+    align,
+)
+from sealtrace.container.signatures import KeySource, sign
+from sealtrace.container.weights import model_tensors, strip_weights
+from sealtrace.digest import canonical_json, json_digest
+from sealtrace.errors import SealtraceError
+from sealtrace.plan import build_plan, load_model
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """What :func:`seal_model` wrote."""
+
+    path: str
+    digest: str
+    plan_digest: str
+    tensors: int
+    tensor_bytes: int
+    size: int
+    signed_by: tuple[str, ...]
+
+
+def seal_model(
+    model: str | os.PathLike[str] | ModelProto,
+    out_path: str | os.PathLike[str],
+    sign_with: KeySource | Sequence[KeySource] | None = None,
+    *,
+    force: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    workers: int | None = None,
+) -> ContainerInfo:
+    """Seal an ONNX file (external data included) or ModelProto into ``out_path``.
+
+    The Plan is built first: a model sealtrace cannot plan is refused with :class:`SealingError`,
+    since a container promises that what it holds runs. ``sign_with`` takes one or more Ed25519
+    private keys (PEM paths or key objects). The output is written atomically and an existing file
+    is only replaced with ``force``.
+    """
+    proto, source = _load(model)
+    try:
+        plan = build_plan(proto)
+    except SealtraceError as exc:
+        raise SealingError(f"cannot seal {source['file_name'] or 'model'}: its Plan cannot be built: {exc}") from None
+    stripped, weights = strip_weights(proto)
+    graph = stripped.SerializeToString(deterministic=True)
+
+    views = [memoryview(graph).cast("B"), *(memoryview(w.data).cast("B") for w in weights)]
+    digests = _hash_regions(views, chunk_size, workers)
+    entries: list[Entry] = []
+    offset = 0
+    for i, (view, chunk_digests) in enumerate(zip(views, digests, strict=True)):
+        offset = align(offset)
+        if i == 0:
+            entries.append(Entry("section", GRAPH_SECTION, offset, len(view), chunk_digests, encoding=GRAPH_ENCODING))
+        else:
+            w = weights[i - 1]
+            entries.append(Entry("tensor", w.name, offset, len(view), chunk_digests, w.dtype, w.shape, w.storage))
+        offset += len(view)
+
+    body: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "sealtrace_version": __version__,
+        "alignment": ALIGNMENT,
+        "chunk_size": chunk_size,
+        "plan_digest": plan.digest,
+        "model": {
+            "ir_version": proto.ir_version,
+            "producer_name": proto.producer_name,
+            "producer_version": proto.producer_version,
+            "domain": proto.domain,
+            "model_version": proto.model_version,
+            "graph_name": proto.graph.name,
+            "opset_imports": [{"domain": o.domain, "version": o.version} for o in proto.opset_import],
+        },
+        "source": source,
+        "sections": [e.to_json() for e in entries if e.kind == "section"],
+        "tensors": [e.to_json() for e in entries if e.kind == "tensor"],
+    }
+    digest = json_digest(body)
+    keys: list[KeySource] = [] if sign_with is None else (
+        list(sign_with) if isinstance(sign_with, (list, tuple)) else [sign_with]  # type: ignore[list-item]
+    )
+    signatures = sign(digest, keys)
+    header = canonical_json({"container": body, "signatures": [s.to_json() for s in signatures]})
+    if len(header) > MAX_HEADER_SIZE:
+        raise SealingError(f"header of {len(header)} bytes exceeds the format's limit of {MAX_HEADER_SIZE}")
+    with atomic_output(out_path, force=force) as f:
+        f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), bytes.fromhex(digest)))
+        f.write(header)
+        data_start = align(PREAMBLE_SIZE + len(header))
+        position = _pad(f, PREAMBLE_SIZE + len(header), data_start)
+        for entry, view in zip(entries, views, strict=True):
+            position = _pad(f, position, data_start + entry.offset)
+            f.write(view)
+            position += len(view)
+        size = position
+    return ContainerInfo(
+        path=str(out_path),
+        digest=digest,
+        plan_digest=plan.digest,
+        tensors=len(weights),
+        tensor_bytes=sum(len(v) for v in views[1:]),
+        size=size,
+        signed_by=tuple(s.key_id for s in signatures),
+    )
+
+
+def _pad(f: BinaryIO, position: int, target: int) -> int:
+    if target > position:
+        f.write(b"\0" * (target - position))
+    return target
+
+
+def _hash_regions(views: list[memoryview], chunk_size: int, workers: int | None) -> list[tuple[str, ...]]:
+    """Chunk digests of every region, all chunks of all regions spread over one thread pool."""
+    jobs = [(i, span) for i, view in enumerate(views) for span in chunk_ranges(0, len(view), chunk_size)]
+
+    def one(job: tuple[int, tuple[int, int]]) -> str:
+        i, (start, end) = job
+        return hashlib.sha256(views[i][start:end]).hexdigest()
+
+    count = workers or default_workers()
+    if count == 1 or len(jobs) <= 1:
+        flat = [one(j) for j in jobs]
+    else:
+        with ThreadPoolExecutor(max_workers=count, thread_name_prefix="sealtrace-seal") as pool:
+            flat = list(pool.map(one, jobs))
+    grouped: list[list[str]] = [[] for _ in views]
+    for (i, _), digest in zip(jobs, flat, strict=True):
+        grouped[i].append(digest)
+    return [tuple(g) for g in grouped]
+
+
+def _load(model: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, dict[str, Any]]:
+    """The model with external data loaded, and the source record for the header."""
+    if isinstance(model, ModelProto):
+        for name, tensor in model_tensors(model):
+            if tensor.data_location == TensorProto.EXTERNAL:
+                raise SealingError(f"tensor {name!r} refers to external data; seal the file, or load the data first")
+        data = model.SerializeToString()
+        return model, {"file_name": None, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "external_data": []}
+    path = Path(os.fspath(model))
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SealingError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise SealingError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        proto = load_model(data)
+    except SealtraceError as exc:
+        raise SealingError(f"{path}: {exc}") from None
+    locations = sorted(
+        {
+            onnx.external_data_helper.ExternalDataInfo(t).location
+            for _, t in model_tensors(proto)
+            if t.data_location == TensorProto.EXTERNAL
+        }
+    )
+    try:
+        # onnx refuses locations that leave the model's directory, before anything is read.
+        onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+    except (OSError, ValueError) as exc:
+        raise SealingError(f"{path}: cannot load external data: {exc}") from None
+    external = _external_files(locations, path.parent)
+    source = {
+        "file_name": path.name,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "external_data": external,
+    }
+    del data
+    return proto, source
+
+
+def _external_files(locations: list[str], base: Path) -> list[dict[str, Any]]:
+    """sha256 and size of each external data file (recorded so a seal names its sources)."""
+    found = []
+    for location in locations:
+        file = base / location
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with file.open("rb") as f:
+                while block := f.read(1 << 22):
+                    digest.update(block)
+                    size += len(block)
+        except OSError as exc:
+            raise SealingError(f"{file}: cannot read external data ({exc.strerror})") from None
+        found.append({"path": location.replace("\\", "/").removeprefix("./"), "sha256": digest.hexdigest(), "size": size})
+    return found
