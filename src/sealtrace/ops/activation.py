@@ -172,16 +172,18 @@ def gelu(x: Array, *, approximate: str = "none") -> Array:
     wide = widen(x)
     t = wide.dtype.type
     if approximate == "tanh":
+        # 0.5 * (1 + tanh(u)) == sigmoid(2u): the same value without 1 + tanh(u) cancelling for x << 0
         inner = np.asarray(np.multiply(wide, wide))
         inner *= t(0.044715)
         inner += t(1)
         inner *= wide
-        inner *= t(np.sqrt(2.0 / np.pi))
-        np.tanh(inner, out=inner)
-    elif approximate == "none":
-        inner = erf(np.multiply(wide, t(1.0 / np.sqrt(2.0))))
-    else:
+        inner *= t(2.0 * np.sqrt(2.0 / np.pi))
+        _sigmoid_inplace(inner)
+        inner *= wide
+        return narrow(inner, x.dtype)
+    if approximate != "none":
         raise ValueError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+    inner = erf(np.multiply(wide, t(1.0 / np.sqrt(2.0))))
     inner += t(1)
     inner *= wide
     inner *= t(0.5)
