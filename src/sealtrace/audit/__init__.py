@@ -6,9 +6,12 @@ the verifier and replay read logs back.
 
 from __future__ import annotations
 
+from sealtrace.audit.capture import CapturedRun, CaptureStore
 from sealtrace.audit.errors import AuditCheckError, AuditFormatError, AuditLogExistsError, AuditWriteError
 from sealtrace.audit.recorder import AuditRecorder
 from sealtrace.audit.records import AUDIT_FORMAT, DEFAULT_SAMPLE
+from sealtrace.audit.replay import ReplayReport, replay_log
+from sealtrace.audit.verify import AuditVerification, verify_log
 
 __all__ = [
     "AUDIT_FORMAT",
@@ -17,5 +20,11 @@ __all__ = [
     "AuditFormatError",
     "AuditLogExistsError",
     "AuditRecorder",
+    "AuditVerification",
     "AuditWriteError",
+    "CaptureStore",
+    "CapturedRun",
+    "ReplayReport",
+    "replay_log",
+    "verify_log",
 ]

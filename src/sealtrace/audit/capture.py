@@ -24,7 +24,12 @@ from typing import Any
 import numpy as np
 
 from sealtrace.audit.errors import AuditLogExistsError, AuditWriteError
-from sealtrace.audit.pipeline import DEFAULT_PENDING_BYTES, DEFAULT_PENDING_ITEMS, BackgroundObserver, nbytes_of
+from sealtrace.audit.pipeline import (
+    DEFAULT_PENDING_BYTES,
+    DEFAULT_PENDING_ITEMS,
+    BackgroundObserver,
+    nbytes_of,
+)
 from sealtrace.audit.records import value_digest
 from sealtrace.backends.base import Backend, StepEvent
 from sealtrace.digest import canonical_dtype

@@ -53,14 +53,16 @@ def identify_model(path: str | os.PathLike[str]) -> ModelIdentity:
 
 
 def _container_digest(path: Path) -> str | None:
-    """The digest of a sealed container at ``path``, or None when it is not a container."""
-    try:
-        from sealtrace.container import is_container, read_container  # type: ignore[attr-defined]
-    except ImportError:  # the container package is not part of this build
-        return None
+    """The digest of the sealed container at ``path`` (verified in full), or None for other files.
+
+    A container that fails verification raises its IntegrityError: a log cannot be linked to a
+    container whose bytes no longer match its digest.
+    """
+    from sealtrace.container import is_container, verify_container
+
     if not is_container(path):
         return None
-    return str(read_container(path).digest)
+    return verify_container(path).digest
 
 
 def logged_model_digest(model: dict[str, Any]) -> ModelIdentity | None:

@@ -157,6 +157,11 @@ class AuditRecorder(BackgroundObserver):
         self._digests: dict[str, str | None] = {}
         self._facts: _PlanFacts | None = None
 
+    @property
+    def steps(self) -> int:
+        """Step records written so far (all of them once the run ended)."""
+        return self._steps
+
     # -- StepObserver (executor thread) -------------------------------------------------------
 
     def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None:

@@ -37,7 +37,11 @@ def _summary(array: Any, count: int = 6) -> str:
 @click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE", help="Size of a named dynamic dimension.")
 @click.option("--backend", default="reference", show_default=True, help="reference | onnxruntime")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the outputs to a .npz file.")
-@click.option("--force", is_flag=True, help="Overwrite an existing --out file.")
+@click.option("--audit", "audit_path", type=click.Path(dir_okay=False), metavar="LOG.jsonl", help="Record the run as a hash-chained audit log.")
+@click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N", help="Values of each tensor the audit log shows (default 8).")
+@click.option("--sign-log", "sign_log", type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign the audit log's run digest with this key.")
+@click.option("--capture", "capture_dir", type=click.Path(file_okay=False), metavar="DIR", help="Store every intermediate tensor in DIR (.npy files).")
+@click.option("--force", is_flag=True, help="Overwrite an existing --out file, audit log or capture directory.")
 def run(
     model: str,
     input_files: tuple[str, ...],
@@ -47,9 +51,15 @@ def run(
     dims: tuple[str, ...],
     backend: str,
     out_path: str | None,
+    audit_path: str | None,
+    sample: int | None,
+    sign_log: str | None,
+    capture_dir: str | None,
     force: bool,
 ) -> None:
     """Run MODEL on a backend and print a summary of its outputs."""
+    if (sample is not None or sign_log) and not audit_path:
+        raise InputError("--sample and --sign-log need --audit LOG.jsonl")
     if out_path:
         if Path(out_path).suffix != ".npz":
             raise InputError(f"--out {out_path}: the file name must end in .npz")
@@ -57,7 +67,17 @@ def run(
             raise InputError(f"--out {out_path}: file exists (use --force to overwrite)")
     session = Session(model, backend=backend)
     feeds = gather_feeds(session.plan, input_files, npz_files, random_inputs, seed, dims)
-    outputs = session.run(None, feeds)
+    audit = capture = None
+    if audit_path or capture_dir:
+        # Made before the run: an existing log or capture is refused before any work is done.
+        from sealtrace.audit import DEFAULT_SAMPLE, AuditRecorder, CaptureStore
+
+        if audit_path:
+            sample = DEFAULT_SAMPLE if sample is None else sample
+            audit = AuditRecorder(audit_path, sample=sample, sign_key=sign_log, overwrite=force)
+        if capture_dir:
+            capture = CaptureStore(capture_dir, overwrite=force)
+    outputs = session.run(None, feeds, audit=audit, capture=capture)
     table = Table(title=f"{Path(model).name} on {backend}", title_justify="left")
     for column in ("output", "dtype", "shape", "values"):
         table.add_column(column)
@@ -70,6 +90,10 @@ def run(
         arrays = {n: v for n, v in zip(session.plan.output_names, outputs, strict=True) if isinstance(v, np.ndarray)}
         write_npz_atomically(Path(out_path), arrays)
         click.echo(f"wrote {len(arrays)} output(s) to {out_path}")
+    if audit is not None:
+        click.echo(f"audit log {audit_path}: {audit.steps} step(s), run digest {audit.run_digest}")
+    if capture is not None:
+        click.echo(f"captured {len(capture.entries)} value(s) in {capture_dir}")
 
 
 @app.command()

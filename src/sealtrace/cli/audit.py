@@ -1,0 +1,145 @@
+"""``sealtrace audit verify | audit show`` and ``sealtrace replay`` (record with ``run --audit``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sealtrace.cli import app
+from sealtrace.inputs import load_array, load_npz, parse_assignments
+
+_model = click.option(
+    "--container", "--model", "model", type=click.Path(dir_okay=False), metavar="MODEL.seal",
+    help="The sealed container (or ONNX file) the run used.",
+)  # fmt: skip
+_input = click.option(
+    "--input", "input_files", multiple=True, metavar="NAME=FILE.npy", help="One input of the run, from a .npy file."
+)
+_inputs = click.option(
+    "--inputs", "npz_files", multiple=True, metavar="FILE.npz", help="Inputs of the run from a .npz archive."
+)
+
+
+def _read_inputs(input_files: tuple[str, ...], npz_files: tuple[str, ...]) -> dict[str, Any]:
+    feeds: dict[str, Any] = {}
+    for npz in npz_files:
+        feeds.update(load_npz(npz))
+    for name, path in parse_assignments(input_files, "--input").items():
+        feeds[name] = load_array(path)
+    return feeds
+
+
+@app.group()
+def audit() -> None:
+    """Check and read audit logs (record one with `sealtrace run MODEL --audit LOG.jsonl`)."""
+
+
+@audit.command("verify")
+@click.argument("log", type=click.Path(dir_okay=False))
+@_model
+@_input
+@_inputs
+@click.option("--trust", type=click.Path(dir_okay=False), metavar="KEY.pub", help="Require a valid signature by this key.")
+def verify(log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: str | None) -> None:
+    """Check LOG's hash chain and schema, and its link to a container, inputs and signer.
+
+    Exit 1 names the first bad record (line number and what is wrong).
+    """
+    from sealtrace.audit.verify import verify_log
+
+    feeds = _read_inputs(input_files, npz_files)
+    result = verify_log(log, model=model, inputs=feeds or None, trust=trust)
+    result.raise_if_failed()
+    header = result.header or {}
+    steps = len(result.steps)
+    click.echo(f"verified {log}: {len(result.records)} records, {steps} step(s), run digest {result.run_digest}")
+    if model is not None:
+        click.echo(f"linked to {model}")
+    for name in feeds:
+        click.echo(f"input {name!r} matches the logged digest")
+    if result.signature_valid:
+        click.echo(f"signature valid (key {result.signed_by})")
+    for note in result.notes:
+        click.echo(note)
+    if header and not header["backend"]["per_step"]:
+        click.echo(f"note: backend {header['backend']['name']!r} reports graph outputs only (no step records)")
+
+
+@audit.command("show")
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--limit", type=int, default=None, metavar="N", help="Show the first N step outputs only.")
+def show(log: str, limit: int | None) -> None:
+    """Print LOG's run facts and a table of its steps (op, shapes, digests cut short, stats)."""
+    from sealtrace.audit.log import read_lines
+    from sealtrace.audit.show import format_stats, step_rows
+    from sealtrace.audit.verify import verify_lines
+
+    lines = read_lines(log)
+    result = verify_lines(lines, log)
+    records = [line.record for line in lines if line.record is not None]
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # piped: a table folded to 80 columns is unreadable
+    status = "chain intact" if result.chain_intact else f"NOT VERIFIED: {result.problems[0]}"
+    header = records[0] if records and records[0].get("type") == "header" else None
+    if header is not None:
+        model = header["model"]
+        linked = model.get("container_digest") or model.get("sha256") or "-"
+        console.print(
+            f"run {header['run_id']} started {header['started']} on {header['backend']['name']} "
+            f"{header['backend']['version']}; {model['kind']} {model.get('path') or ''} {linked}; "
+            f"plan {header['plan_digest'][:16]}; {status}",
+            highlight=False,
+        )
+        for entry in header["inputs"]:
+            console.print(
+                f"input {entry['name']}: {entry.get('dtype', entry['kind'])} {entry.get('shape', '')} "
+                f"{(entry['digest'] or '-')[:16]} {format_stats(entry.get('stats'))}",
+                highlight=False,
+            )
+    else:
+        console.print(status, highlight=False)
+    rows = step_rows(records)
+    table = Table(title=f"{log}: {len(rows)} step output(s)", title_justify="left")
+    for column in ("line", "step", "op", "output", "dtype", "shape", "digest", "min .. max, mean"):
+        table.add_column(column, justify="right" if column == "line" else "left", overflow="fold")
+    for row in rows[:limit] if limit is not None else rows:
+        table.add_row(str(row.line), row.step, row.op_type, row.output, row.dtype, row.shape, row.digest, row.stats)
+    console.print(table)
+    footer = records[-1] if records and records[-1].get("type") == "footer" else None
+    if footer is not None:
+        signed = f", signed by key {footer['signature']['key_id']}" if footer.get("signature") else ""
+        console.print(f"{footer['steps']} step(s); run digest {footer['chain_head']}{signed}", highlight=False)
+
+
+@app.command()
+@click.argument("log", type=click.Path(dir_okay=False))
+@_model
+@_input
+@_inputs
+@click.option(
+    "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
+    help="A trusted public key for the container's signature; repeat for several.",
+)  # fmt: skip
+def replay(
+    log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: tuple[str, ...]
+) -> None:
+    """Re-run LOG's run on the reference backend and compare every step's digests with the log.
+
+    Inputs default to the logged ones where the log's sample holds them whole. Exit 1 names the
+    first step whose output differs, with the numeric difference the logged samples show.
+    """
+    from sealtrace.audit.replay import replay_log
+    from sealtrace.errors import InputError
+
+    if model is None:
+        raise InputError("replay needs the model: --container MODEL.seal (or an ONNX file)")
+    options: dict[str, Any] = {"trust": list(trust)} if trust else {}
+    report = replay_log(log, model, _read_inputs(input_files, npz_files), **options)
+    for note in report.notes:
+        click.echo(f"note: {note}")
+    report.raise_if_different()
+    click.echo(f"replay of {log}: {report.summary()}")
