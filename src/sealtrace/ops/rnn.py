@@ -212,6 +212,11 @@ class _Recurrence:
         return tuple(np.ascontiguousarray(v, dtype=self.dtype) for v in (y, *states))
 
 
+def _transposed(matrix: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    # A contiguous R^T makes the per-step matmul (the hot loop) markedly faster than a strided view.
+    return np.ascontiguousarray(np.asarray(matrix, dtype=dtype).T)
+
+
 def _step(mask: np.ndarray | None, new: np.ndarray, old: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(next state, this step's Y row) given which entries are still running."""
     if mask is None:
@@ -256,7 +261,7 @@ def rnn(
     for d in range(len(rec.directions)):
         wb, rb = _split_bias(b, 1, rec.hidden, d, rec.compute)
         xw = rec.project(w[d], wb + rb, d)
-        r_t = np.asarray(r[d], dtype=rec.compute).T
+        r_t = _transposed(r[d], rec.compute)
         f = acts[d][0]
         h = rec.initial[0][d]
         y = np.empty((rec.seq_len, rec.batch, rec.hidden), dtype=rec.compute)
@@ -304,10 +309,9 @@ def gru(
         if linear_before_reset:
             input_bias[2 * n :] = wb[2 * n :]
         xw = rec.project(w[d], input_bias, d)
-        r_all = np.asarray(r[d], dtype=rec.compute)
-        r_zr_t = r_all[: 2 * n].T
-        r_h_t = r_all[2 * n :].T
-        r_all_t = r_all.T
+        r_zr_t = _transposed(r[d][: 2 * n], rec.compute)
+        r_h_t = _transposed(r[d][2 * n :], rec.compute)
+        r_all_t = _transposed(r[d], rec.compute)
         rb_h = rb[2 * n :]
         f, g = acts[d]
         h = rec.initial[0][d]
@@ -364,7 +368,7 @@ def lstm(
     for d in range(len(rec.directions)):
         wb, rb = _split_bias(b, 4, n, d, rec.compute)
         xw = rec.project(w[d], wb + rb, d)
-        r_t = np.asarray(r[d], dtype=rec.compute).T
+        r_t = _transposed(r[d], rec.compute)
         peep = None if p is None else np.asarray(p[d], dtype=rec.compute)
         f, g, h_act = acts[d]
         h = rec.initial[0][d]
