@@ -150,6 +150,9 @@ def test_lstm_peepholes_and_input_forget(input_forget: int) -> None:
 
 ACTIVATIONS = [
     (["Relu"], [], []),
+    (["LeakyRelu"], [], []),  # the defaults: 0.01, (0.2, 0.5), 1.0
+    (["HardSigmoid"], [], []),
+    (["Elu"], [], []),
     (["LeakyRelu"], [0.3], []),
     (["ThresholdedRelu"], [0.2], []),
     (["ScaledTanh"], [0.8], [1.3]),

@@ -19,9 +19,11 @@ from sealtrace.ops.registry import register
 
 Activation = Callable[[np.ndarray], np.ndarray]
 
-# How many alpha/beta values each activation consumes from activation_alpha/activation_beta, and
-# the defaults used when the lists run out: those of the ONNX operator of the same name (the spec's
-# rule). ONNX Runtime consumes the lists the same way, per function that takes a parameter.
+# Whether each activation consumes an alpha/beta from activation_alpha/activation_beta, and the
+# defaults used when the lists run out: those of the ONNX operator of the same name (the spec's
+# rule). ONNX Runtime consumes the lists the same way, per function that takes a parameter, and
+# agrees on the LeakyRelu, HardSigmoid and Elu defaults; for ThresholdedRelu, Affine and ScaledTanh
+# without values it uses 0.
 _PARAMETERS: dict[str, tuple[bool, bool, float, float]] = {
     "relu": (False, False, 0.0, 0.0),
     "tanh": (False, False, 0.0, 0.0),
