@@ -278,10 +278,14 @@ def open_container(source: str | os.PathLike[str] | bytes | bytearray | memoryvi
         raise ContainerFormatError(f"{path}: is a directory, not a container") from None
     except OSError as exc:
         raise ContainerFormatError(f"{path}: cannot read ({exc.strerror})") from None
+    view = memoryview(mapped)
     try:
-        return _parse(memoryview(mapped), str(path), mapped)
+        return _parse(view, str(path), mapped)
     except BaseException:
-        mapped.close()
+        # Release the map now, not when the traceback goes; a view still alive keeps it open.
+        with contextlib.suppress(BufferError):
+            view.release()
+            mapped.close()
         raise
 
 
