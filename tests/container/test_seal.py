@@ -128,7 +128,7 @@ def test_non_raw_storage_round_trips_bit_exact(tmp_path: Path) -> None:
 def test_unplannable_model_is_a_clear_error(tmp_path: Path) -> None:
     model = tiny_model()
     model.graph.node[3].op_type = "NoSuchOp"
-    with pytest.raises(SealingError, match="Plan cannot be built.*NoSuchOp"):
+    with pytest.raises(SealingError, match=r"Plan cannot be built.*NoSuchOp"):
         seal_model(model, tmp_path / "x.seal")
     assert not (tmp_path / "x.seal").exists()
 
