@@ -119,3 +119,71 @@ def test_rotary_embedding(interleaved: int, rotary_dim: int, rank: int) -> None:
     if rank == 3:
         attrs["num_heads"] = heads
     assert_same(*run_both("RotaryEmbedding", feeds, 23, **attrs), rtol=1e-5, atol=1e-6)
+
+
+def _linear_attention_feeds(rule: str, steps: int, per_key_decay: bool = False) -> dict[str, np.ndarray | None]:
+    hq, hkv, dk, dv = 4, 2, 4, 3
+    rng = np.random.default_rng(4)
+    key = rng.standard_normal((B, steps, hkv, dk))
+    key /= np.linalg.norm(key, axis=-1, keepdims=True)  # delta rules expect L2-normalized keys
+    feeds: dict[str, np.ndarray | None] = {
+        "query": rng.standard_normal((B, steps, hq * dk)).astype(np.float32),
+        "key": key.reshape(B, steps, hkv * dk).astype(np.float32),
+        "value": rng.standard_normal((B, steps, hkv * dv)).astype(np.float32),
+        "past_state": rng.standard_normal((B, hkv, dk, dv)).astype(np.float32),
+        "decay": None,
+        "beta": None,
+    }
+    if rule in ("gated", "gated_delta"):
+        width = hkv * dk if per_key_decay else hkv
+        feeds["decay"] = -rng.uniform(0.01, 0.5, (B, steps, width)).astype(np.float32)
+    if rule in ("delta", "gated_delta"):
+        feeds["beta"] = rng.uniform(0.1, 0.9, (B, steps, hkv)).astype(np.float32)
+    return feeds
+
+
+def _linear_attention_naive(feeds: dict[str, np.ndarray | None], rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """The spec's recurrence, one (batch, head, token) at a time."""
+    q, k, v, s0 = (np.asarray(feeds[n], np.float64) for n in ("query", "key", "value", "past_state"))
+    hq, hkv, dk, dv = 4, 2, 4, 3
+    steps = q.shape[1]
+    out = np.zeros((B, steps, hq, dv))
+    state = s0.copy()
+    for b in range(B):
+        for h in range(hkv):
+            s = state[b, h]
+            for t in range(steps):
+                kt, vt = k[b, t, h * dk : (h + 1) * dk], v[b, t, h * dv : (h + 1) * dv]
+                if feeds["decay"] is not None:
+                    g = np.asarray(feeds["decay"], np.float64)[b, t]
+                    s = s * np.exp(np.atleast_1d(g[h] if g.size == hkv else g[h * dk : (h + 1) * dk]))[:, None]
+                if feeds["beta"] is not None:
+                    vt = np.asarray(feeds["beta"], np.float64)[b, t, h] * (vt - s.T @ kt)
+                s = s + np.outer(kt, vt)
+                for g_idx in range(hq // hkv):
+                    head = h * (hq // hkv) + g_idx
+                    out[b, t, head] = (q[b, t, head * dk : (head + 1) * dk] @ s) / np.sqrt(dk)
+            state[b, h] = s
+    return out.reshape(B, steps, hq * dv), state
+
+
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+def test_linear_attention_matches_recurrence(rule: str) -> None:
+    feeds = _linear_attention_feeds(rule, steps=5, per_key_decay=rule == "gated")
+    output, present = run_ours("LinearAttention", feeds, 27, n_outputs=2, q_num_heads=4, kv_num_heads=2, update_rule=rule)
+    want_output, want_state = _linear_attention_naive(feeds, rule)
+    np.testing.assert_allclose(output, want_output, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(present, want_state, rtol=1e-4, atol=1e-5)
+
+
+def test_linear_attention_state_carries_across_calls() -> None:
+    feeds = _linear_attention_feeds("gated_delta", steps=6)
+    attrs: dict[str, Any] = {"q_num_heads": 4, "kv_num_heads": 2}
+    whole, final = run_ours("LinearAttention", feeds, 27, n_outputs=2, **attrs)
+    first = {n: (v[:, :3] if v is not None and n != "past_state" else v) for n, v in feeds.items()}
+    head, state = run_ours("LinearAttention", first, 27, n_outputs=2, **attrs)
+    second = {n: (v[:, 3:] if v is not None and n != "past_state" else v) for n, v in feeds.items()}
+    second["past_state"] = state
+    tail, state = run_ours("LinearAttention", second, 27, n_outputs=2, **attrs)
+    np.testing.assert_allclose(np.concatenate([head, tail], axis=1), whole, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(state, final, rtol=1e-5, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Attention (opset 23/24/25) and RotaryEmbedding (opset 23).
+"""Attention (opset 23/24/25), RotaryEmbedding (opset 23) and LinearAttention (opset 27).
 
 Scores and softmax run in float32 for float16/bfloat16/float32 inputs (float64 stays float64);
 outputs are cast back to the query's dtype once. Grouped-query attention is computed by
@@ -292,3 +292,68 @@ def rotary_embedding(
         out[..., : dim // 2], out[..., dim // 2 : dim] = real, imag
     out = out.reshape(x.shape) if x.ndim == 3 else out.transpose(0, 2, 1, 3)
     return out.astype(x.dtype)
+
+
+@register("LinearAttention", 27)
+def linear_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    past_state: Array | None = None,
+    decay: Array | None = None,
+    beta: Array | None = None,
+    *,
+    chunk_size: int,
+    kv_num_heads: int,
+    q_num_heads: int,
+    scale: float,
+    update_rule: str,
+) -> tuple[Array, Array]:
+    """ONNX LinearAttention v27: linear/gated/delta/gated_delta recurrences; outputs (output, present_state).
+
+    The recurrence runs token by token (``chunk_size`` is only a tuning hint for chunked kernels).
+    """
+    if update_rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise ValueError(f"unknown LinearAttention update_rule {update_rule!r}")
+    if q_num_heads <= 0 or kv_num_heads <= 0 or q_num_heads % kv_num_heads:
+        raise ValueError(f"q_num_heads ({q_num_heads}) must be a positive multiple of kv_num_heads ({kv_num_heads})")
+    gated = update_rule in ("gated", "gated_delta")
+    delta = update_rule in ("delta", "gated_delta")
+    if gated != (decay is not None) or delta != (beta is not None):
+        raise ValueError(f"update_rule {update_rule!r}: decay is {'required' if gated else 'forbidden'}, "
+                         f"beta is {'required' if delta else 'forbidden'}")  # fmt: skip
+    work = _work_dtype(query.dtype) if query.dtype.kind != "V" else np.dtype(np.float32)
+    batch, steps, _ = query.shape
+    d_k = query.shape[-1] // q_num_heads
+    d_v = value.shape[-1] // kv_num_heads
+    group = q_num_heads // kv_num_heads
+    q4 = _split_heads(query, q_num_heads).astype(work)
+    k4 = _split_heads(key, kv_num_heads).astype(work)
+    v4 = _split_heads(value, kv_num_heads).astype(work)
+    if decay is not None:
+        # Log-decay per head (B, T, H) or per key dimension (B, T, H * d_k) -> (B, H, T, 1 or d_k).
+        gate = np.exp(_split_heads(decay, kv_num_heads).astype(work))
+    if beta is not None:  # (B, T, H) or (B, T, 1) -> (B, H or 1, T, 1)
+        rate = beta.reshape(batch, steps, beta.shape[-1], 1).transpose(0, 2, 1, 3).astype(work)
+    if past_state is not None:
+        state = past_state.astype(work, copy=True)
+        state_dtype = past_state.dtype
+    else:
+        state = np.zeros((batch, kv_num_heads, d_k, d_v), dtype=work)
+        state_dtype = query.dtype
+    factor = work.type(scale if scale else 1 / np.sqrt(d_k))
+    out = np.empty((batch, q_num_heads, steps, d_v), dtype=work)
+    for t in range(steps):  # the recurrence is sequential in time
+        k_t, v_t = k4[:, :, t], v4[:, :, t]
+        if decay is not None:
+            state *= gate[:, :, t, :, None]
+        if beta is not None:
+            # v_t <- beta_t * (v_t - S^T k_t), with S already decayed for gated_delta.
+            retrieved = np.matmul(k_t[:, :, None, :], state)[:, :, 0]
+            v_t = rate[:, :, t] * (v_t - retrieved)
+        state += k_t[:, :, :, None] * v_t[:, :, None, :]
+        # GQA read: query heads (kv_heads, group) share their kv head's state.
+        q_t = q4[:, :, t].reshape(batch, kv_num_heads, group, d_k)
+        out[:, :, t] = np.matmul(q_t, state).reshape(batch, q_num_heads, d_v) * factor
+    output = out.transpose(0, 2, 1, 3).reshape(batch, steps, q_num_heads * d_v)
+    return output.astype(query.dtype), state.astype(state_dtype)
