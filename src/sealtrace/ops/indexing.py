@@ -65,9 +65,9 @@ def _slice(
         else:
             # Backward: start is clamped to [0, dim-1] and end to [-1, dim-1], where -1 means
             # 'past the front' (which a Python slice can only say with None).
-            start = min(start, dim - 1)
+            start = min(max(start, 0), dim - 1)
             end = min(max(end, -1), dim - 1)
-            if start < 0:
+            if dim == 0:
                 index[axis] = slice(0, 0)
             else:
                 index[axis] = slice(start, None if end < 0 else end, step)
