@@ -200,10 +200,7 @@ class _Recurrence:
 
     def outputs(self, ys: list[np.ndarray], finals: Sequence[list[np.ndarray]]) -> tuple[np.ndarray, ...]:
         """Y [seq, dirs, batch, hidden] and the final states, in the op's layout and dtype."""
-        if ys:
-            y = np.stack(ys, axis=1)
-        else:
-            y = np.zeros((self.seq_len, 0, self.batch, self.hidden), dtype=self.compute)
+        y = np.stack(ys, axis=1)
         states = [np.stack(f, axis=0) for f in finals]
         if self.lengths is not None and np.any(self.lengths == 0):
             # ONNX Runtime reports zero final states (not the initial ones) for empty entries.
