@@ -102,7 +102,6 @@ def main() -> None:
         return
     sys.path.insert(0, str(HERE))
     from machine import facts_markdown
-
     from sealtrace import zoo
 
     keys = args.models.split(",") if args.models else [m.key for m in zoo.MODELS] + ["acasxu"]

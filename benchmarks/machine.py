@@ -25,7 +25,7 @@ def machine_facts() -> dict[str, str]:
         config = np.show_config(mode="dicts")
         info = config["Build Dependencies"]["blas"]
         blas = f"{info.get('name')} {info.get('version')}"
-    except Exception:  # noqa: BLE001 - numpy's config layout varies by version
+    except Exception:
         pass
     facts = {
         "cpu": cpu,

@@ -37,7 +37,7 @@ def tensor_bytes(array: np.ndarray) -> bytes | memoryview:
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
     array = np.ascontiguousarray(array)
-    return memoryview(array).cast("B") if array.size else b""
+    return array.tobytes() if not array.size else memoryview(array).cast("B")  # type: ignore[arg-type]
 
 
 def tensor_digest(array: np.ndarray) -> str:

@@ -83,7 +83,7 @@ def image_tensor(
 
     resized = Image.fromarray(image(name)).resize((width, height), Image.Resampling.BILINEAR)
     x = np.asarray(resized, dtype=np.float32) / 255.0
-    x = (x - np.asarray(mean, dtype=np.float32)) / np.asarray(std, dtype=np.float32)
+    x = np.asarray((x - np.asarray(mean, dtype=np.float32)) / np.asarray(std, dtype=np.float32), dtype=np.float32)
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None]).astype(np.float32)
 
 

@@ -37,10 +37,10 @@ class ReferenceBackend:
         return result
 
 
-class _StepContext:
+class StepContext:
     """The KernelContext handed to control-flow kernels."""
 
-    __slots__ = ("_env", "_observers", "_path", "_step", "_calls")
+    __slots__ = ("_calls", "_env", "_observers", "_path", "_step")
 
     def __init__(
         self, env: dict[str, Any], observers: Sequence[StepObserver], path: tuple[str, ...], step: Step
@@ -69,7 +69,7 @@ class _StepContext:
         self._calls[name] = call + 1
         outer = {c: self._env[c] for c in plan.captures}
         outer.update(zip(plan.input_names, feeds, strict=False))
-        return execute(plan, outer, self._observers, self._path + (self._step.name, name, str(call)))
+        return execute(plan, outer, self._observers, (*self._path, self._step.name, name, str(call)))
 
 
 def execute(
@@ -85,13 +85,13 @@ def execute(
         args = [env[name] if name else None for name in step.inputs]
         try:
             if step.kernel.context:
-                result = step.kernel.fn(_StepContext(env, observers, path, step), *args, **step.attributes)
+                result = step.kernel.fn(StepContext(env, observers, path, step), *args, **step.attributes)
             else:
                 result = step.kernel.fn(*args, **step.attributes)
         except SealtraceError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any kernel failure is reported with its step
-            where = "/".join(path + (step.name,))
+        except Exception as exc:
+            where = "/".join((*path, step.name))
             raise KernelError(
                 f"step {step.index} {where!r} ({step.op_type}) failed: {type(exc).__name__}: {exc}"
             ) from exc

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
+    except Exception as exc:
         click.echo(f"sealtrace: internal error: {type(exc).__name__}: {_one_line(str(exc))}", err=True)
         return EXIT_INTERNAL
     return 0

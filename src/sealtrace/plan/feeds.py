@@ -45,12 +45,14 @@ def _check_value(info: ValueInfo, value: Any) -> str | None:
             return f"expected a sequence (list of arrays), got {type(value).__name__}"
         return None
     if info.kind == "optional":
-        return None if value is None else _check_value(ValueInfo(info.name, "tensor", info.dtype, info.shape), value) if isinstance(value, np.ndarray) else None
+        if isinstance(value, np.ndarray):
+            return _check_value(ValueInfo(info.name, "tensor", info.dtype, info.shape), value)
+        return None
     if not isinstance(value, np.ndarray):
         return f"expected a numpy array, got {type(value).__name__}"
-    if info.dtype is not None and value.dtype != info.dtype:
-        if not (info.dtype.kind == "O" and value.dtype.kind in "OUS"):
-            return f"dtype {value.dtype} does not match the model's {info.dtype}"
+    strings = info.dtype is not None and info.dtype.kind == "O" and value.dtype.kind in "OUS"
+    if info.dtype is not None and value.dtype != info.dtype and not strings:
+        return f"dtype {value.dtype} does not match the model's {info.dtype}"
     if info.shape is not None:
         if value.ndim != len(info.shape):
             return f"shape {list(value.shape)} has rank {value.ndim}; the model expects {info.describe()}"

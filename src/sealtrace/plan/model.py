@@ -77,6 +77,9 @@ class Step:
     output_info: tuple[ValueInfo | None, ...]
     # Values the step's subgraphs read from enclosing scopes; they count as uses of this step.
     implicit_inputs: tuple[str, ...] = ()
+    # The ONNX node the step came from, for backends that rebuild single-node models (not hashed:
+    # the canonical form already covers everything in it).
+    node: Any = field(default=None, repr=False, compare=False)
 
     @property
     def subgraphs(self) -> dict[str, Plan]:
@@ -139,7 +142,7 @@ class Plan:
         for step in self.steps:
             found.append((path, step))
             for attr, sub in step.subgraphs.items():
-                found.extend(sub.walk(path + (step.name, attr)))
+                found.extend(sub.walk((*path, step.name, attr)))
         return found
 
     def canonical(self) -> dict[str, Any]:

@@ -1,0 +1,100 @@
+"""``sealtrace parity``: compare every step of a model on two backends."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sealtrace.cli import app
+from sealtrace.errors import CheckFailedError, InputError
+from sealtrace.inputs import gather_feeds
+from sealtrace.parity import Tolerance, ToleranceTable, check_parity
+from sealtrace.parity.report import FORMATS, _fmt, write_report
+from sealtrace.plan import build_plan
+
+
+@app.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--backends", default="reference,onnxruntime", show_default=True, metavar="A,B")
+@click.option("--input", "input_files", multiple=True, metavar="NAME=FILE.npy", help="One input from a .npy file.")
+@click.option("--inputs", "npz_files", multiple=True, metavar="FILE.npz", help="Inputs from a .npz archive.")
+@click.option("--random-inputs", is_flag=True, help="Draw inputs not given by file at random.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE", help="Size of a named dynamic dimension.")
+@click.option("--atol", type=float, default=None, help=f"Absolute tolerance (default {Tolerance().atol:g}).")
+@click.option("--rtol", type=float, default=None, help=f"Relative tolerance (default {Tolerance().rtol:g}).")
+@click.option("--tolerance-file", type=click.Path(dir_okay=False), help="TOML/JSON: default, per-op, per-value.")
+@click.option("--report", "reports", multiple=True, metavar="OUT.json|.md|.html", help="Write a report (repeatable).")
+@click.option("--optimized", is_flag=True, help="ONNX Runtime with graph optimizations: graph outputs only.")
+@click.option("--no-local", is_flag=True, help="Skip the per-step local error re-runs.")
+@click.option("--force", is_flag=True, help="Overwrite existing report files.")
+def parity(
+    model: str,
+    backends: str,
+    input_files: tuple[str, ...],
+    npz_files: tuple[str, ...],
+    random_inputs: bool,
+    seed: int,
+    dims: tuple[str, ...],
+    atol: float | None,
+    rtol: float | None,
+    tolerance_file: str | None,
+    reports: tuple[str, ...],
+    optimized: bool,
+    no_local: bool,
+    force: bool,
+) -> None:
+    """Run MODEL on two backends and compare every step; name where drift starts and is born.
+
+    Exit 0 when every value is within tolerance, 1 when not, 2 for bad input.
+    """
+    names = [b.strip() for b in backends.split(",") if b.strip()]
+    if len(names) != 2:
+        raise InputError(f"--backends {backends}: give exactly two, e.g. reference,onnxruntime")
+    if tolerance_file and (atol is not None or rtol is not None):
+        raise InputError("give either --atol/--rtol or --tolerance-file, not both")
+    for path in reports:
+        if not path.endswith(FORMATS):
+            raise InputError(f"--report {path}: the file name must end in {', '.join(FORMATS)}")
+    if tolerance_file:
+        table = ToleranceTable.load(tolerance_file)
+    else:
+        default = Tolerance()
+        table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
+    plan = build_plan(model)
+    feeds = gather_feeds(plan, input_files, npz_files, random_inputs, seed, dims)
+    report = check_parity(plan, feeds, names, table, local=not no_local, optimized=optimized)
+    for path in reports:
+        write_report(report, path, overwrite=force)
+    console = Console()
+    origin = report.drift_origin
+    console.print(
+        f"{len(report.steps)} steps compared ({names[0]} vs {names[1]}), "
+        f"{len(report.exceeding)} over tolerance (atol {table.default.atol:g}, rtol {table.default.rtol:g})"
+    )
+    if origin is not None:
+        console.print(f"drift origin: #{origin.position} {origin.name} ({origin.op_type}), {origin.status}", markup=False)
+        for step in report.born_here[:5]:
+            console.print(f"born here: #{step.position} {step.name} ({step.op_type})", markup=False)
+        for step in report.steps:
+            if step.layout is not None:
+                console.print(f"layout: {step.name} matches after permuting axes {list(step.layout)}", markup=False)
+    worst = sorted((s for s in report.steps if s.worst is not None), key=lambda s: -s.worst.max_abs)[:5]  # type: ignore[union-attr]
+    if worst:
+        table_out = Table(title="largest differences", title_justify="left")
+        for column in ("#", "step", "op", "status", "max abs", "max rel", "max ulp"):
+            table_out.add_column(column)
+        for s in worst:
+            w = s.worst
+            assert w is not None
+            table_out.add_row(str(s.position), s.name, s.op_type, s.status, _fmt(w.max_abs), _fmt(w.max_rel),
+                              "-" if w.max_ulp is None else str(w.max_ulp))
+        console.print(table_out)
+    for path in reports:
+        console.print(f"wrote {path}")
+    if not report.passed:
+        raise CheckFailedError(
+            f"{len(report.exceeding)} step(s) exceed tolerance"
+            + (f"; drift starts at {origin.name} ({origin.op_type})" if origin else "; graph outputs differ")
+        )

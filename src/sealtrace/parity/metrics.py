@@ -1,0 +1,245 @@
+"""How far apart two values are: the metrics every parity and diff report uses."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sealtrace.errors import InputError
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Allowed difference: |a - b| <= atol + rtol * |b| elementwise (numpy.allclose's rule)."""
+
+    atol: float = 1e-4
+    rtol: float = 1e-3
+
+    def to_json(self) -> dict[str, float]:
+        return {"atol": self.atol, "rtol": self.rtol}
+
+
+@dataclass(frozen=True)
+class ToleranceTable:
+    """A default tolerance with overrides per op type and per value name (value beats op)."""
+
+    default: Tolerance = field(default_factory=Tolerance)
+    ops: dict[str, Tolerance] = field(default_factory=dict)
+    values: dict[str, Tolerance] = field(default_factory=dict)
+
+    def for_value(self, op_type: str, name: str) -> Tolerance:
+        return self.values.get(name) or self.ops.get(op_type) or self.default
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "default": self.default.to_json(),
+            "ops": {k: v.to_json() for k, v in sorted(self.ops.items())},
+            "values": {k: v.to_json() for k, v in sorted(self.values.items())},
+        }
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ToleranceTable:
+        """Read a .toml or .json file: ``[default]`` atol/rtol, ``[ops.Conv]``, ``[values."name"]``."""
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{file}: cannot read tolerance file ({exc.strerror})") from None
+        try:
+            data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
+        except (ValueError, tomllib.TOMLDecodeError) as exc:
+            raise InputError(f"{file}: not valid {'JSON' if file.suffix == '.json' else 'TOML'} ({exc})") from None
+        unknown = set(data) - {"default", "ops", "values"}
+        if unknown:
+            raise InputError(f"{file}: unknown section(s) {', '.join(sorted(unknown))}")
+
+        def tol(entry: Any, where: str) -> Tolerance:
+            if not isinstance(entry, dict) or set(entry) - {"atol", "rtol"}:
+                raise InputError(f"{file}: {where} must have only 'atol' and 'rtol'")
+            try:
+                values = {k: float(v) for k, v in entry.items()}
+            except (TypeError, ValueError):
+                raise InputError(f"{file}: {where}: atol and rtol must be numbers") from None
+            if any(v < 0 or math.isnan(v) for v in values.values()):
+                raise InputError(f"{file}: {where}: tolerances must be non-negative")
+            return Tolerance(**values)
+
+        default = tol(data.get("default", {}), "[default]")
+        ops = {k: tol(v, f"[ops.{k}]") for k, v in data.get("ops", {}).items()}
+        values = {k: tol(v, f"[values.{k}]") for k, v in data.get("values", {}).items()}
+        return cls(default, ops, values)
+
+
+@dataclass(frozen=True)
+class ValueDiff:
+    """The difference between one value on backend A and the same value on backend B."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...] | None
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    max_rel: float = 0.0
+    max_ulp: int | None = None
+    cosine: float | None = None
+    nan_mismatch: int = 0
+    inf_mismatch: int = 0
+    shape_mismatch: str | None = None
+    dtype_mismatch: str | None = None
+    exceeds: bool = False
+    layout: tuple[int, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": None if self.shape is None else list(self.shape),
+            "max_abs": _finite(self.max_abs),
+            "mean_abs": _finite(self.mean_abs),
+            "max_rel": _finite(self.max_rel),
+            "max_ulp": self.max_ulp,
+            "cosine": None if self.cosine is None else _finite(self.cosine),
+            "nan_mismatch": self.nan_mismatch,
+            "inf_mismatch": self.inf_mismatch,
+            "shape_mismatch": self.shape_mismatch,
+            "dtype_mismatch": self.dtype_mismatch,
+            "exceeds": self.exceeds,
+            "layout": None if self.layout is None else list(self.layout),
+        }
+
+
+def _finite(x: float) -> float | str:
+    # JSON has no inf/nan; spell them so the report stays valid JSON.
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+_ULP_INT: dict[int, type[np.signedinteger[Any]]] = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:
+    """Largest number of representable floats between a and b, elementwise (NaNs ignored)."""
+    itype = _ULP_INT.get(a.dtype.itemsize)
+    if itype is None or a.dtype.kind != "f":
+        return 0
+    ia = a.view(itype).astype(np.int64)
+    ib = b.view(itype).astype(np.int64)
+    # Map sign-magnitude to a monotonic integer line so -0.0 and +0.0 are neighbours.
+    low = np.int64(np.iinfo(itype).min)
+    ia = np.where(ia < 0, low - ia, ia)
+    ib = np.where(ib < 0, low - ib, ib)
+    finite = np.isfinite(a) & np.isfinite(b)
+    if not finite.any():
+        return 0
+    return int(np.abs(ia[finite] - ib[finite]).max())
+
+
+def compare_values(name: str, a: Any, b: Any, tol: Tolerance) -> ValueDiff:
+    """Compare value ``a`` (backend A) with ``b`` (backend B); sequences compare element by element."""
+    if isinstance(a, list) or isinstance(b, list):
+        return _compare_sequences(name, a, b, tol)
+    if a is None or b is None:
+        exceeds = (a is None) != (b is None)
+        return ValueDiff(name, "none", None, exceeds=exceeds, shape_mismatch="missing on one side" if exceeds else None)
+    a = np.asarray(a)
+    b = np.asarray(b)
+    dtype = str(a.dtype)
+    if a.dtype != b.dtype:
+        return ValueDiff(name, dtype, a.shape, dtype_mismatch=f"{a.dtype} vs {b.dtype}", exceeds=True)
+    if a.shape != b.shape:
+        from sealtrace.parity.layout import find_permutation
+
+        layout = find_permutation(a, b, tol)
+        return ValueDiff(
+            name, dtype, a.shape, shape_mismatch=f"{list(a.shape)} vs {list(b.shape)}", exceeds=True, layout=layout
+        )
+    if a.dtype.kind not in "fc" and a.dtype.kind != "V":
+        if a.dtype.kind in "iub":
+            diff = np.abs(a.astype(np.float64) - b.astype(np.float64)) if a.size else np.zeros(0)
+            max_abs = float(diff.max()) if diff.size else 0.0
+            return ValueDiff(name, dtype, a.shape, max_abs=max_abs, mean_abs=float(diff.mean()) if diff.size else 0.0,
+                             max_ulp=None, exceeds=max_abs > 0)
+        equal = bool(np.array_equal(a, b))
+        return ValueDiff(name, dtype, a.shape, exceeds=not equal, max_abs=0.0 if equal else math.inf)
+    return _compare_floats(name, a, b, tol)
+
+
+def _compare_floats(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> ValueDiff:
+    if a.size and np.array_equal(a, b, equal_nan=True):
+        # Bit-for-bit equal is the common case for shape and indexing steps: skip the arithmetic.
+        return ValueDiff(name, str(a.dtype), a.shape, max_ulp=0 if a.dtype.kind == "f" else None, cosine=1.0)
+    a64 = a.astype(np.float64).reshape(-1)
+    b64 = b.astype(np.float64).reshape(-1)
+    if a.dtype.kind == "c":
+        a64, b64 = np.abs(a64), np.abs(b64)
+    finite_a, finite_b = np.isfinite(a64), np.isfinite(b64)
+    nan_mismatch = inf_mismatch = 0
+    if not (finite_a.all() and finite_b.all()):
+        nan_mismatch = int(np.count_nonzero(np.isnan(a64) != np.isnan(b64)))
+        inf_a, inf_b = np.isinf(a64), np.isinf(b64)
+        inf_mismatch = int(np.count_nonzero((inf_a != inf_b) | (inf_a & inf_b & (np.sign(a64) != np.sign(b64)))))
+        finite = finite_a & finite_b
+        a64, b64 = a64[finite], b64[finite]
+    if a64.size == 0:
+        return ValueDiff(name, str(a.dtype), a.shape, nan_mismatch=nan_mismatch, inf_mismatch=inf_mismatch,
+                         exceeds=bool(nan_mismatch or inf_mismatch))
+    diff = np.abs(a64 - b64)
+    max_abs = float(diff.max())
+    scale = np.abs(b64)
+    exceeds = bool(nan_mismatch or inf_mismatch or (diff > tol.atol + tol.rtol * scale).any())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = diff / scale
+    rel[scale == 0] = 0.0
+    rel[(scale == 0) & (diff > 0)] = np.inf
+    norm = float(np.sqrt(np.dot(a64, a64) * np.dot(b64, b64)))
+    cosine = float(np.dot(a64, b64) / norm) if norm > 0 else (1.0 if max_abs == 0 else 0.0)
+    layout = None
+    # A flipped layout scrambles values (cosine far from 1); rounding noise does not. Only the
+    # former is worth the permutation search.
+    if exceeds and cosine < 0.999:
+        from sealtrace.parity.layout import find_permutation
+
+        layout = find_permutation(a, b, tol)
+    return ValueDiff(
+        name,
+        str(a.dtype),
+        a.shape,
+        max_abs=max_abs,
+        mean_abs=float(diff.mean()),
+        max_rel=float(rel.max()),
+        max_ulp=ulp_distance(a, b) if a.dtype.kind == "f" else None,
+        cosine=cosine,
+        nan_mismatch=nan_mismatch,
+        inf_mismatch=inf_mismatch,
+        exceeds=exceeds,
+        layout=layout,
+    )
+
+
+def _compare_sequences(name: str, a: Any, b: Any, tol: Tolerance) -> ValueDiff:
+    if not (isinstance(a, list) and isinstance(b, list)):
+        return ValueDiff(name, "sequence", None, exceeds=True, shape_mismatch="sequence on one side only")
+    if len(a) != len(b):
+        return ValueDiff(name, "sequence", None, exceeds=True, shape_mismatch=f"length {len(a)} vs {len(b)}")
+    worst = ValueDiff(name, "sequence", (len(a),))
+    for x, y in zip(a, b, strict=True):
+        d = compare_values(name, x, y, tol)
+        if d.exceeds or d.max_abs > worst.max_abs:
+            worst = ValueDiff(name, "sequence", (len(a),), max_abs=d.max_abs, mean_abs=d.mean_abs,
+                              max_rel=d.max_rel, max_ulp=d.max_ulp, cosine=d.cosine, exceeds=worst.exceeds or d.exceeds)
+    return worst
+
+
+def within(a: np.ndarray, b: np.ndarray, tol: Tolerance) -> bool:
+    """True when a and b have one shape and agree within ``tol`` (NaNs equal)."""
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=tol.atol, rtol=tol.rtol, equal_nan=True))

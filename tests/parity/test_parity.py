@@ -1,0 +1,212 @@
+"""Per-op parity: metrics, drift origin, born-here vs inherited, layout flips, reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sealtrace import build_plan, zoo
+from sealtrace.backends.base import StepObserver
+from sealtrace.backends.reference import ReferenceBackend
+from sealtrace.cli import main
+from sealtrace.ops.registry import Kernel
+from sealtrace.parity import Tolerance, ToleranceTable, check_parity, compare_values
+from sealtrace.parity.metrics import ulp_distance
+from sealtrace.parity.report import report_html, report_json, report_markdown
+from sealtrace.plan import Plan
+from tests.conftest import make_model, require_material
+
+
+class AlteredBackend(ReferenceBackend):
+    """The reference backend with one step's kernel replaced: a stand-in for a faulty runtime."""
+
+    name = "altered"
+
+    def __init__(self, step_name: str, alter: Callable[[Any], Any]) -> None:
+        self.step_name = step_name
+        self.alter = alter
+
+    def run(self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver] = ()) -> dict[str, Any]:
+        steps = []
+        for step in plan.steps:
+            if step.name == self.step_name:
+                original = step.kernel.fn
+
+                def wrong(*args: Any, _fn: Callable[..., Any] = original, **kwargs: Any) -> Any:
+                    return self.alter(_fn(*args, **kwargs))
+
+                step = dataclasses.replace(step, kernel=Kernel(step.domain, step.op_type, step.since_version, wrong, False))
+            steps.append(step)
+        return super().run(dataclasses.replace(plan, steps=tuple(steps)), feeds, observers)
+
+
+def conv_net() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w1"),
+        numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.3, "w2"),
+        numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype(np.float32) * 0.3, "w3"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], name="conv3"),
+        helper.make_node("Sigmoid", ["c3"], ["y"], name="sigmoid"),
+    ]
+    return make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        weights,
+    )
+
+
+FEEDS = {"x": np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+
+
+def test_reference_and_onnxruntime_agree_on_a_conv_net() -> None:
+    report = check_parity(conv_net(), FEEDS)
+    assert report.passed and report.drift_origin is None
+    assert [s.op_type for s in report.steps] == ["Conv", "Relu", "Conv", "Relu", "Conv", "Sigmoid"]
+    assert all(s.status == "ok" and s.local is not None for s in report.steps)
+
+
+def test_injected_fault_is_the_drift_origin_and_born_there() -> None:
+    faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
+    report = check_parity(conv_net(), FEEDS, ["reference", faulty])
+    assert not report.passed
+    origin = report.drift_origin
+    assert origin is not None and origin.name == "conv2"
+    assert [s.name for s in report.born_here] == ["conv2"]
+    statuses = {s.name: s.status for s in report.steps}
+    assert statuses["conv1"] == statuses["relu1"] == "ok"
+    assert statuses["conv2"] == "born-here"
+    assert statuses["relu2"] == statuses["conv3"] == statuses["sigmoid"] == "inherited"
+
+
+@pytest.mark.slow
+def test_injected_fault_in_a_real_model() -> None:
+    real = zoo.model("ppocr-cls")
+    path = require_material(lambda: real.path)
+    plan = build_plan(path)
+    convs = [s.name for s in plan.steps if s.op_type == "Conv"]
+    target = convs[len(convs) // 2]
+    faulty = AlteredBackend(target, lambda y: y * np.float32(1.01))
+    report = check_parity(plan, real.inputs(), ["reference", faulty])
+    assert report.drift_origin is not None and report.drift_origin.name == target
+    assert report.born_here[0].name == target
+    after = [s for s in report.steps if s.position > report.drift_origin.position and s.exceeds]
+    assert after and all(s.status in ("inherited", "born-here") for s in after)
+    assert sum(1 for s in after if s.status == "inherited") >= len(after) // 2
+
+
+def test_layout_flip_is_reported() -> None:
+    # The faulty runtime hands back the last step's output in NHWC order instead of NCHW.
+    flipped = AlteredBackend("sigmoid", lambda y: np.ascontiguousarray(y.transpose(0, 2, 3, 1)))
+    report = check_parity(conv_net(), FEEDS, ["reference", flipped], local=False)
+    last = report.steps[-1]
+    assert last.name == "sigmoid" and last.exceeds
+    assert last.layout == (0, 3, 1, 2)
+    assert report.drift_origin is last
+    assert "permuting axes [0, 3, 1, 2]" in report_markdown(report)
+    # Same shape, scrambled by a flip (e.g. a square NCHW tensor read as NHWC) is found as well.
+    x = np.random.default_rng(3).standard_normal((1, 6, 6, 6)).astype(np.float32)
+    diff = compare_values("v", x, np.ascontiguousarray(x.transpose(0, 2, 3, 1)), Tolerance())
+    assert diff.exceeds and diff.layout == (0, 3, 1, 2)
+
+
+def test_metrics() -> None:
+    a = np.array([1.0, 2.0, np.nan, np.inf], np.float32)
+    b = np.array([1.0, 2.0 + 2.0**-22, np.nan, -np.inf], np.float32)
+    d = compare_values("v", a, b, Tolerance(0, 0))
+    assert d.inf_mismatch == 1 and d.nan_mismatch == 0 and d.exceeds
+    assert d.max_ulp == 1
+    assert ulp_distance(np.float32([0.0]), np.float32([-0.0])) == 0
+    assert compare_values("v", np.int64([1, 2]), np.int64([1, 3]), Tolerance()).exceeds
+    assert compare_values("v", np.float32([1]), np.float64([1]), Tolerance()).dtype_mismatch
+    exact = compare_values("v", np.float32([1, 2]), np.float32([1, 2]), Tolerance(0, 0))
+    assert not exact.exceeds and exact.max_abs == 0 and exact.cosine == 1.0
+
+
+def test_tolerance_file(tmp_path: Path) -> None:
+    path = tmp_path / "tol.toml"
+    path.write_text('[default]\natol = 1e-3\nrtol = 0\n[ops.Sigmoid]\natol = 0.5\n[values."c2"]\natol = 1\nrtol = 0\n')
+    table = ToleranceTable.load(path)
+    assert table.for_value("Conv", "c1") == Tolerance(1e-3, 0.0)
+    assert table.for_value("Sigmoid", "y").atol == 0.5
+    assert table.for_value("Conv", "c2").atol == 1.0
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[default]\natol = -1\n")
+    with pytest.raises(Exception, match="non-negative"):
+        ToleranceTable.load(bad)
+
+
+def test_reports_are_stable_and_complete(tmp_path: Path) -> None:
+    faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
+    first = report_json(check_parity(conv_net(), FEEDS, ["reference", faulty]))
+    second = report_json(check_parity(conv_net(), FEEDS, ["reference", faulty]))
+    assert first == second
+    data = json.loads(first)
+    assert data["format"] == "sealtrace.parity.v1"
+    assert data["summary"]["drift_origin"]["name"] == "conv2"
+    report = check_parity(conv_net(), FEEDS, ["reference", faulty])
+    md = report_markdown(report)
+    assert "drift origin: #2 `conv2` (Conv)" in md and "| 2 | `conv2` | Conv | born-here |" in md
+    page = report_html(report)
+    assert "<svg" in page and "drift origin" in page and "<script" not in page and "http" not in page.split("<svg")[0]
+
+
+def test_cli_parity_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "net.onnx"
+    onnx.save(conv_net(), model)
+    out = tmp_path / "r.json"
+    assert main(["parity", str(model), "--random-inputs", "--report", str(out)]) == 0
+    assert json.loads(out.read_text())["summary"]["passed"] is True
+    assert main(["parity", str(model), "--random-inputs", "--atol", "0", "--rtol", "0"]) in (0, 1)
+    assert main(["parity", str(model), "--random-inputs", "--report", str(tmp_path / "r.txt")]) == 2
+    assert main(["parity", str(model), "--random-inputs", "--backends", "reference"]) == 2
+    assert main(["parity", str(model), "--random-inputs", "--report", str(out)]) == 2  # exists
+    assert "exists" in capsys.readouterr().err
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_html_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed in CI (.ci/run installs it)")
+        pytest.skip("chromium not installed")
+    faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
+    page = tmp_path / "report.html"
+    page.write_text(report_html(check_parity(conv_net(), FEEDS, ["reference", faulty])))
+    shot = tmp_path / "shot.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    done = subprocess.run(
+        [browser, *flags, f"--screenshot={shot}", "--window-size=1000,900", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert shot.is_file() and shot.stat().st_size > 5000, done.stderr[-2000:]
+    console_errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
+    assert not console_errors, console_errors
+    dom = subprocess.run(
+        [browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "drift origin" in dom.stdout and "<svg" in dom.stdout
