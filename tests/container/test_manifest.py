@@ -1,0 +1,188 @@
+"""Directory manifests: per-file and per-tensor digests, missing/extra files, links, and the
+orbax gap (tensor data replaced while _METADATA stays the same)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from sealtrace.cli import main
+from sealtrace.container import ContainerFormatError, IntegrityError
+from sealtrace.container.manifest import ManifestPathError, create_manifest, verify_manifest
+from sealtrace.digest import canonical_json
+from tests.container.conftest import tiny_model
+
+
+def _names(exc: IntegrityError) -> list[tuple[str, str]]:
+    return [(m.kind, m.name) for m in exc.mismatches]
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    from safetensors.numpy import save_file
+
+    root = tmp_path / "ckpt"
+    (root / "shards").mkdir(parents=True)
+    save_file({"w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones(4, np.float32)}, root / "shards" / "model.safetensors")
+    np.save(root / "stats.npy", np.linspace(0, 1, 5))
+    np.savez(root / "opt.npz", m=np.zeros(3), v=np.full(3, 2.0))
+    (root / "config.json").write_text('{"layers": 2}')
+    return root
+
+
+def test_manifest_round_trip_and_schema(checkpoint: Path, tmp_path: Path, keys: dict[str, Path]) -> None:
+    out = tmp_path / "ckpt.manifest.json"
+    info = create_manifest(checkpoint, out, sign_with=[keys["alice"]])
+    assert info.files == 4 and info.tensors == 2 + 1 + 2
+    report = verify_manifest(checkpoint, out, trust=[keys["alice.pub"]], require_signature=True)
+    assert report.ok and report.files == 4
+    document = json.loads(out.read_text())
+    assert out.read_bytes() == canonical_json(document)
+    formats = {f["path"]: f["format"] for f in document["manifest"]["files"]}
+    assert formats == {"config.json": None, "opt.npz": "npz", "shards/model.safetensors": "safetensors", "stats.npy": "npy"}
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(__file__).resolve().parents[2] / "src/sealtrace/schemas/container-manifest.schema.json").read_text())
+    jsonschema.validate(document, schema)
+
+
+def test_changed_safetensors_tensor_is_named(checkpoint: Path, tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "m.json"
+    create_manifest(checkpoint, out)
+    shard = checkpoint / "shards" / "model.safetensors"
+    data = bytearray(shard.read_bytes())
+    # Overwrite the values of 'w' in place: same size, same header, a loader sees nothing wrong.
+    header_len = int.from_bytes(data[:8], "little")
+    start, end = json.loads(data[8 : 8 + header_len])["w"]["data_offsets"]
+    base = 8 + header_len
+    data[base + start : base + end] = np.full(12, 7.0, np.float32).tobytes()
+    shard.write_bytes(bytes(data))
+    assert load_file(shard)["w"][0, 0] == 7.0  # safetensors loads the new values without a word
+    with pytest.raises(IntegrityError) as info:
+        verify_manifest(checkpoint, out)
+    assert _names(info.value) == [("file", "shards/model.safetensors"), ("tensor", "shards/model.safetensors:w")]
+
+
+def test_changed_npz_member_and_missing_and_extra_files(checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    create_manifest(checkpoint, out)
+    np.savez(checkpoint / "opt.npz", m=np.zeros(3), v=np.full(3, 3.0))
+    (checkpoint / "stats.npy").unlink()
+    (checkpoint / "new.bin").write_bytes(b"x")
+    report = verify_manifest(checkpoint, out, raise_on_failure=False)
+    assert [(m.kind, m.name) for m in report.mismatches] == [
+        ("file", "new.bin"),
+        ("file", "opt.npz"),
+        ("tensor", "opt.npz:v"),
+        ("file", "stats.npy"),
+    ]
+    assert report.mismatches[0].actual.startswith("extra file") and report.mismatches[3].actual == "missing"
+
+
+def test_onnx_external_data_tensors_are_named(tmp_path: Path) -> None:
+    root = tmp_path / "model"
+    root.mkdir()
+    model = tiny_model()
+    onnx.save(model, root / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    out = tmp_path / "m.json"
+    create_manifest(root, out)
+    files = {f["path"]: f for f in json.loads(out.read_text())["manifest"]["files"]}
+    assert files["weights.bin"]["format"] == "onnx-external-data"
+    assert [t["name"] for t in files["weights.bin"]["tensors"]] == ["W"]  # onnx externalizes initializers
+    data = bytearray((root / "weights.bin").read_bytes())
+    data[0] ^= 1
+    (root / "weights.bin").write_bytes(bytes(data))
+    with pytest.raises(IntegrityError) as info:
+        verify_manifest(root, out)
+    assert _names(info.value) == [("file", "weights.bin"), ("tensor", "weights.bin:W")]
+
+
+def test_symlinks_are_refused_unless_asked(checkpoint: Path, tmp_path: Path) -> None:
+    os.symlink(checkpoint / "config.json", checkpoint / "link.json")
+    with pytest.raises(ManifestPathError, match="symbolic link"):
+        create_manifest(checkpoint, tmp_path / "m.json")
+    info = create_manifest(checkpoint, tmp_path / "m.json", follow_symlinks=True)
+    assert info.files == 5
+    outside = tmp_path / "secret.txt"
+    outside.write_text("x")
+    os.symlink(outside, checkpoint / "escape.txt")
+    with pytest.raises(ManifestPathError, match="outside"):
+        create_manifest(checkpoint, tmp_path / "m2.json", follow_symlinks=True)
+    # At verify time a link where a file was is a mismatch, not a silent follow.
+    report = verify_manifest(checkpoint, tmp_path / "m.json", raise_on_failure=False)
+    assert report.mismatches and report.mismatches[0].kind == "directory"
+
+
+def test_manifest_inside_the_directory_is_not_listed(checkpoint: Path) -> None:
+    out = checkpoint / "MANIFEST.json"
+    create_manifest(checkpoint, out)
+    assert "MANIFEST.json" not in {f["path"] for f in json.loads(out.read_text())["manifest"]["files"]}
+    assert verify_manifest(checkpoint, out).ok
+
+
+@pytest.mark.parametrize("bad", ["../etc/passwd", "/abs", "a/./b", "a//b", "C:\\x", "a\\b"])
+def test_escaping_manifest_paths_are_refused(checkpoint: Path, tmp_path: Path, bad: str) -> None:
+    out = tmp_path / "m.json"
+    create_manifest(checkpoint, out)
+    document = json.loads(out.read_text())
+    document["manifest"]["files"][0]["path"] = bad
+    out.write_bytes(canonical_json(document))
+    with pytest.raises(ContainerFormatError):
+        verify_manifest(checkpoint, out)
+
+
+def test_manifest_cli(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "m.json")
+    assert main(["manifest", "create", str(checkpoint), "-o", out]) == 0
+    assert main(["manifest", "create", str(checkpoint), "-o", out]) == 2  # exists, kept
+    assert main(["manifest", "verify", str(checkpoint), out]) == 0
+    (checkpoint / "config.json").write_text('{"layers": 3}')
+    capsys.readouterr()
+    assert main(["manifest", "verify", str(checkpoint), out]) == 1
+    assert "config.json" in capsys.readouterr().err
+    assert main(["manifest", "verify", str(checkpoint), out, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["mismatches"][0]["name"] == "config.json"
+
+
+def test_orbax_data_replaced_behind_unchanged_metadata(tmp_path: Path) -> None:
+    """The seed scenario: orbax cannot tell, restore() returns the new values, the manifest can."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    ocp = pytest.importorskip("orbax.checkpoint")
+    original = {"w": np.arange(64, dtype=np.float32), "b": np.ones(4, np.float32)}
+    forged = {"w": np.full(64, 13.0, np.float32), "b": np.ones(4, np.float32)}
+    checkpointer = ocp.StandardCheckpointer()
+    good, other = tmp_path / "good", tmp_path / "other"
+    checkpointer.save(good, original)
+    checkpointer.save(other, forged)
+    checkpointer.wait_until_finished()
+    manifest = tmp_path / "good.manifest.json"
+    create_manifest(good, manifest)
+    metadata_before = (good / "_METADATA").read_bytes()
+    tree_before = checkpointer.metadata(good).item_metadata.tree
+
+    # Replace the OCDBT data (manifest and data files) with the other checkpoint's; keep _METADATA.
+    for entry in good.iterdir():
+        if entry.name.startswith(("ocdbt.", "manifest.ocdbt", "d")) and entry.name not in ("_METADATA",):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    for entry in other.iterdir():
+        if entry.name.startswith(("ocdbt.", "manifest.ocdbt", "d")):
+            (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, good / entry.name)
+
+    assert (good / "_METADATA").read_bytes() == metadata_before
+    assert repr(checkpointer.metadata(good).item_metadata.tree) == repr(tree_before)  # orbax cannot tell
+    restored = checkpointer.restore(good)
+    np.testing.assert_array_equal(restored["w"], forged["w"])  # and loads the new values
+
+    with pytest.raises(IntegrityError) as info:
+        verify_manifest(good, manifest)
+    named = {m.name for m in info.value.mismatches}
+    assert "manifest.ocdbt" in named
+    assert any(n.startswith(("d/", "ocdbt.process_0/d/")) for n in named)
+    assert "_METADATA" not in named
