@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from sealtrace import __version__
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.errors import KernelError, SealtraceError
@@ -95,15 +97,19 @@ def execute(
             raise KernelError(
                 f"step {step.index} {where!r} ({step.op_type}) failed: {type(exc).__name__}: {exc}"
             ) from exc
-        outputs = as_outputs(result)
-        for i, name in enumerate(step.outputs):
-            if name:
-                if i >= len(outputs):
-                    raise KernelError(
-                        f"step {step.index} {step.name!r} ({step.op_type}): output {i} ({name!r}) "
-                        "was asked for but the kernel does not produce it"
-                    )
-                env[name] = outputs[i]
+        names = step.outputs
+        if len(names) == 1 and type(result) is np.ndarray and names[0]:
+            env[names[0]] = result  # the common case, without the generic unpacking below
+        else:
+            outputs = as_outputs(result)
+            for i, name in enumerate(names):
+                if name:
+                    if i >= len(outputs):
+                        raise KernelError(
+                            f"step {step.index} {step.name!r} ({step.op_type}): output {i} ({name!r}) "
+                            "was asked for but the kernel does not produce it"
+                        )
+                    env[name] = outputs[i]
         if observers:
             event = StepEvent(path, step, args, [env[n] if n else None for n in step.outputs])
             for observer in observers:
