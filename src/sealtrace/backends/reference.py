@@ -62,6 +62,11 @@ class StepContext:
         return self._step.since_version
 
     @property
+    def output_info(self) -> tuple[Any, ...]:
+        """Static info (ValueInfo or None) of each declared output, from shape inference."""
+        return self._step.output_info
+
+    @property
     def requested_outputs(self) -> tuple[bool, ...]:
         """Which declared outputs the graph actually names (optional ones may be empty)."""
         return tuple(bool(o) for o in self._step.outputs)

@@ -35,6 +35,11 @@ class KernelContext(Protocol):
         """The schema version this node resolved to."""
         ...
 
+    @property
+    def output_info(self) -> tuple[Any, ...]:
+        """Static ValueInfo (or None) of each declared output, where shape inference knew it."""
+        ...
+
     def run_subgraph(self, name: str, plan: Any, feeds: Sequence[Any]) -> list[Any]:
         """Run a nested Plan (an attribute called ``name``) with positional ``feeds``."""
         ...

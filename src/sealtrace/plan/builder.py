@@ -194,10 +194,12 @@ class _GraphBuilder:
             node, name, attrs, implicit = steps_spec[node_index]
             steps.append(self._step(index, node, name, attrs, implicit))
 
+        outputs = tuple(self._declared(vi.name, vi.type) for vi in graph.output)
+        # A subgraph may read outer values in its steps or return one directly as an output.
         captures = sorted(
             {v for s in steps for v in (*s.inputs, *s.implicit_inputs) if v and v not in defined_here}
+            | {o.name for o in outputs if o.name not in defined_here}
         )
-        outputs = tuple(self._declared(vi.name, vi.type) for vi in graph.output)
         plan = Plan(
             name=graph.name,
             opsets=dict(self.opsets),
