@@ -22,7 +22,8 @@ $(VENV)/.stamp-core: pyproject.toml
 	touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-core pyproject.toml
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e '.[dev,torch]'
 	touch $@
 
 $(VENV)/.stamp-material: $(VENV)/.stamp-core Makefile
