@@ -145,6 +145,8 @@ def _check_chain(lines: Sequence[LogLine], result: AuditVerification) -> LogProb
                 f"this record was altered and re-digested, or line {number}'s prev was changed",
             )
         kind = record.get("type")
+        if result.records and result.records[-1].get("type") == "footer":
+            return LogProblem(number, "a record after the footer (appended to a finished log)")
         if index == 0:
             if kind != "header":
                 return LogProblem(number, f"the first record must be a header, found {kind!r}")
@@ -158,8 +160,6 @@ def _check_chain(lines: Sequence[LogLine], result: AuditVerification) -> LogProb
         problem = schema_problem(record)
         if problem is not None:
             return LogProblem(number, f"does not follow the audit log schema: {problem}")
-        if kind == "footer" and index != len(lines) - 1:
-            return LogProblem(number + 1, "records after the footer (appended to a finished log)")
         if not line.complete:
             return LogProblem(number, "missing final newline (the log was cut off while writing)")
         digests.append(record[own])

@@ -1,0 +1,67 @@
+"""Capture: every intermediate tensor as .npy, keyed by value name, with safe file names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sealtrace.audit import AuditLogExistsError, AuditRecorder, CapturedRun, CaptureStore
+from sealtrace.audit.capture import safe_file_stem
+from sealtrace.session import Session
+from tests.audit.conftest import MLP_INPUT, loop_model
+
+
+def test_capture_holds_every_value_with_the_logged_digest(mlp_path: Path, tmp_path: Path) -> None:
+    recorder = AuditRecorder(None)
+    outputs = Session(mlp_path).run(None, MLP_INPUT, audit=recorder, capture=tmp_path / "cap")
+    captured = CapturedRun.open(tmp_path / "cap")
+    assert captured.complete
+    assert captured.keys() == ["x", "h", "z", "y"]
+    np.testing.assert_array_equal(captured.load("x"), MLP_INPUT["x"])
+    np.testing.assert_array_equal(captured.load("y"), outputs[0])
+    logged = {o["name"]: o["digest"] for r in recorder.records if r["type"] == "step" for o in r["outputs"]}
+    for key in ("h", "z", "y"):
+        assert captured.entries[key]["digest"] == logged[key]
+    assert sorted(p.name for p in (tmp_path / "cap").iterdir()) == ["h.npy", "index.json", "x.npy", "y.npy", "z.npy"]
+
+
+def test_subgraph_values_are_keyed_by_path(tmp_path: Path) -> None:
+    Session(loop_model()).run(None, {"x": np.array([1.0, -2.0], np.float32)}, capture=tmp_path / "cap")
+    captured = CapturedRun.open(tmp_path / "cap")
+    assert "loop/body/2/acc_out" in captured
+    np.testing.assert_array_equal(captured.load("loop/body/2/acc_out"), [3.0, -6.0])
+    np.testing.assert_array_equal(captured.load("loop/body/0/acc_out"), [1.0, -2.0])
+    files = [f for e in captured.entries.values() for f in e["files"]]
+    assert len(set(files)) == len(files)
+    assert all("/" not in f for f in files)
+
+
+def test_capture_refuses_a_non_empty_directory(mlp_path: Path, tmp_path: Path) -> None:
+    (tmp_path / "cap").mkdir()
+    (tmp_path / "cap" / "keep.txt").write_text("x")
+    with pytest.raises(AuditLogExistsError):
+        Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    store = CaptureStore(tmp_path / "cap", overwrite=True)
+    Session(mlp_path).run(None, MLP_INPUT, capture=store)
+    assert CapturedRun.open(tmp_path / "cap").complete
+
+
+def test_safe_file_stems() -> None:
+    taken: set[str] = set()
+    assert safe_file_stem("conv1_out", taken) == "conv1_out"
+    odd = [safe_file_stem(k, taken) for k in ("../etc/passwd", "a:b", "a_b", ".hidden", "", "x" * 500, "A", "a")]
+    for stem in odd:
+        assert stem and not stem.startswith(".") and len(stem) <= 120
+        assert all(c.isalnum() or c in "._-" for c in stem)
+    lowered = [s.lower() for s in ["conv1_out", *odd]]
+    assert len(set(lowered)) == len(lowered)  # unique even on case-insensitive filesystems
+
+
+def test_index_is_json(mlp_path: Path, tmp_path: Path) -> None:
+    Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    index = json.loads((tmp_path / "cap" / "index.json").read_text())
+    assert index["format"] == "sealtrace.capture.v1"
+    assert {e["source"] for e in index["values"]} == {"input", "step"}
