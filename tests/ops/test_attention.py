@@ -86,9 +86,13 @@ def test_attention_nonpad_kv_seqlen_opset24() -> None:
     assert_same(*run_both("Attention", feeds, 24, is_causal=1), rtol=1e-5, atol=1e-5)
 
 
-def test_attention_float16() -> None:
+@pytest.mark.parametrize("softmax_precision", [None, 1])
+def test_attention_float16(softmax_precision: int | None) -> None:
     feeds = {k: (v.astype(np.float16) if v is not None else None) for k, v in _qkv(4, 2).items()}
-    ours, theirs = run_both("Attention", feeds, 23, is_causal=1)
+    attrs: dict[str, Any] = {"is_causal": 1}
+    if softmax_precision is not None:
+        attrs["softmax_precision"] = softmax_precision
+    ours, theirs = run_both("Attention", feeds, 23, **attrs)
     assert ours[0].dtype == np.float16
     assert_same(ours, theirs, rtol=2e-3, atol=2e-3)
 

@@ -168,11 +168,9 @@ def _attention(
         attn_mask, q_len, kv_len, offset, is_causal, left_window_size, right_window_size, nonpad_kv_seqlen, work
     )
     biased = scores + bias
-    logits = biased
-    if softmax_precision is not None and _PRECISIONS[softmax_precision] != work:
-        # Emulate the requested precision by rounding the logits through it.
-        logits = biased.astype(_PRECISIONS[softmax_precision]).astype(work)
-    probs = _softmax(logits)
+    # softmax_precision names the dtype the softmax runs in; the probabilities return to ours.
+    softmax_dtype = work if softmax_precision is None else _PRECISIONS[softmax_precision]
+    probs = _softmax(biased.astype(softmax_dtype, copy=False)).astype(work, copy=False)
     # Rows with no attendable key (decided on the bias, not on the logits) give zeros.
     fully_masked = np.isneginf(np.max(bias, axis=-1, keepdims=True))
     if fully_masked.any():
