@@ -177,7 +177,11 @@ class CapturedRun:
         return cls(Path(directory), {e["key"]: e for e in index["values"]}, bool(index.get("complete")))
 
     def keys(self) -> list[str]:
+        """Keys of the captured values, in the order the run produced them."""
         return list(self.entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
 
     def load(self, key: str) -> Any:
         """The captured value of ``key``: an array, a list of arrays (a sequence), or None."""
