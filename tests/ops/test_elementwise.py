@@ -125,6 +125,9 @@ def test_pow_square_and_fractional() -> None:
     x = np.abs(F32) + 0.5
     same("Pow", {"x": x, "y": np.array(2.0, np.float32)}, 15, rtol=1e-7)
     same("Pow", {"x": x, "y": np.array(0.5, np.float32)}, 15, rtol=1e-7)
+    signed = F32 * 10
+    same("Pow", {"x": signed, "y": np.array(3.0, np.float32)}, 15)  # bitwise: both compute x*x*x
+    same("Pow", {"x": signed, "y": np.array([2.0], np.float32)}, 15)
     same("Pow", {"x": x, "y": np.array(-1.5, np.float32)}, 15, rtol=1e-6)
 
 
@@ -310,6 +313,11 @@ def test_erf_accuracy_against_math_erf() -> None:
     special = erf(np.array([np.inf, -np.inf, np.nan, -0.0]))
     assert special[0] == 1 and special[1] == -1 and np.isnan(special[2]) and np.signbit(special[3])
     assert erf(np.float32([0.5])).dtype == np.float32
+    # float32: a branch-free rational approximation, within 2 ulp of the correctly rounded value
+    x32 = np.concatenate([np.linspace(-7, 7, 20001), np.geomspace(1e-38, 1, 500)]).astype(np.float32)
+    want32 = np.array([math.erf(v) for v in x32.astype(np.float64)]).astype(np.float32)
+    ulps32 = np.abs(erf(x32).astype(np.float64) - want32) / np.spacing(np.abs(want32)).astype(np.float64)
+    assert ulps32.max() <= 2.0
 
 
 def test_isnan_isinf() -> None:

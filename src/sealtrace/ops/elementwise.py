@@ -146,8 +146,16 @@ def _power(base: Array, exponent: Array) -> Array:
     if is_float(dtype):
         if exponent.dtype != dtype:
             exponent = exponent.astype(dtype)
-        if exponent.ndim == 0 and exponent == 2:
-            return np.asarray(np.square(base))  # x*x is exactly what a correctly rounded pow gives
+        if exponent.size == 1 and exponent.ndim <= base.ndim:
+            # ONNX Runtime special-cases scalar exponents 2 and 3 as x*x and x*x*x (so does this;
+            # x*x is also what a correctly rounded pow gives, and libm's pow is slow on x < 0)
+            value = exponent.reshape(())
+            if value == 2:
+                return np.asarray(np.square(base))
+            if value == 3:
+                cube = np.asarray(np.square(base))
+                cube *= base
+                return cube
         return np.asarray(np.power(base, exponent))
     if is_float(exponent.dtype) or (exponent.dtype.kind == "i" and bool((exponent < 0).any())):
         # an integer base with a fractional or negative exponent: compute in double, truncate
