@@ -299,16 +299,11 @@ def where(condition: Array, x: Array, y: Array) -> Array:
 def _clip(x: Array, low: Any, high: Any) -> Array:
     if low is None and high is None:
         return x
-    out = np.empty_like(x)
-    if low is not None and high is not None:
-        # max then min, so min > max sets everything to max as the spec asks
-        np.maximum(x, low, out=out)
-        np.minimum(out, high, out=out)
-    elif low is not None:
-        np.maximum(x, low, out=out)
-    else:
-        np.minimum(x, high, out=out)
-    return out
+    # np.clip is max-then-min: NaN propagates and min > max gives max everywhere, as the spec
+    # asks; NumPy scalars (not 0-d arrays) as bounds take its fast SIMD loop
+    low = None if low is None else np.asarray(low).reshape(())[()]
+    high = None if high is None else np.asarray(high).reshape(())[()]
+    return np.asarray(np.clip(x, low, high))
 
 
 def _bound(value: float | None, dtype: np.dtype[Any], default: float) -> Any:
