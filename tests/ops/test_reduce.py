@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.ops.test_matmul import assert_same, run_both, run_ours
 
@@ -142,3 +144,19 @@ def test_arg_extremes(op: str, opset: int, keepdims: int, axis: int) -> None:
         ours, theirs = run_both(op, {"data": x}, opset, select_last_index=1, **attrs)
         assert ours[0].dtype == np.int64
         assert_same(ours, theirs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    op=st.sampled_from(ALL_REDUCE),
+    shape=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    data=st.data(),
+    keepdims=st.integers(0, 1),
+)
+def test_reduce_random_axes_match_onnxruntime(op: str, shape: list[int], data: st.DataObject, keepdims: int) -> None:
+    rank = len(shape)
+    axes = data.draw(st.lists(st.integers(-rank, rank - 1), max_size=rank, unique_by=lambda a: a % rank))
+    x = _positive(op, RNG.standard_normal(shape).astype(np.float32))
+    feeds = {"data": x, "axes": np.array(axes, np.int64) if axes else None}
+    ours, theirs = run_both(op, feeds, _axes_moved_to_input(op), keepdims=keepdims)
+    assert_same(ours, theirs, rtol=1e-5, atol=1e-5)
