@@ -98,3 +98,44 @@ def parity(
             f"{len(report.exceeding)} step(s) exceed tolerance"
             + (f"; drift starts at {origin.name} ({origin.op_type})" if origin else "; graph outputs differ")
         )
+
+
+@app.command()
+@click.argument("run_a", type=click.Path(exists=False))
+@click.argument("run_b", type=click.Path(exists=False))
+@click.option("--atol", type=float, default=None, help=f"Absolute tolerance (default {Tolerance().atol:g}).")
+@click.option("--rtol", type=float, default=None, help=f"Relative tolerance (default {Tolerance().rtol:g}).")
+@click.option("--json", "as_json", is_flag=True, help="Print the full comparison as JSON.")
+def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json: bool) -> None:
+    """Compare two recorded runs: two capture directories (--capture) or two audit logs.
+
+    Exit 0 when every value matches (identical digests or numbers within tolerance), 1 when not.
+    """
+    from sealtrace.parity.diff import diff_json, diff_runs
+
+    default = Tolerance()
+    table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
+    report = diff_runs(run_a, run_b, table)
+    if as_json:
+        click.echo(diff_json(report), nl=False)
+    else:
+        console = Console()
+        identical = sum(1 for e in report.entries if e.status == "identical")
+        console.print(
+            f"{len(report.entries)} values ({report.kinds[0]} vs {report.kinds[1]}): {identical} identical, "
+            f"{len(report.differing)} differing"
+        )
+        origin = report.drift_origin
+        if origin is not None:
+            console.print(f"drift origin: {origin.key} (step {origin.step}, {origin.op_type}): {origin.status}",
+                          markup=False)
+        shown = Table(title="differing values", title_justify="left")
+        for column in ("#", "value", "step", "op", "status", "max abs", "max rel"):
+            shown.add_column(column)
+        for e in report.differing[:20]:
+            shown.add_row(str(e.position), e.key, e.step, e.op_type, e.status,
+                          _fmt(e.diff.max_abs if e.diff else None), _fmt(e.diff.max_rel if e.diff else None))
+        if report.differing:
+            console.print(shown)
+    if not report.passed:
+        raise CheckFailedError(f"{len(report.differing)} value(s) differ between {run_a} and {run_b}")
