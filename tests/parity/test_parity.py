@@ -210,3 +210,12 @@ def test_html_report_renders_in_headless_chromium(tmp_path: Path) -> None:
         [browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=False
     )
     assert "drift origin" in dom.stdout and "<svg" in dom.stdout
+
+
+def test_json_report_matches_its_schema() -> None:
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "src/sealtrace/schemas/parity-report.schema.json").read_text())
+    faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
+    for backends in (["reference", "onnxruntime"], ["reference", faulty]):
+        jsonschema.validate(json.loads(report_json(check_parity(conv_net(), FEEDS, backends))), schema)
