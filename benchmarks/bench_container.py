@@ -1,0 +1,141 @@
+"""Seal and verify throughput on a >= 1 GB container, against single-thread sha256 and sha256sum.
+
+    .venv/bin/python benchmarks/bench_container.py [--size-gb 1.0] [--tensor-mb 64] [--dir /tmp]
+
+Verification reads from the page cache (the container was just written and is read once before
+timing). Peak RSS is measured in a fresh process per container size, so it shows whether memory
+grows with the model (the verifier maps the file and drops pages once hashed). Prints a markdown
+table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import mmap
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from sealtrace.container import seal_model, verify_container
+from sealtrace.container.chunks import default_workers
+
+
+def build_model(total_bytes: int, tensor_bytes: int) -> object:
+    """x[1,n] -> MatMul chain over square float32 weights, ``total_bytes`` of them."""
+    n = int((tensor_bytes // 4) ** 0.5)
+    count = max(1, -(-total_bytes // (n * n * 4)))
+    rng = np.random.default_rng(0)
+    weights, nodes = [], []
+    previous = "x"
+    for i in range(count):
+        w = rng.standard_normal((n, n), dtype=np.float32) * (1.0 / n) ** 0.5
+        weights.append(numpy_helper.from_array(w, f"layer{i}.weight"))
+        nodes.append(helper.make_node("MatMul", [previous, f"layer{i}.weight"], [f"h{i}"], name=f"matmul{i}"))
+        previous = f"h{i}"
+    graph = helper.make_graph(
+        nodes, "bench",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [1, n])],
+        weights,
+    )  # fmt: skip
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def sha256_single_thread(path: Path) -> float:
+    """Seconds for one hashlib.sha256 over the whole mapped file, one thread."""
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        start = time.perf_counter()
+        hashlib.sha256(m).hexdigest()
+        return time.perf_counter() - start
+
+
+def sha256sum(path: Path) -> float | None:
+    if shutil.which("sha256sum") is None:
+        return None
+    start = time.perf_counter()
+    subprocess.run(["sha256sum", str(path)], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    return min(fn() for _ in range(repeat))
+
+
+def peak_rss_of_verify(path: Path) -> dict[str, float]:
+    """Verify in a fresh process; its peak RSS (MiB) and its RSS before verifying."""
+    code = (
+        "import resource, sys, json, psutil\n"
+        "from sealtrace.container import verify_container\n"
+        "before = psutil.Process().memory_info().rss\n"
+        "verify_container(sys.argv[1])\n"
+        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
+        "print(json.dumps({'before_mib': before / 2**20, 'peak_mib': peak / 2**20}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-gb", type=float, default=1.0)
+    parser.add_argument("--tensor-mb", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", default=None, help="Where to write the containers (default: a temp dir).")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-container-", dir=args.dir))
+    try:
+        rows: list[tuple[str, str]] = []
+        total = int(args.size_gb * 2**30)
+        model = build_model(total, args.tensor_mb << 20)
+        big = workdir / "big.seal"
+        start = time.perf_counter()
+        info = seal_model(model, big)  # type: ignore[arg-type]
+        seal_s = time.perf_counter() - start
+        del model
+        size = big.stat().st_size
+        gb = size / 1e9
+        verify_container(big)  # warm the page cache
+        verify_s = best(lambda: verify_container(big).seconds, args.repeat)
+        single_s = best(lambda: sha256_single_thread(big), args.repeat)
+        sum_s = sha256sum(big)
+        sum_s = min(s for s in (sha256sum(big) for _ in range(args.repeat)) if s is not None) if sum_s else None
+
+        small = workdir / "small.seal"
+        seal_model(build_model(total // 8, args.tensor_mb << 20), small)  # type: ignore[arg-type]
+        rss_small = peak_rss_of_verify(small)
+        rss_big = peak_rss_of_verify(big)
+
+        cpus = default_workers()
+        rows.append(("container", f"{gb:.2f} GB, {info.tensors} tensors of {args.tensor_mb} MiB"))
+        rows.append(("seal (build Plan, hash, write)", f"{seal_s:.2f} s, {gb / seal_s:.2f} GB/s"))
+        rows.append((f"verify ({cpus} threads, page cache)", f"{verify_s:.3f} s, **{gb / verify_s:.2f} GB/s**"))
+        rows.append(("hashlib.sha256, 1 thread", f"{single_s:.3f} s, {gb / single_s:.2f} GB/s"))
+        if sum_s is not None:
+            rows.append(("`sha256sum` of the file", f"{sum_s:.3f} s, {gb / sum_s:.2f} GB/s"))
+        rows.append(("verify speed / single-thread sha256", f"{single_s / verify_s:.2f}x"))
+        rows.append(
+            ("peak RSS of a verify process", f"{rss_small['peak_mib']:.0f} MiB for {small.stat().st_size / 1e9:.2f} GB, "
+             f"{rss_big['peak_mib']:.0f} MiB for {gb:.2f} GB (interpreter + imports: {rss_big['before_mib']:.0f} MiB)")
+        )  # fmt: skip
+        print(f"Container seal/verify on {platform.machine()}, {cpus} CPU(s), Python {platform.python_version()}\n")
+        print("| measure | result |")
+        print("|---|---|")
+        for name, value in rows:
+            print(f"| {name} | {value} |")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
