@@ -307,10 +307,8 @@ def linear_attention(
     scale: float,
     update_rule: str,
 ) -> tuple[Array, Array]:
-    """ONNX LinearAttention v27: linear/gated/delta/gated_delta recurrences; outputs (output, present_state).
-
-    The recurrence runs token by token (``chunk_size`` is only a tuning hint for chunked kernels).
-    """
+    """ONNX LinearAttention v27: linear/gated/delta/gated_delta recurrences; outputs (output, present_state)."""
+    # The recurrence runs token by token; chunk_size is only a tuning hint for chunked kernels.
     if update_rule not in ("linear", "gated", "delta", "gated_delta"):
         raise ValueError(f"unknown LinearAttention update_rule {update_rule!r}")
     if q_num_heads <= 0 or kv_num_heads <= 0 or q_num_heads % kv_num_heads:

@@ -64,10 +64,8 @@ def batch_norm_v1(
     spatial: int,
     consumed_inputs: tuple[int, ...] | None = None,
 ) -> tuple[Array, ...]:
-    """ONNX BatchNormalization v1/v6, inference semantics (the given running statistics are used).
-
-    The optional training outputs are passed through unchanged: inference never updates them.
-    """
+    """ONNX BatchNormalization v1/v6, inference semantics (the given running statistics are used)."""
+    # The optional training outputs are passed through unchanged: inference never updates them.
     return (_batch_norm_inference(x, scale, b, mean, var, epsilon), mean, var, mean, var)
 
 
