@@ -9,7 +9,9 @@ once at the end, so intermediate results are not rounded to 8 or 11 bits at ever
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -216,3 +218,17 @@ def _erf_fdlibm(x: np.ndarray) -> np.ndarray:
     # erf is odd: the mid and tail branches computed erf(|x|)
     np.copysign(out, v, out=out)
     return out.reshape(x.shape)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def quiet(fn: F) -> F:
+    """Run ``fn`` with NumPy's floating-point warnings off: IEEE results (inf, NaN) are the spec."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return cast(F, wrapper)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.ops._elementwise_common import erf, narrow, widen
+from sealtrace.ops._elementwise_common import erf, narrow, quiet, widen
 from sealtrace.ops.registry import register
 
 Array = np.ndarray
@@ -45,6 +45,7 @@ def relu(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
 
 
 @register("LeakyRelu", 1, 6, 16)
+@quiet
 def leaky_relu(x: Array, *, alpha: float = 0.01, consumed_inputs: tuple[int, ...] | None = None) -> Array:
     """ONNX LeakyRelu (1, 6, 16)."""
     scaled = np.multiply(x, _scalar(alpha, x.dtype))
@@ -56,6 +57,7 @@ def _prelu(x: Array, slope: Array) -> Array:
 
 
 @register("PRelu", 1, 6)
+@quiet
 def prelu_legacy(x: Array, slope: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
     """ONNX PRelu 1 and 6: slope has one value or one per channel (axis 1)."""
     if slope.size == 1:
@@ -66,12 +68,14 @@ def prelu_legacy(x: Array, slope: Array, *, consumed_inputs: tuple[int, ...] | N
 
 
 @register("PRelu", 7, 9, 16)
+@quiet
 def prelu(x: Array, slope: Array) -> Array:
     """ONNX PRelu (7, 9, 16): slope broadcasts unidirectionally to X."""
     return _prelu(x, slope)
 
 
 @register("Elu", 1, 6, 22)
+@quiet
 def elu(x: Array, *, alpha: float = 1.0, consumed_inputs: tuple[int, ...] | None = None) -> Array:
     """ONNX Elu (1, 6, 22): x if x >= 0 else alpha * (exp(x) - 1)."""
     out = _fresh(x)
@@ -83,6 +87,7 @@ def elu(x: Array, *, alpha: float = 1.0, consumed_inputs: tuple[int, ...] | None
 
 
 @register("Selu", 1, 6, 22)
+@quiet
 def selu(
     x: Array,
     *,
@@ -102,6 +107,7 @@ def selu(
 
 
 @register("Celu", 12, 28)
+@quiet
 def celu(x: Array, *, alpha: float = 1.0) -> Array:
     """ONNX Celu (12, 28): max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
     wide = widen(x)
@@ -115,12 +121,14 @@ def celu(x: Array, *, alpha: float = 1.0) -> Array:
 
 
 @register("Sigmoid", 1, 6, 13)
+@quiet
 def sigmoid(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
     """ONNX Sigmoid (1, 6, 13)."""
     return narrow(_sigmoid_inplace(_fresh(x)), x.dtype)
 
 
 @register("HardSigmoid", 1, 6, 22)
+@quiet
 def hard_sigmoid(
     x: Array, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs: tuple[int, ...] | None = None
 ) -> Array:
@@ -133,6 +141,7 @@ def hard_sigmoid(
 
 
 @register("HardSwish", 14, 22)
+@quiet
 def hard_swish(x: Array) -> Array:
     """ONNX HardSwish (14, 22): x * max(0, min(1, x / 6 + 0.5))."""
     wide = widen(x)
@@ -144,6 +153,7 @@ def hard_swish(x: Array) -> Array:
 
 
 @register("Softplus", 1, 22)
+@quiet
 def softplus(x: Array) -> Array:
     """ONNX Softplus (1, 22): log(exp(x) + 1), computed without overflow."""
     wide = widen(x)
@@ -151,6 +161,7 @@ def softplus(x: Array) -> Array:
 
 
 @register("Softsign", 1, 22)
+@quiet
 def softsign(x: Array) -> Array:
     """ONNX Softsign (1, 22): x / (1 + |x|)."""
     wide = widen(x)
@@ -167,6 +178,7 @@ def tanh(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
 
 
 @register("Gelu", 20)
+@quiet
 def gelu(x: Array, *, approximate: str = "none") -> Array:
     """ONNX Gelu 20: exact (erf) or approximate='tanh'."""
     wide = widen(x)
@@ -191,6 +203,7 @@ def gelu(x: Array, *, approximate: str = "none") -> Array:
 
 
 @register("Mish", 18, 22)
+@quiet
 def mish(x: Array) -> Array:
     """ONNX Mish (18, 22): x * tanh(softplus(x))."""
     wide = widen(x)
@@ -209,12 +222,14 @@ def _swish(x: Array, alpha: float) -> Array:
 
 
 @register("Swish", 24)
+@quiet
 def swish(x: Array, *, alpha: float = 1.0) -> Array:
     """ONNX Swish 24: x * sigmoid(alpha * x)."""
     return narrow(_swish(x, alpha), x.dtype)
 
 
 @register("SwiGLU", 28)
+@quiet
 def swiglu(a: Array, b: Array, *, alpha: float = 1.0) -> Array:
     """ONNX SwiGLU 28: Swish_alpha(A) * B (A and B of one shape)."""
     if a.shape != b.shape:
@@ -225,12 +240,14 @@ def swiglu(a: Array, b: Array, *, alpha: float = 1.0) -> Array:
 
 
 @register("ThresholdedRelu", 10, 22)
+@quiet
 def thresholded_relu(x: Array, *, alpha: float = 1.0) -> Array:
     """ONNX ThresholdedRelu (10, 22): x if x > alpha else 0."""
     return np.asarray(np.where(x > _scalar(alpha, x.dtype), x, x.dtype.type(0)))
 
 
 @register("Shrink", 9)
+@quiet
 def shrink(x: Array, *, bias: float = 0.0, lambd: float = 0.5) -> Array:
     """ONNX Shrink 9: x + bias below -lambd, x - bias above lambd, else 0."""
     # the comparisons use lambd as a float, the arithmetic happens in x's type
@@ -289,36 +306,42 @@ def _along(fn: Any, x: Array, axis: int) -> Array:
 
 
 @register("Softmax", 1, 11)
+@quiet
 def softmax_2d(x: Array, *, axis: int = 1) -> Array:
     """ONNX Softmax 1 and 11 (input coerced to 2-D at axis)."""
     return _coerced(_softmax, x, axis)
 
 
 @register("Softmax", 13)
+@quiet
 def softmax(x: Array, *, axis: int = -1) -> Array:
     """ONNX Softmax 13 (along one axis)."""
     return _along(_softmax, x, axis)
 
 
 @register("LogSoftmax", 1, 11)
+@quiet
 def log_softmax_2d(x: Array, *, axis: int = 1) -> Array:
     """ONNX LogSoftmax 1 and 11 (input coerced to 2-D at axis)."""
     return _coerced(_log_softmax, x, axis)
 
 
 @register("LogSoftmax", 13)
+@quiet
 def log_softmax(x: Array, *, axis: int = -1) -> Array:
     """ONNX LogSoftmax 13 (along one axis)."""
     return _along(_log_softmax, x, axis)
 
 
 @register("Hardmax", 1, 11)
+@quiet
 def hardmax_2d(x: Array, *, axis: int = 1) -> Array:
     """ONNX Hardmax 1 and 11 (input coerced to 2-D at axis)."""
     return _coerced(_hardmax, x, axis)
 
 
 @register("Hardmax", 13)
+@quiet
 def hardmax(x: Array, *, axis: int = -1) -> Array:
     """ONNX Hardmax 13 (along one axis)."""
     return _along(_hardmax, x, axis)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.ops._elementwise_common import erf, is_float, legacy_operand
+from sealtrace.ops._elementwise_common import erf, is_float, legacy_operand, quiet
 from sealtrace.ops.registry import register
 
 Array = np.ndarray
@@ -29,7 +29,7 @@ def _unary(op_type: str, ufunc: Callable[..., Any], *versions: int) -> None:
 
     kernel.__name__ = kernel.__qualname__ = op_type.lower()
     kernel.__doc__ = f"ONNX {op_type} (since_versions {', '.join(map(str, versions))})."
-    register(op_type, *versions)(kernel)
+    register(op_type, *versions)(quiet(kernel))
 
 
 _UNARY: tuple[tuple[str, np.ufunc, tuple[int, ...]], ...] = (
@@ -63,6 +63,7 @@ for _op, _ufunc, _versions in _UNARY:
 
 
 @register("Erf", 9, 13)
+@quiet
 def erf_op(x: Array) -> Array:
     """ONNX Erf (9, 13); integer inputs (allowed by the schema) keep their type."""
     if is_float(x.dtype):
@@ -133,7 +134,7 @@ def _binary(op_type: str, fn: Callable[[Array, Array], Array]) -> None:
     ):
         kernel.__name__ = kernel.__qualname__ = f"{op_type.lower()}_{'legacy' if kernel is legacy else 'v7'}"
         kernel.__doc__ = f"ONNX {op_type} ({', '.join(map(str, versions))}; {kind})."
-        register(op_type, *versions)(kernel)
+        register(op_type, *versions)(quiet(kernel))
 
 
 for _op, _fn2 in _ARITH.items():
@@ -165,18 +166,21 @@ def _power(base: Array, exponent: Array) -> Array:
 
 
 @register("Pow", 1)
+@quiet
 def pow_legacy(a: Array, b: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
     """ONNX Pow 1 (legacy broadcast attributes)."""
     return _power(a, legacy_operand(b, a.ndim, broadcast, axis))
 
 
 @register("Pow", 7, 12, 13, 15)
+@quiet
 def pow_op(a: Array, b: Array) -> Array:
     """ONNX Pow 7, 12, 13, 15 (NumPy broadcast; from 12 the exponent may have its own type)."""
     return _power(a, b)
 
 
 @register("Mod", 10, 13, 28)
+@quiet
 def mod(a: Array, b: Array, *, fmod: int = 0) -> Array:
     """ONNX Mod 10, 13, 28: fmod=0 floors (sign of B), fmod=1 truncates (sign of A)."""
     # np.remainder implements A - floor(A/B)*B including the signed-zero/inf cases of Mod-28
@@ -206,7 +210,7 @@ def _variadic(op_type: str, ufunc: np.ufunc, versions: tuple[int, ...]) -> None:
 
     kernel.__name__ = kernel.__qualname__ = op_type.lower()
     kernel.__doc__ = f"ONNX {op_type} ({', '.join(map(str, versions))}; variadic, broadcasting from 8)."
-    register(op_type, *versions)(kernel)
+    register(op_type, *versions)(quiet(kernel))
 
 
 # maximum/minimum propagate NaN, as ONNX Runtime's Max/Min do
@@ -216,6 +220,7 @@ _variadic("Sum", np.add, (1, 6, 8, 13))
 
 
 @register("Mean", 1, 6, 8, 13)
+@quiet
 def mean(*inputs: Array, consumed_inputs: tuple[int, ...] | None = None) -> Array:
     """ONNX Mean (1, 6, 8, 13): the sum divided by the number of inputs, in the input type."""
     total = _fold(np.add, inputs)
