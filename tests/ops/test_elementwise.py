@@ -121,6 +121,17 @@ def test_pow_mixed_types(base: type, exponent: type) -> None:
     same("Pow", {"x": x, "y": y}, 15, rtol=1e-6)
 
 
+def test_pow_keeps_the_wider_exponent() -> None:
+    x = np.array([2.0, 3.0, 10.0], dtype=np.float32)
+    got = ours("Pow", {"x": x, "y": np.array([0.1, 1 / 3, -0.7], np.float64)}, 15)
+    want = np.power(x.astype(np.float64), [0.1, 1 / 3, -0.7]).astype(np.float32)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    half = ours("Pow", {"x": x.astype(np.float16), "y": np.array(0.1, np.float32)}, 15)
+    assert half.dtype == np.float16
+    np.testing.assert_array_equal(half, np.power(x, np.float32(0.1)).astype(np.float16))
+
+
 def test_pow_square_and_fractional() -> None:
     x = np.abs(F32) + 0.5
     same("Pow", {"x": x, "y": np.array(2.0, np.float32)}, 15, rtol=1e-7)

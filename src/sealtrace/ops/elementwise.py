@@ -12,7 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.ops._elementwise_common import erf, is_float, legacy_operand, quiet
+from sealtrace.ops._elementwise_common import (
+    compute_dtype,
+    erf,
+    is_float,
+    legacy_operand,
+    narrow,
+    quiet,
+    widen,
+)
 from sealtrace.ops.registry import register
 
 Array = np.ndarray
@@ -145,19 +153,24 @@ def _power(base: Array, exponent: Array) -> Array:
     """Pow with the base's type as the result type (the exponent may be of another type)."""
     dtype = base.dtype
     if is_float(dtype):
-        if exponent.dtype != dtype:
-            exponent = exponent.astype(dtype)
         if exponent.size == 1 and exponent.ndim <= base.ndim:
             # ONNX Runtime special-cases scalar exponents 2 and 3 as x*x and x*x*x (so does this;
             # x*x is also what a correctly rounded pow gives, and libm's pow is slow on x < 0)
             value = exponent.reshape(())
             if value == 2:
-                return np.asarray(np.square(base))
+                return narrow(np.asarray(np.square(widen(base))), dtype)
             if value == 3:
-                cube = np.asarray(np.square(base))
-                cube *= base
-                return cube
-        return np.asarray(np.power(base, exponent))
+                wide = widen(base)
+                cube = np.asarray(np.square(wide))
+                cube *= wide
+                return narrow(cube, dtype)
+        # evaluate in the wider of the two types (half precision in float32), round once: a
+        # float64 exponent is not first rounded to the base's type (C++'s pow(float, double))
+        work = compute_dtype(dtype)
+        if is_float(exponent.dtype) and exponent.dtype.itemsize > work.itemsize:
+            work = exponent.dtype
+        result = np.power(base.astype(work, copy=False), exponent.astype(work, copy=False))
+        return narrow(np.asarray(result), dtype)
     if is_float(exponent.dtype) or (exponent.dtype.kind == "i" and bool((exponent < 0).any())):
         # an integer base with a fractional or negative exponent: compute in double, truncate
         with np.errstate(all="ignore"):
