@@ -399,3 +399,20 @@ def test_kernels_never_write_into_inputs() -> None:
     run("Trilu", {"x": x}, {"y": F32}, 14)
     run("Dropout", {"x": x, "r": np.array(0.5, F32), "t": np.array(True)}, {"y": F32}, 13)
     assert_same([x], [before])
+
+
+def test_constant_output_cannot_corrupt_the_plan() -> None:
+    model = _model("Constant", {}, {"y": I64}, 13, value_ints=[1, 2])
+    session = sealtrace.Session(model)
+    (first,) = session.run(None, {})
+    with pytest.raises(ValueError):
+        first[0] = 99  # read-only: the array is the Plan's attribute
+    (second,) = session.run(None, {})
+    assert second.tolist() == [1, 2]
+
+
+def test_center_crop_pad_strings_pad_with_empty() -> None:
+    (y,) = run(
+        "CenterCropPad", {"x": np.array(["a"], dtype=object), "s": np.array([3], I64)}, {"y": object}, 18
+    )
+    assert y.tolist() == ["", "a", ""]

@@ -323,7 +323,7 @@ def center_crop_pad(input_data: np.ndarray, shape: np.ndarray, *, axes: tuple[in
         elif size > dim:
             start = (size - dim) // 2
             place[axis] = slice(start, start + dim)
-    out = np.zeros(target, dtype=input_data.dtype)
+    out = np.full(target, "" if input_data.dtype == object else 0, dtype=input_data.dtype)
     out[tuple(place)] = input_data[tuple(crop)]
     return out
 
@@ -390,16 +390,23 @@ def constant_of_shape(data: np.ndarray, *, value: np.ndarray | None) -> np.ndarr
     return np.full(tuple(_ints(data)), fill, dtype=fill.dtype)
 
 
+def _frozen(value: np.ndarray) -> np.ndarray:
+    """A read-only view: the attribute array belongs to the Plan and must survive every run."""
+    view = value.view()
+    view.flags.writeable = False
+    return view
+
+
 @register("Constant", 1, 9)
 def constant_v1(*, value: np.ndarray) -> np.ndarray:
     """Constant-1/9: the ``value`` tensor."""
-    return value
+    return _frozen(value)
 
 
 @register("Constant", 11)
 def constant_v11(*, value: np.ndarray | None, sparse_value: np.ndarray | None) -> np.ndarray:
     """Constant-11: ``value`` or (densified) ``sparse_value``."""
-    return value if value is not None else sparse_value  # type: ignore[return-value]
+    return _frozen(value if value is not None else sparse_value)  # type: ignore[arg-type]
 
 
 @register("Constant", 12, 13, 19, 21, 23, 24, 25)
@@ -416,9 +423,9 @@ def constant_v12(
 ) -> np.ndarray:
     """Constant-12+: exactly one of the value attributes."""
     if value is not None:
-        return value
+        return _frozen(value)
     if sparse_value is not None:
-        return sparse_value
+        return _frozen(sparse_value)
     if value_float is not None:
         return np.array(value_float, dtype=np.float32)
     if value_floats is not None:
@@ -516,7 +523,10 @@ def _dropout(
     # Same generator and draw as ONNX's reference and its conformance data.
     rng = np.random.RandomState(_DEFAULT_DROPOUT_SEED if seed is None else seed)
     keep = rng.uniform(0, 1.0, data.shape) >= ratio
-    scale = data.dtype.type(1.0 / (1.0 - ratio))
+    # The scale is computed in (at least) float32, as onnxruntime does, then applied.
+    compute = np.result_type(data.dtype, np.float32)
+    one = compute.type(1)
+    scale = one / (one - compute.type(ratio))
     out = (np.where(keep, data, data.dtype.type(0)) * scale).astype(data.dtype, copy=False)
     return out, keep.astype(mask_dtype)
 
