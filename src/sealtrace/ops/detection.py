@@ -1,4 +1,4 @@
-"""Object detection post-processing: NonMaxSuppression."""
+"""Detection pipelines: NonMaxSuppression post-processing and ImageDecoder input decoding."""
 
 from __future__ import annotations
 
@@ -83,3 +83,23 @@ def non_max_suppression(
     if not selected:
         return np.zeros((0, 3), dtype=np.int64)
     return np.array(selected, dtype=np.int64)
+
+
+@register("ImageDecoder", 20)
+def image_decoder(encoded_stream: np.ndarray, *, pixel_format: str) -> np.ndarray:
+    """ImageDecoder-20: decode an encoded image (JPEG, PNG, BMP, TIFF, WebP, PNM ...) to uint8 HWC."""
+    import io
+
+    try:
+        from PIL import Image  # optional: only models that decode images need Pillow
+    except ImportError as exc:
+        raise RuntimeError("ImageDecoder needs Pillow (pip install pillow)") from exc
+    with Image.open(io.BytesIO(encoded_stream.tobytes())) as image:
+        if pixel_format == "Grayscale":
+            return np.asarray(image.convert("L"), dtype=np.uint8)[:, :, None].copy()
+        rgb = np.asarray(image.convert("RGB"), dtype=np.uint8)
+    if pixel_format == "RGB":
+        return rgb.copy()
+    if pixel_format == "BGR":
+        return np.ascontiguousarray(rgb[:, :, ::-1])
+    raise ValueError(f"unknown pixel_format {pixel_format!r}")
