@@ -402,7 +402,7 @@ def test_kernels_never_write_into_inputs() -> None:
 
 
 def test_constant_output_cannot_corrupt_the_plan() -> None:
-    model = _model("Constant", {}, {"y": I64}, 13, value_ints=[1, 2])
+    model = _model("Constant", {}, {"y": I64}, 13, value=numpy_helper.from_array(np.array([1, 2], I64)))
     session = sealtrace.Session(model)
     (first,) = session.run(None, {})
     with pytest.raises(ValueError):
