@@ -31,6 +31,9 @@ class ModelOrigin:
     path: str | None = None
     sha256: str | None = None
     container_digest: str | None = None
+    # For a bound artifact (kind 'artifact'): the digest of the binding record that tied it to
+    # ``container_digest``.
+    binding_digest: str | None = None
 
 
 def _origin_of(model: ModelSource | Plan) -> ModelOrigin:
@@ -51,6 +54,16 @@ def _origin_of(model: ModelSource | Plan) -> ModelOrigin:
     return ModelOrigin("onnx", path=str(path), sha256=digest.hexdigest())
 
 
+def _backend_version(backend: str | Backend) -> str | None:
+    """The version a bound ONNX Runtime artifact is compared with (None: nothing to compare)."""
+    name = backend if isinstance(backend, str) else backend.name
+    if name != "onnxruntime":
+        return None
+    import onnxruntime
+
+    return str(onnxruntime.__version__)
+
+
 class Session:
     """Compile a model once into a Plan and run it on a backend.
 
@@ -64,14 +77,38 @@ class Session:
         *,
         trust: Sequence[Any] = (),
         require_signature: bool = False,
+        container: str | os.PathLike[str] | None = None,
+        strict: bool = False,
     ) -> None:
         """``model`` is an ONNX path, bytes, ModelProto, Plan, or a sealed ``.seal`` container.
 
         A container is verified before anything else (every tensor, and signatures by the
         ``trust`` public keys; ``require_signature`` demands one); a container that fails is
         refused with an IntegrityError naming each part that changed. There is no bypass.
+
+        With ``container=``, ``model`` is a derived artifact (e.g. from ``sealtrace compile``): it is
+        loaded only after its binding to that container checks out (artifact unmodified, bound to
+        this container, signed by a ``trust`` key where asked; a different backend version is
+        refused under ``strict``).
         """
-        if isinstance(model, (str, os.PathLike)) and is_container(model):
+        if container is not None:
+            from sealtrace.binding import check_binding
+
+            if not isinstance(model, (str, os.PathLike)):
+                raise InputError("container= needs the artifact's file path")
+            record = check_binding(
+                model, container, trust=trust, require_signature=require_signature, strict=strict,
+                current_backend_version=_backend_version(backend),
+            ).record
+            self.plan = build_plan(model)
+            self.origin = ModelOrigin(
+                "artifact",
+                path=os.fspath(model),
+                sha256=record.artifact_sha256,
+                container_digest=record.container_digest,
+                binding_digest=record.digest,
+            )
+        elif isinstance(model, (str, os.PathLike)) and is_container(model):
             self.plan, report = load_sealed_plan(model, trust=trust, require_signature=require_signature)
             self.origin = ModelOrigin(
                 "container", path=os.fspath(model), sha256=report.file_sha256, container_digest=report.digest

@@ -83,7 +83,7 @@ class OnnxRuntimeBackend:
         options.log_severity_level = 3
         try:
             session = ort.InferenceSession(self._loadable(model), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:
+        except Exception as exc:  # ORT raises its own exception types
             raise BackendError(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
         self._sessions[key] = (plan, session)
         return session
@@ -110,7 +110,7 @@ class OnnxRuntimeBackend:
         names = [o.name for o in session.get_outputs()]
         try:
             values = session.run(names, dict(feeds))
-        except Exception as exc:
+        except Exception as exc:  # ORT raises its own exception types
             raise BackendError(f"onnxruntime failed: {_first_line(exc)}") from None
         env: dict[str, Any] = dict(zip(names, values, strict=True))
         result = {name: env[name] for name in plan.output_names}

@@ -97,7 +97,7 @@ def execute(
                 result = step.kernel.fn(*args, **step.attributes)
         except SealtraceError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # any kernel failure is reported with its step
             where = "/".join((*path, step.name))
             raise KernelError(
                 f"step {step.index} {where!r} ({step.op_type}) failed: {type(exc).__name__}: {exc}"

@@ -36,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     _load_commands()
     try:
-        app.main(args=argv, prog_name="sealtrace", standalone_mode=False)
+        status = app.main(args=argv, prog_name="sealtrace", standalone_mode=False)
+        # click returns a ctx.exit(N) code instead of raising when not in standalone mode.
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
     except click.exceptions.Abort:
         click.echo("sealtrace: interrupted", err=True)
         return 130
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:
+    except Exception as exc:  # the CLI promises one line, never a traceback
         click.echo(f"sealtrace: internal error: {type(exc).__name__}: {_one_line(str(exc))}", err=True)
         return EXIT_INTERNAL
     return 0

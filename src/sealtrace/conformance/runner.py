@@ -137,7 +137,7 @@ def onnxruntime_runner() -> Callable[[onnx.ModelProto], Runner | None]:
         options.log_severity_level = 4
         try:
             session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:
+        except Exception as exc:  # ORT's load errors mean "not supported"
             raise UnsupportedError([str(exc).splitlines()[0][:200]]) from None
         names = [i.name for i in session.get_inputs()]
 
@@ -161,7 +161,7 @@ def run_case(case: NodeCase, prepare: Callable[[onnx.ModelProto], Any]) -> CaseR
         try:
             with np.errstate(all="ignore"):
                 outputs = runner(case.model, [_to_value(v) for v in inputs])
-        except Exception as exc:
+        except Exception as exc:  # a crash is a failed case, reported with its cause
             return CaseResult(case.name, case.op_type, "failed", f"data set {index}: {type(exc).__name__}: {exc}")
         problem = compare_outputs([_to_value(v) for v in expected], outputs, case.rtol, case.atol)
         if problem:

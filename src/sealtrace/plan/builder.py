@@ -64,7 +64,7 @@ def build_plan(source: ModelSource) -> Plan:
         # Model-local functions are expanded so every step maps to one registered kernel.
         try:
             model = onnx.inliner.inline_local_functions(model)  # type: ignore[attr-defined]
-        except Exception as exc:
+        except Exception as exc:  # onnx raises assorted errors for bad functions
             raise InvalidModelError(f"cannot expand model-local functions: {exc}") from None
     opsets = _opsets(model)
     value_info = _infer_value_info(model)
@@ -91,7 +91,7 @@ def _infer_value_info(model: ModelProto) -> dict[str, ValueInfo]:
     infos: dict[str, ValueInfo] = {}
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception:
+    except Exception:  # inference is best effort; the Plan does not depend on it
         inferred = model
     graph = inferred.graph
     for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
@@ -382,7 +382,7 @@ _MISSING = Kernel("", "<missing>", 0, _missing_kernel, False)
 def _to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
     try:
         array = numpy_helper.to_array(tensor)
-    except Exception as exc:
+    except Exception as exc:  # onnx raises assorted errors for malformed tensors
         raise InvalidModelError(f"{what}: unreadable tensor data ({exc})") from None
     if array.dtype.kind in "US":
         array = array.astype(object)

@@ -1,0 +1,104 @@
+"""``sealtrace compile``, ``bind`` and ``check-binding``: derived artifacts tied to their container."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from sealtrace.binding import bind as bind_artifact
+from sealtrace.binding import check_binding, compile_onnxruntime, read_binding, sidecar_path
+from sealtrace.cli import app
+from sealtrace.errors import InputError
+
+
+@app.command(name="compile")
+@click.argument("container", type=click.Path(dir_okay=False))
+@click.option("--backend", type=click.Choice(["onnxruntime", "torch"]), default="onnxruntime", show_default=True)
+@click.option("--level", type=click.Choice(["basic", "extended", "all"]), default="all", show_default=True,
+              help="ONNX Runtime graph optimization level.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The artifact to write.")
+@click.option("--sign", "sign_key", type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign the binding.")
+@click.option("--force", is_flag=True, help="Overwrite an existing artifact.")
+def compile_command(container: str, backend: str, level: str, output: str, sign_key: str | None, force: bool) -> None:
+    """Verify CONTAINER, write an optimized/compiled artifact, and bind it to the container."""
+    if backend == "torch":
+        from sealtrace.torchbridge.convert import compile_torch  # type: ignore[import-not-found]
+
+        record = compile_torch(container, output, sign_with=sign_key, overwrite=force)
+    else:
+        record = compile_onnxruntime(container, output, level=level, sign_with=sign_key, overwrite=force)
+    click.echo(f"wrote {output} and {sidecar_path(output).name}: bound to container {record.container_digest[:16]}...")
+
+
+@app.command()
+@click.argument("artifact", type=click.Path(dir_okay=False))
+@click.option("--to", "container", required=True, type=click.Path(dir_okay=False), help="The source container.")
+@click.option("--sign", "sign_key", type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign the binding.")
+@click.option("--transformation", default="external", show_default=True, help="What made the artifact.")
+@click.option("--backend", "backend_name", default="unknown", show_default=True, help="Tool that made it.")
+@click.option("--backend-version", default="unknown", show_default=True)
+@click.option("--force", is_flag=True, help="Overwrite an existing sidecar.")
+def bind(
+    artifact: str,
+    container: str,
+    sign_key: str | None,
+    transformation: str,
+    backend_name: str,
+    backend_version: str,
+    force: bool,
+) -> None:
+    """Bind ARTIFACT (any file) to the container it was derived from: writes ARTIFACT.binding.json."""
+    record = bind_artifact(
+        artifact, container, transformation=transformation, backend=backend_name,
+        backend_version=backend_version, sign_with=sign_key, embed=False, overwrite=force,
+    )
+    click.echo(f"wrote {sidecar_path(artifact).name}: {artifact} bound to container {record.container_digest[:16]}...")
+
+
+@app.command(name="check-binding")
+@click.argument("artifact", type=click.Path(dir_okay=False))
+@click.option("--container", required=True, type=click.Path(dir_okay=False), help="The container it must come from.")
+@click.option("--trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub", help="Trusted signer.")
+@click.option("--require-signature", is_flag=True, help="Fail unless a trusted key signed the binding.")
+@click.option("--strict", is_flag=True, help="A different backend version fails instead of warning.")
+@click.option("--json", "as_json", is_flag=True)
+def check_binding_command(
+    artifact: str, container: str, trust: tuple[str, ...], require_signature: bool, strict: bool, as_json: bool
+) -> None:
+    """Exit 0 when ARTIFACT is unmodified and bound to CONTAINER, 1 when not (saying which check failed)."""
+    if require_signature and not trust:
+        raise InputError("--require-signature needs at least one --trust KEY.pub")
+    current = _installed_version(read_binding(artifact).backend)
+    result = check_binding(
+        artifact, container, trust=trust, require_signature=require_signature, strict=strict,
+        current_backend_version=current, raise_on_failure=False,
+    )
+    if as_json:
+        click.echo(json.dumps({"artifact": artifact, "ok": result.ok, "failures": result.failures,
+                               "warnings": result.warnings, "binding": result.record.to_json()}, indent=2, sort_keys=True))
+    else:
+        for warning in result.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        if result.ok:
+            click.echo(f"ok: {artifact} is unmodified and bound to {container}")
+    if not result.ok:
+        if not as_json:
+            for failure in result.failures:
+                click.echo(f"FAILED: {failure}", err=True)
+        raise click.exceptions.Exit(1)
+
+
+def _installed_version(backend: str) -> str | None:
+    """The installed version of the tool that made an artifact, to compare with its binding."""
+    if backend == "onnxruntime":
+        import onnxruntime
+
+        return str(onnxruntime.__version__)
+    if backend == "torch":
+        try:
+            import torch
+        except ImportError:
+            return "not installed"
+        return str(torch.__version__)
+    return None
