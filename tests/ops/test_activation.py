@@ -3,6 +3,7 @@ ORT still runs, the opset-13 change of Softmax semantics, attributes, dtypes and
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,16 @@ CASES: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
 def test_gelu_exact() -> None:
     # 1 + erf(x/sqrt2) cancels for x << 0; with erf within 2 ulp the absolute error stays ~1e-7
     same("Gelu", {"x": X}, 20, rtol=2e-6, atol=3e-7)
+
+
+def test_gelu_and_elu_stay_accurate_where_the_result_is_tiny() -> None:
+    x = np.array([-5.55, -7.0, -3.0, -1e-3, 2.0, 1e-4], dtype=np.float32)
+    t = x.astype(np.float64)
+    phi = np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in t])
+    np.testing.assert_allclose(ours("Gelu", {"x": x}, 20), t * phi, rtol=3e-7)
+    np.testing.assert_allclose(ours("Elu", {"x": x}, 22), np.where(t < 0, np.expm1(t), t), rtol=2e-7)
+    selu = 1.0507009873554805 * np.where(t <= 0, 1.6732632423543772 * np.expm1(t), t)
+    np.testing.assert_allclose(ours("Selu", {"x": x}, 22), selu, rtol=3e-7)
 
 
 def test_gelu_tanh_approximation() -> None:

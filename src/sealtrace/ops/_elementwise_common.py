@@ -189,6 +189,42 @@ def erf(x: np.ndarray) -> np.ndarray:
     return numerator.astype(x.dtype)
 
 
+# erfc(z) = t * exp(-z*z + P(t)), t = 1 / (1 + z/2), z >= 0: the Chebyshev fit of Numerical
+# Recipes (erfcc), relative error < 1.2e-7 over the whole range, tails included.
+_ERFC = (
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+)
+
+
+def normal_cdf(x: np.ndarray) -> np.ndarray:
+    """Phi(x) = erfc(-x / sqrt 2) / 2 in float64, relative error < 1.2e-7 even deep in the left tail.
+
+    Unlike (1 + erf(x / sqrt 2)) / 2 it does not cancel for x << 0, so x * Phi(x) (Gelu) keeps
+    its relative accuracy where the result is tiny.
+    """
+    v = np.asarray(x, dtype=np.float64)
+    z = np.abs(v) * (1.0 / np.sqrt(2.0))
+    t = z * 0.5
+    t += 1.0
+    np.reciprocal(t, out=t)
+    exponent = _poly(t, _ERFC)
+    exponent -= z * z
+    tail = np.exp(exponent)
+    tail *= t  # erfc(|x| / sqrt 2)
+    tail *= 0.5
+    # the right half is 1 - (left tail), which cannot cancel below 1/2
+    return np.asarray(np.where(v >= 0, 1.0 - tail, tail))
+
+
 def _erf_fdlibm(x: np.ndarray) -> np.ndarray:
     """erf in float64 with the piecewise rational approximations of fdlibm."""
     v = np.asarray(x, dtype=np.float64).reshape(-1)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.ops._elementwise_common import erf, narrow, quiet, widen
+from sealtrace.ops._elementwise_common import erf, narrow, normal_cdf, quiet, widen
 from sealtrace.ops.registry import register
 
 Array = np.ndarray
@@ -80,8 +80,8 @@ def elu(x: Array, *, alpha: float = 1.0, consumed_inputs: tuple[int, ...] | None
     """ONNX Elu (1, 6, 22): x if x >= 0 else alpha * (exp(x) - 1)."""
     out = _fresh(x)
     negative = out < 0
-    np.exp(out, out=out, where=negative)
-    np.subtract(out, out.dtype.type(1), out=out, where=negative)
+    # expm1 is exp(x) - 1 without the cancellation near 0
+    np.expm1(out, out=out, where=negative)
     np.multiply(out, _scalar(alpha, out.dtype), out=out, where=negative)
     return narrow(out, x.dtype)
 
@@ -99,9 +99,9 @@ def selu(
     out = _fresh(x)
     a = _scalar(alpha, out.dtype)
     nonpositive = out <= 0
-    np.exp(out, out=out, where=nonpositive)
+    # alpha * exp(x) - alpha == alpha * expm1(x), without the cancellation near 0
+    np.expm1(out, out=out, where=nonpositive)
     np.multiply(out, a, out=out, where=nonpositive)
-    np.subtract(out, a, out=out, where=nonpositive)
     out *= _scalar(gamma, out.dtype)
     return narrow(out, x.dtype)
 
@@ -112,8 +112,7 @@ def celu(x: Array, *, alpha: float = 1.0) -> Array:
     """ONNX Celu (12, 28): max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
     wide = widen(x)
     a = _scalar(alpha, wide.dtype)
-    negative_part = np.asarray(np.exp(wide / a))
-    negative_part -= wide.dtype.type(1)
+    negative_part = np.asarray(np.expm1(wide / a))  # exp(x/alpha) - 1 without cancellation
     negative_part *= a
     np.minimum(negative_part, wide.dtype.type(0), out=negative_part)
     negative_part += np.maximum(wide, wide.dtype.type(0))
@@ -195,11 +194,16 @@ def gelu(x: Array, *, approximate: str = "none") -> Array:
         return narrow(inner, x.dtype)
     if approximate != "none":
         raise ValueError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    inner = erf(np.multiply(wide, t(1.0 / np.sqrt(2.0))))
-    inner += t(1)
-    inner *= wide
-    inner *= t(0.5)
-    return narrow(inner, x.dtype)
+    if x.dtype == np.float64:
+        inner = erf(np.multiply(wide, t(1.0 / np.sqrt(2.0))))
+        inner += t(1)
+        inner *= wide
+        inner *= t(0.5)
+        return narrow(inner, x.dtype)
+    # x * Phi(x) with Phi from erfc: no cancellation in 1 + erf(x/sqrt2) for x << 0
+    cdf = normal_cdf(wide)
+    cdf *= wide
+    return cdf.astype(x.dtype)
 
 
 @register("Mish", 18, 22)
