@@ -14,7 +14,7 @@ from sealtrace.errors import InputError
 
 @app.command(name="compile")
 @click.argument("container", type=click.Path(dir_okay=False))
-@click.option("--backend", type=click.Choice(["onnxruntime", "torch"]), default="onnxruntime", show_default=True)
+@click.option("--backend", type=click.Choice(["onnxruntime"]), default="onnxruntime", show_default=True)
 @click.option("--level", type=click.Choice(["basic", "extended", "all"]), default="all", show_default=True,
               help="ONNX Runtime graph optimization level.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The artifact to write.")
@@ -22,12 +22,7 @@ from sealtrace.errors import InputError
 @click.option("--force", is_flag=True, help="Overwrite an existing artifact.")
 def compile_command(container: str, backend: str, level: str, output: str, sign_key: str | None, force: bool) -> None:
     """Verify CONTAINER, write an optimized/compiled artifact, and bind it to the container."""
-    if backend == "torch":
-        from sealtrace.torchbridge.convert import compile_torch  # type: ignore[import-not-found]
-
-        record = compile_torch(container, output, sign_with=sign_key, overwrite=force)
-    else:
-        record = compile_onnxruntime(container, output, level=level, sign_with=sign_key, overwrite=force)
+    record = compile_onnxruntime(container, output, level=level, sign_with=sign_key, overwrite=force)
     click.echo(f"wrote {output} and {sidecar_path(output).name}: bound to container {record.container_digest[:16]}...")
 
 
