@@ -101,10 +101,14 @@ def entry_name(scope_name: str, taken: set[str]) -> str:
     return candidate
 
 
-def strip_weights(model: ModelProto) -> tuple[ModelProto, list[Weight]]:
-    """A copy of ``model`` without weight data, and the weights in container order."""
-    stripped = ModelProto()
-    stripped.CopyFrom(model)
+def strip_weights(model: ModelProto, in_place: bool = False) -> tuple[ModelProto, list[Weight]]:
+    """``model`` without weight data (a copy, or the model itself with ``in_place``), and the
+    weights in container order."""
+    if in_place:
+        stripped = model
+    else:
+        stripped = ModelProto()
+        stripped.CopyFrom(model)
     weights: list[Weight] = []
     taken: set[str] = set()
     for scope_name, tensor in model_tensors(stripped):
@@ -142,22 +146,23 @@ def _take(tensor: TensorProto, scope_name: str, taken: set[str]) -> Weight | Non
             return None
     if len(data) != expected_length(dtype, list(shape)):
         return None
-    original = tensor.SerializeToString()
+    name = entry_name(scope_name, set(taken))
+    if storage != "raw_data":
+        # Repeated numeric fields go through NumPy and back: prove the round trip before relying
+        # on it (raw_data comes back as the same bytes by construction).
+        original = tensor.SerializeToString()
+        probe = TensorProto()
+        probe.CopyFrom(tensor)
+        probe.ClearField(storage)
+        _fill(probe, storage, dtype, data)
+        if probe.SerializeToString() != original:
+            return None  # restoring would not give the same bytes back: keep it inline
     tensor.ClearField(storage)
     entry = tensor.external_data.add()
     entry.key = MARKER
-    probe = TensorProto()
-    probe.CopyFrom(tensor)
-    name_guess = entry_name(scope_name, set(taken))
-    entry.value = name_guess
-    probe.external_data[0].value = name_guess
-    _fill(probe, storage, dtype, data)
-    if probe.SerializeToString() != original:
-        # Restoring would not give the same bytes back: keep this tensor inline.
-        tensor.ParseFromString(original)
-        return None
-    taken.add(name_guess)
-    return Weight(name_guess, dtype, shape, storage, data)
+    entry.value = name
+    taken.add(name)
+    return Weight(name, dtype, shape, storage, data)
 
 
 def _fill(tensor: TensorProto, storage: str, dtype: str, data: bytes | memoryview) -> None:

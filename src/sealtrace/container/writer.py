@@ -72,7 +72,9 @@ def seal_model(
         plan = build_plan(proto)
     except SealtraceError as exc:
         raise SealingError(f"cannot seal {source['file_name'] or 'model'}: its Plan cannot be built: {exc}") from None
-    stripped, weights = strip_weights(proto)
+    model_info = _model_info(proto)
+    # A model read from a file is ours to strip in place; a caller's proto is left untouched.
+    stripped, weights = strip_weights(proto, in_place=not isinstance(model, ModelProto))
     graph = stripped.SerializeToString(deterministic=True)
 
     views = [memoryview(graph).cast("B"), *(memoryview(w.data).cast("B") for w in weights)]
@@ -95,15 +97,7 @@ def seal_model(
         "alignment": ALIGNMENT,
         "chunk_size": chunk_size,
         "plan_digest": plan.digest,
-        "model": {
-            "ir_version": proto.ir_version,
-            "producer_name": proto.producer_name,
-            "producer_version": proto.producer_version,
-            "domain": proto.domain,
-            "model_version": proto.model_version,
-            "graph_name": proto.graph.name,
-            "opset_imports": [{"domain": o.domain, "version": o.version} for o in proto.opset_import],
-        },
+        "model": model_info,
         "source": source,
         "sections": [e.to_json() for e in entries if e.kind == "section"],
         "tensors": [e.to_json() for e in entries if e.kind == "tensor"],
@@ -135,6 +129,18 @@ def seal_model(
         size=size,
         signed_by=tuple(s.key_id for s in signatures),
     )
+
+
+def _model_info(proto: ModelProto) -> dict[str, Any]:
+    return {
+        "ir_version": proto.ir_version,
+        "producer_name": proto.producer_name,
+        "producer_version": proto.producer_version,
+        "domain": proto.domain,
+        "model_version": proto.model_version,
+        "graph_name": proto.graph.name,
+        "opset_imports": [{"domain": o.domain, "version": o.version} for o in proto.opset_import],
+    }
 
 
 def _pad(f: BinaryIO, position: int, target: int) -> int:
