@@ -168,3 +168,17 @@ def test_large_tensor_is_hashed_in_chunks(tmp_path: Path) -> None:
         verify_container(bytes(data))
     (m,) = info.value.mismatches
     assert m.name == "big" and "chunk 5 of" in m.expected and m.offset == where - 7
+
+
+@pytest.mark.parametrize("onnx_name", ["w:0", "/model/conv/Constant_output_0", "../up", "a\\b", "./x", "C:\\w"])
+def test_awkward_onnx_names_seal_to_valid_names(tmp_path: Path, onnx_name: str) -> None:
+    model = tiny_model()
+    for node in model.graph.node:
+        node.input[:] = [onnx_name if n == "W" else n for n in node.input]
+    model.graph.initializer[0].name = onnx_name
+    seal_model(model, tmp_path / "m.seal")
+    names = [t["name"] for t in describe_container(tmp_path / "m.seal")["tensors"]]
+    assert len(names) == 2 and names[0] != onnx_name  # each of these needed defusing
+    assert verify_container(tmp_path / "m.seal").ok
+    feeds = {"x": np.array([[1.0, 2.0]], np.float32)}
+    assert Session(str(tmp_path / "m.seal")).run(None, feeds)[0].tobytes() == Session(model).run(None, feeds)[0].tobytes()

@@ -10,6 +10,7 @@ fills the original field again, so the model's serialized bytes come back exactl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -87,10 +88,13 @@ def _node_tensors(node: onnx.NodeProto, scope: str, index: int) -> Iterator[tupl
 
 def entry_name(scope_name: str, taken: set[str]) -> str:
     """A unique container name: the ONNX name, made relative (PyTorch names start with '/') and
-    with '.'/'..' components and backslashes replaced, so no name can be read as an escaping path."""
+    with '.'/'..' components, backslashes and drive prefixes defused, so no name reads as a path
+    that escapes anything (format.check_name is the rule)."""
     parts = [p if p not in (".", "..") else p.replace(".", "_") for p in scope_name.split("/")]
     name = "/".join(parts).lstrip("/").replace("\\", "_")
     name = "".join(c if 32 <= ord(c) != 127 else "_" for c in name) or "tensor"
+    if re.match(r"[A-Za-z]:", name):
+        name = "_" + name  # 'w:0' (a TensorFlow name) would read as a Windows drive path
     if len(name) > 1000:
         name = name[:1000]
     candidate, k = name, 1
