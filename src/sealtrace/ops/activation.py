@@ -41,7 +41,13 @@ def _fresh(x: Array) -> Array:
 @register("Relu", 1, 6, 13, 14)
 def relu(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
     """ONNX Relu (1, 6, 13, 14; integer types from 14)."""
-    return np.asarray(np.maximum(x, x.dtype.type(0)))
+    zero = x.dtype.type(0)
+    out = np.asarray(np.maximum(x, zero))
+    if out.dtype.kind != "i":
+        # SIMD max(-0, +0) returns either zero depending on the CPU; adding +0 makes it +0 on
+        # every machine (a select would keep -0 like ONNX Runtime, but costs 10x a max)
+        out += zero
+    return out
 
 
 @register("LeakyRelu", 1, 6, 16)
@@ -136,6 +142,7 @@ def hard_sigmoid(
     out *= _scalar(alpha, out.dtype)
     out += _scalar(beta, out.dtype)
     np.clip(out, out.dtype.type(0), out.dtype.type(1), out=out)
+    out += out.dtype.type(0)  # clip's SIMD max may return -0 or +0 at 0: make it +0 everywhere
     return narrow(out, x.dtype)
 
 
@@ -147,6 +154,7 @@ def hard_swish(x: Array) -> Array:
     out = np.asarray(np.multiply(wide, _scalar(1.0 / 6.0, wide.dtype)))
     out += wide.dtype.type(0.5)
     np.clip(out, wide.dtype.type(0), wide.dtype.type(1), out=out)
+    out += wide.dtype.type(0)  # clip's SIMD max may return -0 or +0 at 0: make it +0 everywhere
     out *= wide
     return narrow(out, x.dtype)
 
