@@ -9,7 +9,9 @@ from sealtrace.ops.registry import register
 _F32 = np.float32
 
 
-def _corners(boxes: np.ndarray, center_point_box: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _corners(
+    boxes: np.ndarray, center_point_box: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x_min, y_min, x_max, y_max) per box, in float32 as ONNX Runtime computes them."""
     if center_point_box:
         # [x_center, y_center, width, height]
@@ -26,7 +28,10 @@ def _corners(boxes: np.ndarray, center_point_box: int) -> tuple[np.ndarray, np.n
 
 
 def _suppressed(
-    corners: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], best: int, rest: np.ndarray, threshold: np.float32
+    corners: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    best: int,
+    rest: np.ndarray,
+    threshold: np.float32,
 ) -> np.ndarray:
     """Which boxes of ``rest`` overlap box ``best`` with IoU > threshold."""
     x0, y0, x1, y1 = corners
@@ -58,7 +63,9 @@ def non_max_suppression(
     limit = int(max_output_boxes_per_class.reshape(-1)[0]) if max_output_boxes_per_class is not None else 0
     if max_output_boxes_per_class is not None and max_output_boxes_per_class.size == 0:
         limit = 0
-    iou_max = _F32(iou_threshold.reshape(-1)[0]) if iou_threshold is not None and iou_threshold.size else _F32(0)
+    iou_max = (
+        _F32(iou_threshold.reshape(-1)[0]) if iou_threshold is not None and iou_threshold.size else _F32(0)
+    )
     has_score_min = score_threshold is not None and score_threshold.size > 0
     score_min = _F32(score_threshold.reshape(-1)[0]) if has_score_min else _F32(0)  # type: ignore[union-attr]
     selected: list[tuple[int, int, int]] = []
@@ -70,7 +77,9 @@ def non_max_suppression(
         corners = _corners(boxes[batch], center_point_box)
         for cls in range(scores.shape[1]):
             class_scores = scores[batch, cls]
-            candidates = np.nonzero(class_scores > score_min)[0] if has_score_min else np.arange(class_scores.size)
+            candidates = (
+                np.nonzero(class_scores > score_min)[0] if has_score_min else np.arange(class_scores.size)
+            )
             # Highest score first; equal scores keep the lower box index first (stable sort).
             order = candidates[np.argsort(-class_scores[candidates], kind="stable")]
             kept = 0

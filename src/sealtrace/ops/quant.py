@@ -99,12 +99,16 @@ def _quantize(
             y = y + _broadcastable(y_zero_point, x.shape, axis, block_size).astype(work)
         return np.clip(y, info.min, info.max).astype(out_dtype)
     if y_zero_point is not None:
-        y = y + _broadcastable(y_zero_point, x.shape, axis, block_size).astype(work)
+        # A zero offset is not added at all, so that -0.0 keeps its sign (as in ONNX Runtime).
+        offset = _broadcastable(y_zero_point, x.shape, axis, block_size).astype(work)
+        y = np.where(offset == 0, y, y + offset)
     return _saturate_float(y, out_dtype, saturate)
 
 
 @register("QuantizeLinear", 10)
-def quantize_linear_10(x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray | None = None) -> np.ndarray:
+def quantize_linear_10(
+    x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray | None = None
+) -> np.ndarray:
     """QuantizeLinear-10: per-tensor quantization to int8/uint8."""
     return _quantize(x, y_scale, y_zero_point, 1, 1, 0, 0, 0)
 
@@ -122,7 +126,9 @@ def quantize_linear(
     precision: int = 0,
 ) -> np.ndarray:
     """QuantizeLinear-13..28: per-tensor, per-axis and blocked; integer, float8 and float4 outputs."""
-    return _quantize(x, y_scale, y_zero_point, axis, saturate, block_size or 0, output_dtype or 0, precision or 0)
+    return _quantize(
+        x, y_scale, y_zero_point, axis, saturate, block_size or 0, output_dtype or 0, precision or 0
+    )
 
 
 def _dequantize(
@@ -178,7 +184,8 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     # The range always includes 0 so that 0 is exactly representable.
     hi = np.float32(max(0.0, float(x32.max()))) if x32.size else np.float32(0)
     lo = np.float32(min(0.0, float(x32.min()))) if x32.size else np.float32(0)
-    scale = np.float32((hi - lo) / np.float32(255)) if hi != lo else np.float32(1.0 / 255)
+    # An all-zero input gets scale 1 (ONNX Runtime), any other one spreads its range over 255 steps.
+    scale = np.float32((hi - lo) / np.float32(255)) if hi != lo else np.float32(1.0)
     zero_point = np.float32(np.rint(np.clip(np.float32(0) - lo / scale, 0, 255)))
     y = np.clip(np.rint(x32 / scale) + zero_point, 0, 255).astype(np.uint8)
     return y, np.array(scale, dtype=np.float32), np.array(zero_point, dtype=np.uint8)

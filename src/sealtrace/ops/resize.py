@@ -201,8 +201,10 @@ def _resize(
 ) -> np.ndarray:
     maps: dict[int, _AxisMap] = {}
     for axis, (in_len, out_len) in enumerate(zip(x.shape, out_shape, strict=True)):
-        identity = in_len == out_len and scales[axis] == 1 and (
-            transform != "tf_crop_and_resize" or roi[axis] == (0.0, 1.0)
+        identity = (
+            in_len == out_len
+            and scales[axis] == 1
+            and (transform != "tf_crop_and_resize" or roi[axis] == (0.0, 1.0))
         )
         if identity:
             continue
@@ -445,7 +447,9 @@ def _padded_index(
     return np.clip(index, 0, length - 1), None
 
 
-def _grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, align_corners: int) -> np.ndarray:
+def _grid_sample(
+    x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, align_corners: int
+) -> np.ndarray:
     spatial = x.shape[2:]
     rank = len(spatial)
     if grid.shape[-1] != rank or grid.shape[0] != x.shape[0]:
@@ -519,7 +523,9 @@ def _grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, 
 
 
 @register("GridSample", 16, 20, 22)
-def grid_sample(x: np.ndarray, grid: np.ndarray, *, align_corners: int, mode: str, padding_mode: str) -> np.ndarray:
+def grid_sample(
+    x: np.ndarray, grid: np.ndarray, *, align_corners: int, mode: str, padding_mode: str
+) -> np.ndarray:
     """GridSample-16 (4-D, bilinear/bicubic names), -20, -22 (N-D): nearest / linear / cubic sampling."""
     return _grid_sample(x, grid, mode, padding_mode, align_corners)
 

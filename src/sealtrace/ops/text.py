@@ -75,7 +75,9 @@ def _split(text: str, sep: str | None, limit: int) -> list[str]:
 
 
 @register("StringSplit", 20)
-def string_split(x: np.ndarray, *, delimiter: str | None, maxsplit: int | None) -> tuple[np.ndarray, np.ndarray]:
+def string_split(
+    x: np.ndarray, *, delimiter: str | None, maxsplit: int | None
+) -> tuple[np.ndarray, np.ndarray]:
     """StringSplit-20: substrings padded with "" to the longest split, and the substring counts."""
     sep = delimiter or None  # unset or "": split on runs of whitespace
     limit = -1 if maxsplit is None else maxsplit
@@ -163,7 +165,9 @@ def tfidf_vectorizer(
             hits = _lookup(encoded[valid], keys, ids)
             row_index = np.nonzero(valid)[0][hits >= 0]
             np.add.at(counts, (row_index, index_of[hits[hits >= 0]]), 1)
-    return _weighted(counts, mode, weights, index_of).reshape((output_size,) if x.ndim < 2 else (-1, output_size))
+    return _weighted(counts, mode, weights, index_of).reshape(
+        (output_size,) if x.ndim < 2 else (-1, output_size)
+    )
 
 
 def _encode(codes: list[int], radix: int) -> int:
