@@ -3,6 +3,7 @@ orbax gap (tensor data replaced while _METADATA stays the same)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sealtrace.cli import main
 from sealtrace.container import ContainerFormatError, IntegrityError
@@ -186,3 +189,20 @@ def test_orbax_data_replaced_behind_unchanged_metadata(tmp_path: Path) -> None:
     assert "manifest.ocdbt" in named
     assert any(n.startswith(("d/", "ocdbt.process_0/d/")) for n in named)
     assert "_METADATA" not in named
+
+
+@settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_manifest_reader(checkpoint: Path, tmp_path: Path, data: st.DataObject) -> None:
+    """Mutated manifests give a format or integrity error, never another exception."""
+    out = tmp_path / "fuzz.json"
+    if not out.exists():
+        create_manifest(checkpoint, out)
+    raw = bytearray(out.read_bytes())
+    for _ in range(data.draw(st.integers(1, 6))):
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw[i] = data.draw(st.integers(0, 255))
+    mutated = tmp_path / "mutated.json"
+    mutated.write_bytes(bytes(raw))
+    with contextlib.suppress(ContainerFormatError, IntegrityError):
+        verify_manifest(checkpoint, mutated)
