@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 
 import sealtrace
 from sealtrace.errors import SealtraceError
+from sealtrace.ops.cast import cast
 from tests.conftest import make_model
 
 
@@ -160,10 +161,12 @@ def test_strings_to_numbers_match_onnxruntime(target: int) -> None:
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
-def test_string_to_string_is_a_copy() -> None:
+def test_string_to_string() -> None:
     x = np.array(["a", "b"], dtype=object)
-    got = ours("Cast", {"x": x}, 13, to=TensorProto.STRING)
-    assert got.tolist() == ["a", "b"] and got is not x
+    assert ours("Cast", {"x": x}, 13, to=TensorProto.STRING).tolist() == ["a", "b"]
+    unicode = cast(np.array(["x", "yz"]), to=TensorProto.STRING)
+    assert unicode.dtype == object and unicode.tolist() == ["x", "yz"]
+    assert cast(np.array([b"7", b"-2"]), to=TensorProto.INT32).tolist() == [7, -2]
 
 
 # float8 and friends ------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ def _to_e8m0(x: Array, saturate: int, round_mode: str) -> Array:
 
 def _cast_numeric(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str) -> Array:
     if x.dtype == dtype:
-        return x.copy()
+        return x  # kernels never write their inputs, so no copy is needed
     code = onnx.helper.np_dtype_to_tensor_dtype(dtype)
     if code == _TP.FLOAT8E8M0:
         return _to_e8m0(x, saturate, round_mode)
@@ -191,7 +191,12 @@ def _cast_numeric(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str
 
 def _cast(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str) -> Array:
     if dtype.kind == "O":
-        return x.copy() if x.dtype.kind == "O" else _to_strings(x)
+        if x.dtype.kind == "O":
+            return x
+        if x.dtype.kind in "US":
+            texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in x.reshape(-1).tolist()]
+            return np.array(texts, dtype=object).reshape(x.shape)
+        return _to_strings(x)
     if x.dtype.kind in "OUS":
         return _from_strings(x, dtype, saturate, round_mode)
     return _cast_numeric(x, dtype, saturate, round_mode)
