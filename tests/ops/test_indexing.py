@@ -80,6 +80,7 @@ TIES = np.array([[3, 1, 3, 2, 1, 3], [0, 0, 0, 0, 0, 0]], F32)
 U = np.array([[2, 1, 1], [3, 4, 3], [2, 1, 1]], F32)
 CACHE = np.zeros((2, 3, 6, 2), F32)
 UPDATE = np.arange(24, dtype=F32).reshape(2, 3, 2, 2) + 1
+RANDOM = np.concatenate([np.random.default_rng(0).standard_normal((40, 100)).astype(F32)] * 2, axis=1)
 UNIQUE_OUT = {"y": F32, "i": I64, "v": I64, "c": I64}
 
 SLICE_CASES = [
@@ -245,6 +246,19 @@ ORT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], int, dict[str, Any]]]
         for k in (0, 2, 6)
     ),
     ("TopK", {"x": TIES}, {"v": F32, "i": I64}, 7, {"k": 3}),
+    # Long axes with small k take the partition path; RANDOM also has ties away from the top.
+    *(
+        (
+            "TopK",
+            {"x": RANDOM, "k": np.array([7], I64)},
+            {"v": F32, "i": I64},
+            11,
+            {"largest": lg, "axis": ax},
+        )
+        for lg in (0, 1)
+        for ax in (0, 1)
+    ),
+    ("TopK", {"x": np.round(RANDOM * 2), "k": np.array([5], I64)}, {"v": F32, "i": I64}, 11, {}),
     ("TopK", {"x": TIES, "k": np.array([1], I64)}, {"v": F32, "i": I64}, 10, {"axis": 0}),
     ("TopK", {"x": TIES.astype(I32), "k": np.array([4], I64)}, {"v": I32, "i": I64}, 11, {"largest": 0}),
     ("TopK", {"x": TIES.astype(np.uint8), "k": np.array([4], I64)}, {"v": np.uint8, "i": I64}, 11, {}),
@@ -416,3 +430,32 @@ def test_scatters_never_write_into_inputs() -> None:
     run("ScatterElements", {"d": data, "i": np.array([[0]], I64), "u": np.array([[9]], F32)}, {"y": F32}, 18)
     run("ScatterND", {"d": data, "i": np.array([[0]], I64), "u": np.ones((1, 4), F32)}, {"y": F32}, 18)
     assert_same([data], [D])
+
+
+def _top_k_by_definition(x: np.ndarray, k: int, largest: int) -> np.ndarray:
+    """Indices along the last axis, ordered by value (ties: lower index first), written plainly."""
+    rows = x.reshape(-1, x.shape[-1])
+    sign = -1 if largest else 1
+    picked = [sorted(range(len(row)), key=lambda i, r=row: (sign * r[i], i))[:k] for row in rows.tolist()]
+    return np.array(picked, dtype=np.int64).reshape((*x.shape[:-1], k))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.integers(1, 4),
+    n=st.integers(1, 60),
+    data=st.data(),
+)
+def test_top_k_selection_matches_definition(rows: int, n: int, data: st.DataObject) -> None:
+    # Few distinct values: many ties, exercising both the partition and the full-sort paths.
+    values = data.draw(st.lists(st.integers(-3, 3), min_size=rows * n, max_size=rows * n))
+    dtype = data.draw(st.sampled_from([F32, I32, np.uint8]))
+    x = (np.array(values) % 7 if dtype is np.uint8 else np.array(values)).astype(dtype).reshape(rows, n)
+    k = data.draw(st.integers(0, n))
+    largest = data.draw(st.sampled_from([0, 1]))
+    kernel = lookup("", "TopK", 11)
+    assert kernel is not None
+    got_values, got_indices = kernel.fn(x.T, np.array([k], I64), axis=0, largest=largest, sorted=1)
+    want = _top_k_by_definition(x, k, largest)
+    assert_same([got_indices.T], [want])
+    assert_same([got_values.T], [np.take_along_axis(x, want, axis=-1)])

@@ -343,16 +343,45 @@ def _top_k(x: np.ndarray, k: int, axis: int, largest: int) -> tuple[np.ndarray, 
     n = x.shape[axis]
     if not 0 <= k <= n:
         raise ValueError(f"k={k} is out of range for an axis of size {n}")
-    if largest:
-        # Stable ascending sort of the reversed axis, read backwards: descending values, and
-        # among equal values the lower original index first, as the spec requires.
-        order = np.argsort(np.flip(x, axis), axis=axis, kind="stable")
-        picked = (n - 1) - np.take(order, np.arange(n - 1, n - 1 - k, -1), axis=axis)
-    else:
-        order = np.argsort(x, axis=axis, kind="stable")
-        picked = np.take(order, np.arange(k), axis=axis)
-    picked = picked.astype(np.int64, copy=False)
-    return np.take_along_axis(x, picked, axis=axis), picked
+    rows = np.moveaxis(x, axis, -1)
+    picked = None
+    # Selection by partition is O(n); it needs a total order, so NaN inputs take the full sort.
+    if 0 < 4 * k < n and (x.dtype.kind in "iu" or (x.dtype.kind == "f" and not np.isnan(x).any())):
+        picked = _top_k_partitioned(rows, k, largest)
+    if picked is None:
+        picked = _top_k_sorted(rows, k, largest)
+    values = np.take_along_axis(rows, picked, axis=-1)
+    return np.moveaxis(values, -1, axis), np.moveaxis(picked, -1, axis)
+
+
+def _order_stably(values: np.ndarray, largest: int) -> np.ndarray:
+    """Positions that sort ``values`` along the last axis; equal values keep their order."""
+    if not largest:
+        return np.argsort(values, axis=-1, kind="stable")
+    # Stable ascending sort of the reversed axis, read backwards: descending values, and among
+    # equal values the earlier position first.
+    n = values.shape[-1]
+    return (n - 1) - np.argsort(values[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+
+
+def _top_k_sorted(rows: np.ndarray, k: int, largest: int) -> np.ndarray:
+    return _order_stably(rows, largest)[..., :k].astype(np.int64, copy=False)
+
+
+def _top_k_partitioned(rows: np.ndarray, k: int, largest: int) -> np.ndarray | None:
+    """Top-k by partition, or None when values tie with the k-th one (the full sort decides those)."""
+    n = rows.shape[-1]
+    kth_at = n - k if largest else k - 1
+    kth = np.partition(rows, kth_at, axis=-1)[..., kth_at : kth_at + 1]
+    chosen = rows >= kth if largest else rows <= kth
+    if (np.count_nonzero(chosen, axis=-1) != k).any():
+        return None
+    # Exactly k per row; np.nonzero lists them row by row in ascending index order.
+    candidates = (
+        np.nonzero(chosen.reshape(-1, n))[1].reshape((*rows.shape[:-1], k)).astype(np.int64, copy=False)
+    )
+    order = _order_stably(np.take_along_axis(rows, candidates, axis=-1), largest)
+    return np.take_along_axis(candidates, order, axis=-1)
 
 
 @register("TopK", 1)
