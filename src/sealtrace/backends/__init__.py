@@ -20,9 +20,18 @@ def _onnxruntime() -> Backend:
     return OnnxRuntimeBackend()
 
 
+def _torch() -> Backend:
+    try:
+        from sealtrace.backends.torch import TorchBackend
+    except ImportError as exc:
+        raise BackendError(f"the torch backend needs PyTorch ({exc}); pip install 'sealtrace[torch]'") from None
+    return TorchBackend()
+
+
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "reference": _reference,
     "onnxruntime": _onnxruntime,
+    "torch": _torch,
 }
 
 

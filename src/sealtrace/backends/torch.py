@@ -1,0 +1,162 @@
+"""The torch backend: executes a Plan step by step with the torch translations of sealtrace.torchbridge.
+
+Every step (subgraph steps included) is reported to observers with NumPy arrays, exactly as the
+reference backend reports them, so audit logs, captures and per-step parity work unchanged. Runs
+on the CPU, or on CUDA with ``device="cuda"`` when a GPU is present. Control flow runs eagerly:
+If evaluates its condition, Loop iterates its body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from sealtrace.backends.base import StepEvent, StepObserver
+from sealtrace.errors import BackendError, KernelError, SealtraceError
+from sealtrace.plan.model import Plan, Step
+from sealtrace.torchbridge.dtypes import from_numpy, to_numpy
+from sealtrace.torchbridge.steps import call_translation, check_supported, tensor_attributes, translation_for
+
+
+class TorchBackend:
+    """PyTorch eager execution of a Plan, one translated op per step."""
+
+    name = "torch"
+    per_step = True
+
+    def __init__(self, device: str = "cpu", threads: int | None = None) -> None:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendError(f"device {device!r} asked for, but torch sees no CUDA GPU")
+        self.device = torch.device(device)
+        self.threads = threads
+        self._weights: dict[int, tuple[Plan, dict[str, torch.Tensor]]] = {}
+        self._attributes: dict[int, tuple[Step, dict[str, Any]]] = {}
+
+    @property
+    def version(self) -> str:
+        return str(torch.__version__)
+
+    def describe(self, per_op: bool) -> dict[str, Any]:
+        """Settings that shape the numbers, for audit headers and reports."""
+        return {"device": str(self.device), "intra_op_threads": torch.get_num_threads()}
+
+    def run(
+        self,
+        plan: Plan,
+        feeds: Mapping[str, Any],
+        observers: Sequence[StepObserver] = (),
+    ) -> dict[str, Any]:
+        check_supported(plan)
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        for observer in observers:
+            observer.on_run_start(plan, feeds, self)
+        tensors = {name: self._tensor(value) for name, value in feeds.items()}
+        with torch.no_grad():
+            outputs = self._execute(plan, tensors, observers, ())
+        result = {name: to_numpy(value) for name, value in zip(plan.output_names, outputs, strict=True)}
+        for observer in observers:
+            observer.on_run_end(result)
+        return result
+
+    def _tensor(self, value: Any) -> Any:
+        if value is None or isinstance(value, torch.Tensor):
+            return value
+        return from_numpy(value).to(self.device)
+
+    def _initializers(self, plan: Plan) -> dict[str, torch.Tensor]:
+        cached = self._weights.get(id(plan))
+        if cached is not None and cached[0] is plan:
+            return cached[1]
+        weights = {name: self._tensor(value) for name, value in plan.initializers.items()}
+        self._weights[id(plan)] = (plan, weights)
+        return weights
+
+    def _attrs(self, step: Step) -> dict[str, Any]:
+        cached = self._attributes.get(id(step))
+        if cached is not None and cached[0] is step:
+            return cached[1]
+        attrs = tensor_attributes(step, self.device)
+        self._attributes[id(step)] = (step, attrs)
+        return attrs
+
+    def _execute(
+        self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver], path: tuple[str, ...]
+    ) -> list[Any]:
+        env: dict[str, Any] = dict(self._initializers(plan))
+        env.update(feeds)
+        for step, release in zip(plan.steps, plan.release_after, strict=True):
+            args = [env[name] if name else None for name in step.inputs]
+            try:
+                outputs = self._step(step, args, env, observers, path)
+            except SealtraceError:
+                raise
+            except Exception as exc:
+                where = "/".join((*path, step.name))
+                raise KernelError(
+                    f"step {step.index} {where!r} ({step.op_type}) failed on torch: {type(exc).__name__}: {exc}"
+                ) from exc
+            for i, name in enumerate(step.outputs):
+                if name:
+                    if i >= len(outputs):
+                        raise KernelError(f"step {step.index} {step.name!r} ({step.op_type}): output {i} missing")
+                    env[name] = outputs[i]
+            if observers:
+                event = StepEvent(
+                    path,
+                    step,
+                    [to_numpy(a) for a in args],
+                    [to_numpy(env[n]) if n else None for n in step.outputs],
+                )
+                for observer in observers:
+                    observer.on_step(event)
+            for name in release:
+                env.pop(name, None)
+        return [env[name] for name in plan.output_names]
+
+    def _step(
+        self, step: Step, args: list[Any], env: Mapping[str, Any], observers: Sequence[StepObserver],
+        path: tuple[str, ...],
+    ) -> list[Any]:
+        if step.op_type == "If":
+            branch = "then_branch" if bool(args[0].reshape(-1)[0]) else "else_branch"
+            sub = step.attributes[branch]
+            return self._execute(sub, {c: env[c] for c in sub.captures}, observers, (*path, step.name, branch, "0"))
+        if step.op_type == "Loop":
+            return self._loop(step, args, env, observers, path)
+        translation = translation_for(step)
+        assert translation is not None  # check_supported ran first
+        return call_translation(translation, step, args, self._attrs(step))
+
+    def _loop(
+        self, step: Step, args: list[Any], env: Mapping[str, Any], observers: Sequence[StepObserver],
+        path: tuple[str, ...],
+    ) -> list[Any]:
+        body: Plan = step.attributes["body"]
+        trip, cond, *state = args
+        max_trips = None if trip is None else int(trip.reshape(-1)[0])
+        running = True if cond is None else bool(cond.reshape(-1)[0])
+        n_scan = len(body.outputs) - 1 - len(state)
+        scans: list[list[Any]] = [[] for _ in range(n_scan)]
+        captured = {c: env[c] for c in body.captures}
+        iteration = 0
+        while running and (max_trips is None or iteration < max_trips):
+            feeds = dict(captured)
+            values = [torch.tensor(iteration, dtype=torch.int64, device=self.device),
+                      torch.tensor(running, device=self.device), *state]
+            feeds.update(zip(body.input_names, values, strict=False))
+            outputs = self._execute(body, feeds, observers, (*path, step.name, "body", str(iteration)))
+            running = bool(outputs[0].reshape(-1)[0])
+            state = outputs[1 : 1 + len(state)]
+            for k in range(n_scan):
+                scans[k].append(outputs[1 + len(state) + k])
+            iteration += 1
+        if any(not values for values in scans):
+            raise ValueError("a Loop that runs no iteration has empty scan outputs of unknown shape")
+        return [*state, *(torch.stack(values) for values in scans)]
+
+
+__all__ = ["TorchBackend", "np"]

@@ -1,0 +1,75 @@
+"""ONNX / NumPy element types <-> torch dtypes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+_BY_ONNX: dict[int, torch.dtype] = {
+    onnx.TensorProto.FLOAT: torch.float32,
+    onnx.TensorProto.DOUBLE: torch.float64,
+    onnx.TensorProto.FLOAT16: torch.float16,
+    onnx.TensorProto.BFLOAT16: torch.bfloat16,
+    onnx.TensorProto.INT8: torch.int8,
+    onnx.TensorProto.INT16: torch.int16,
+    onnx.TensorProto.INT32: torch.int32,
+    onnx.TensorProto.INT64: torch.int64,
+    onnx.TensorProto.UINT8: torch.uint8,
+    onnx.TensorProto.UINT16: torch.uint16,
+    onnx.TensorProto.UINT32: torch.uint32,
+    onnx.TensorProto.UINT64: torch.uint64,
+    onnx.TensorProto.BOOL: torch.bool,
+    onnx.TensorProto.COMPLEX64: torch.complex64,
+    onnx.TensorProto.COMPLEX128: torch.complex128,
+}
+_TO_ONNX = {v: k for k, v in _BY_ONNX.items()}
+
+
+def torch_dtype(elem_type: int) -> torch.dtype:
+    """The torch dtype of an ONNX TensorProto element type; ValueError when torch has none."""
+    try:
+        return _BY_ONNX[elem_type]
+    except KeyError:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
+        raise ValueError(f"element type {name} has no torch equivalent") from None
+
+
+def onnx_elem_type(dtype: torch.dtype) -> int:
+    """The ONNX element type of a torch dtype."""
+    return _TO_ONNX[dtype]
+
+
+def from_numpy(array: Any) -> torch.Tensor:
+    """A torch tensor holding a copy of ``array`` (NumPy or scalar), with the same dtype."""
+    arr = np.asarray(array)
+    if arr.dtype.kind in "OSU":
+        raise ValueError("string tensors have no torch equivalent")
+    if arr.dtype.kind == "V" or arr.dtype.name not in _NUMPY_OK:
+        elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+        target = torch_dtype(elem)
+        # bfloat16 (ml_dtypes) and friends: go through float32, which holds them exactly.
+        return torch.from_numpy(np.ascontiguousarray(arr.astype(np.float32))).to(target)
+    return torch.from_numpy(np.array(arr, copy=True, order="C"))
+
+
+_NUMPY_OK = {
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "bool", "complex64", "complex128",
+}
+
+
+def to_numpy(value: Any) -> Any:
+    """A tensor as a NumPy array (bfloat16 as ml_dtypes' bfloat16); other values unchanged."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    t = value.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy()

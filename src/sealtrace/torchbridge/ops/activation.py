@@ -1,0 +1,168 @@
+"""Activations and softmax-like ops: torch translations."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from sealtrace.torchbridge.registry import reference_versions, register
+
+
+@register("Relu", *reference_versions("Relu"))
+def relu(x: torch.Tensor, **_: Any) -> torch.Tensor:
+    """Relu."""
+    return torch.relu(x)
+
+
+@register("LeakyRelu", *reference_versions("LeakyRelu"))
+def leaky_relu(x: torch.Tensor, *, alpha: float = 0.01, **_: Any) -> torch.Tensor:
+    """LeakyRelu."""
+    return torch.where(x >= 0, x, x * alpha)
+
+
+@register("PRelu", *reference_versions("PRelu"))
+def prelu(x: torch.Tensor, slope: torch.Tensor, **_: Any) -> torch.Tensor:
+    """PRelu: the slope broadcasts against X (unidirectionally)."""
+    return torch.where(x >= 0, x, x * slope)
+
+
+@register("Elu", *reference_versions("Elu"))
+def elu(x: torch.Tensor, *, alpha: float = 1.0, **_: Any) -> torch.Tensor:
+    """Elu."""
+    return torch.where(x > 0, x, alpha * torch.expm1(x))
+
+
+@register("Selu", *reference_versions("Selu"))
+def selu(x: torch.Tensor, *, alpha: float, gamma: float, **_: Any) -> torch.Tensor:
+    """Selu."""
+    return gamma * torch.where(x > 0, x, alpha * torch.expm1(x))
+
+
+@register("Celu", *reference_versions("Celu"))
+def celu(x: torch.Tensor, *, alpha: float = 1.0) -> torch.Tensor:
+    """Celu."""
+    return torch.clamp(x, min=0) + torch.clamp(alpha * torch.expm1(x / alpha), max=0)
+
+
+@register("Sigmoid", *reference_versions("Sigmoid"))
+def sigmoid(x: torch.Tensor, **_: Any) -> torch.Tensor:
+    """Sigmoid."""
+    return torch.sigmoid(x)
+
+
+@register("HardSigmoid", *reference_versions("HardSigmoid"))
+def hard_sigmoid(x: torch.Tensor, *, alpha: float, beta: float, **_: Any) -> torch.Tensor:
+    """HardSigmoid: max(0, min(1, alpha * x + beta))."""
+    return torch.clamp(x * alpha + beta, 0.0, 1.0)
+
+
+@register("HardSwish", *reference_versions("HardSwish"))
+def hard_swish(x: torch.Tensor) -> torch.Tensor:
+    """HardSwish: x * HardSigmoid(x) with alpha 1/6, beta 0.5."""
+    return x * torch.clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)
+
+
+@register("Softplus", *reference_versions("Softplus"))
+def softplus(x: torch.Tensor) -> torch.Tensor:
+    """Softplus: log(1 + exp(x)), computed stably."""
+    return torch.clamp(x, min=0) + torch.log1p(torch.exp(-torch.abs(x)))
+
+
+@register("Softsign", *reference_versions("Softsign"))
+def softsign(x: torch.Tensor) -> torch.Tensor:
+    """Softsign."""
+    return x / (1 + torch.abs(x))
+
+
+@register("Tanh", *reference_versions("Tanh"))
+def tanh(x: torch.Tensor, **_: Any) -> torch.Tensor:
+    """Tanh."""
+    return torch.tanh(x)
+
+
+@register("Gelu", *reference_versions("Gelu"))
+def gelu(x: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
+    """Gelu (exact or tanh approximation)."""
+    if approximate == "tanh":
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1 + torch.erf(x * (1 / math.sqrt(2))))
+
+
+@register("Mish", *reference_versions("Mish"))
+def mish(x: torch.Tensor) -> torch.Tensor:
+    """Mish: x * tanh(softplus(x))."""
+    return x * torch.tanh(softplus(x))
+
+
+@register("Swish", *reference_versions("Swish"))
+def swish(x: torch.Tensor, *, alpha: float = 1.0) -> torch.Tensor:
+    """Swish: x * sigmoid(alpha * x)."""
+    return x * torch.sigmoid(alpha * x)
+
+
+@register("ThresholdedRelu", *reference_versions("ThresholdedRelu"))
+def thresholded_relu(x: torch.Tensor, *, alpha: float = 1.0) -> torch.Tensor:
+    """ThresholdedRelu."""
+    return torch.where(x > alpha, x, torch.zeros_like(x))
+
+
+@register("Shrink", *reference_versions("Shrink"))
+def shrink(x: torch.Tensor, *, bias: float = 0.0, lambd: float = 0.5) -> torch.Tensor:
+    """Shrink."""
+    zero = torch.zeros_like(x)
+    return torch.where(x < -lambd, x + bias, torch.where(x > lambd, x - bias, zero))
+
+
+def _coerced(x: torch.Tensor, axis: int) -> tuple[torch.Tensor, torch.Size]:
+    """Opset < 13 softmax family: X flattened to 2-D at ``axis``."""
+    axis = axis + x.dim() if axis < 0 else axis
+    outer = math.prod(x.shape[:axis])
+    return x.reshape(outer, -1), x.shape
+
+
+@register("Softmax", 1, 11)
+def softmax_v1(x: torch.Tensor, *, axis: int = 1) -> torch.Tensor:
+    """Softmax-1/11: over the flattened trailing axes from ``axis``."""
+    flat, shape = _coerced(x, axis)
+    return torch.softmax(flat, dim=1).reshape(shape)
+
+
+@register("Softmax", 13)
+def softmax(x: torch.Tensor, *, axis: int = -1) -> torch.Tensor:
+    """Softmax-13."""
+    return torch.softmax(x, dim=axis)
+
+
+@register("LogSoftmax", 1, 11)
+def log_softmax_v1(x: torch.Tensor, *, axis: int = 1) -> torch.Tensor:
+    """LogSoftmax-1/11."""
+    flat, shape = _coerced(x, axis)
+    return torch.log_softmax(flat, dim=1).reshape(shape)
+
+
+@register("LogSoftmax", 13)
+def log_softmax(x: torch.Tensor, *, axis: int = -1) -> torch.Tensor:
+    """LogSoftmax-13."""
+    return torch.log_softmax(x, dim=axis)
+
+
+def _hardmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    index = torch.argmax(x, dim=dim, keepdim=True)  # first maximum, as the spec says
+    return torch.zeros_like(x).scatter(dim, index, 1.0)
+
+
+@register("Hardmax", 1, 11)
+def hardmax_v1(x: torch.Tensor, *, axis: int = 1) -> torch.Tensor:
+    """Hardmax-1/11."""
+    flat, shape = _coerced(x, axis)
+    return _hardmax(flat, 1).reshape(shape)
+
+
+@register("Hardmax", 13)
+def hardmax(x: torch.Tensor, *, axis: int = -1) -> torch.Tensor:
+    """Hardmax-13."""
+    return _hardmax(x, axis)
+
+

@@ -1,0 +1,154 @@
+"""Elementwise arithmetic, comparison, logic and math: torch translations.
+
+Opset < 7 binary operators broadcast with ``broadcast``/``axis`` attributes; :func:`_legacy`
+reshapes B so torch's NumPy-style broadcasting matches the legacy rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from sealtrace.torchbridge.registry import reference_versions, register
+
+
+def _legacy(b: torch.Tensor, a: torch.Tensor, broadcast: int | None, axis: int | None) -> torch.Tensor:
+    if not broadcast or axis is None or b.dim() == 0:
+        return b
+    if axis < 0:
+        axis += a.dim()
+    trailing = a.dim() - axis - b.dim()
+    return b.reshape([*b.shape, *([1] * trailing)]) if trailing > 0 else b
+
+
+def _binary(op_type: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    def translate(a: torch.Tensor, b: torch.Tensor, broadcast: int | None = None, axis: int | None = None,
+                  **_: Any) -> torch.Tensor:
+        return fn(a, _legacy(b, a, broadcast, axis))
+
+    translate.__name__ = translate.__qualname__ = op_type.lower()
+    register(op_type, *reference_versions(op_type))(translate)
+
+
+def _div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.is_floating_point() or a.is_complex():
+        return torch.div(a, b)
+    return torch.div(a, b, rounding_mode="trunc")  # C semantics, as ONNX Runtime computes integer Div
+
+
+_binary("Add", torch.add)
+_binary("Sub", torch.sub)
+_binary("Mul", torch.mul)
+_binary("Div", _div)
+_binary("Equal", torch.eq)
+_binary("Greater", torch.gt)
+_binary("Less", torch.lt)
+_binary("GreaterOrEqual", torch.ge)
+_binary("LessOrEqual", torch.le)
+_binary("And", torch.logical_and)
+_binary("Or", torch.logical_or)
+_binary("Xor", torch.logical_xor)
+_binary("BitwiseAnd", torch.bitwise_and)
+_binary("BitwiseOr", torch.bitwise_or)
+_binary("BitwiseXor", torch.bitwise_xor)
+
+
+def _unary(op_type: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def translate(x: torch.Tensor, **_: Any) -> torch.Tensor:
+        return fn(x)
+
+    translate.__name__ = translate.__qualname__ = op_type.lower()
+    register(op_type, *reference_versions(op_type))(translate)
+
+
+for _name, _fn in {
+    "Abs": torch.abs, "Neg": torch.neg, "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt,
+    "Reciprocal": torch.reciprocal, "Floor": torch.floor, "Ceil": torch.ceil, "Round": torch.round,
+    "Sign": torch.sign, "Sin": torch.sin, "Cos": torch.cos, "Tan": torch.tan, "Asin": torch.asin,
+    "Acos": torch.acos, "Atan": torch.atan, "Sinh": torch.sinh, "Cosh": torch.cosh, "Asinh": torch.asinh,
+    "Acosh": torch.acosh, "Atanh": torch.atanh, "Erf": torch.erf, "IsNaN": torch.isnan,
+    "Not": torch.logical_not, "BitwiseNot": torch.bitwise_not,
+}.items():
+    _unary(_name, _fn)
+
+
+@register("IsInf", *reference_versions("IsInf"))
+def is_inf(x: torch.Tensor, *, detect_negative: int = 1, detect_positive: int = 1) -> torch.Tensor:
+    """IsInf: which elements are +inf / -inf, as asked."""
+    if detect_negative and detect_positive:
+        return torch.isinf(x)
+    if detect_positive:
+        return torch.isposinf(x)
+    if detect_negative:
+        return torch.isneginf(x)
+    return torch.zeros_like(x, dtype=torch.bool)
+
+
+@register("Pow", *reference_versions("Pow"))
+def pow_(a: torch.Tensor, b: torch.Tensor, broadcast: int | None = None, axis: int | None = None) -> torch.Tensor:
+    """Pow: the result has the base's type (an integer base goes through double and truncates)."""
+    b = _legacy(b, a, broadcast, axis)
+    if a.is_floating_point():
+        return torch.pow(a, b.to(a.dtype) if b.is_floating_point() else b).to(a.dtype)
+    return torch.pow(a.double(), b.double()).trunc().to(a.dtype)
+
+
+@register("Mod", *reference_versions("Mod"))
+def mod(a: torch.Tensor, b: torch.Tensor, *, fmod: int = 0) -> torch.Tensor:
+    """Mod: fmod=1 truncates (sign of A), fmod=0 floors (sign of B)."""
+    return torch.fmod(a, b) if fmod else torch.remainder(a, b)
+
+
+@register("BitShift", *reference_versions("BitShift"))
+def bit_shift(a: torch.Tensor, b: torch.Tensor, *, direction: str) -> torch.Tensor:
+    """BitShift LEFT / RIGHT."""
+    if direction == "LEFT":
+        return torch.bitwise_left_shift(a, b)
+    return torch.bitwise_right_shift(a, b)
+
+
+def _variadic(op_type: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], mean: bool = False) -> None:
+    def translate(*xs: torch.Tensor, **_: Any) -> torch.Tensor:
+        result = xs[0]
+        for x in xs[1:]:
+            result = fn(result, x)
+        if mean:
+            result = result / len(xs)
+        if len(xs) == 1:
+            result = result.clone()
+        return result
+
+    translate.__name__ = translate.__qualname__ = op_type.lower()
+    register(op_type, *reference_versions(op_type))(translate)
+
+
+_variadic("Max", torch.maximum)
+_variadic("Min", torch.minimum)
+_variadic("Sum", torch.add)
+_variadic("Mean", torch.add, mean=True)
+
+
+@register("Where", *reference_versions("Where"))
+def where(cond: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Where(cond, X, Y)."""
+    return torch.where(cond, x, y)
+
+
+@register("Clip", 1, 6)
+def clip_v1(x: torch.Tensor, *, min: float | None = None, max: float | None = None, **_: Any) -> torch.Tensor:
+    """Clip-1/6: bounds as attributes."""
+    low = -3.4028234663852886e38 if min is None else min
+    high = 3.4028234663852886e38 if max is None else max
+    return torch.clamp(x, low, high)
+
+
+@register("Clip", 11, 12, 13)
+def clip(x: torch.Tensor, low: torch.Tensor | None = None, high: torch.Tensor | None = None) -> torch.Tensor:
+    """Clip-11+: bounds as optional scalar inputs."""
+    if low is not None:
+        x = torch.maximum(x, low.to(x.dtype).reshape(()))
+    if high is not None:
+        x = torch.minimum(x, high.to(x.dtype).reshape(()))
+    return x

@@ -1,0 +1,281 @@
+"""Convolution, pooling, normalization and matrix products: torch translations.
+
+Window geometry (auto_pad, asymmetric pads, ceil_mode) is resolved by the same code the NumPy
+kernels use (:mod:`sealtrace.ops._windows`), then handed to torch as explicit padding, so both
+backends agree on every output size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
+
+from sealtrace.ops._windows import Window, resolve_window
+from sealtrace.ops.conv import _transpose_geometry
+from sealtrace.ops.pool import _avg_counts
+from sealtrace.torchbridge.registry import reference_versions, register
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+_MAX_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+def _pad_spatial(x: torch.Tensor, begin: Sequence[int], end: Sequence[int], value: float = 0.0) -> torch.Tensor:
+    flat: list[int] = []
+    for b, e in zip(reversed(begin), reversed(end), strict=True):
+        flat += [b, e]
+    if not any(flat):
+        return x
+    return F.pad(x, flat, mode="constant", value=value)
+
+
+def _conv_nd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, window: Window, group: int) -> torch.Tensor:
+    rank = w.dim() - 2
+    if rank not in _CONV:
+        raise ValueError(f"{rank}-D convolution has no torch equivalent")
+    if window.pads_begin == window.pads_end and min(window.pads_begin, default=0) >= 0:
+        padding: Any = list(window.pads_begin)
+    else:
+        x = _pad_spatial(x, window.pads_begin, window.pads_end)
+        padding = 0
+    return _CONV[rank](x, w, b, stride=list(window.strides), padding=padding, dilation=list(window.dilations),
+                       groups=group)
+
+
+@register("Conv", *reference_versions("Conv"))
+def conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, auto_pad: str = "NOTSET",
+         dilations: tuple[int, ...] | None = None, group: int = 1, kernel_shape: tuple[int, ...] | None = None,
+         pads: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Conv (1-D to 3-D), with auto_pad and asymmetric pads."""
+    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
+    window = resolve_window(list(x.shape[2:]), kernel, strides, dilations, pads, auto_pad)
+    return _conv_nd(x, w, b, window, group)
+
+
+@register("ConvTranspose", *reference_versions("ConvTranspose"))
+def conv_transpose(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, auto_pad: str = "NOTSET",
+                   dilations: tuple[int, ...] | None = None, group: int = 1,
+                   kernel_shape: tuple[int, ...] | None = None, output_padding: tuple[int, ...] | None = None,
+                   output_shape: tuple[int, ...] | None = None, pads: tuple[int, ...] | None = None,
+                   strides: tuple[int, ...] | None = None) -> torch.Tensor:
+    """ConvTranspose: the full transposed convolution, extended by output_padding, cropped by pads."""
+    rank = w.dim() - 2
+    if rank not in _CONV_T:
+        raise ValueError(f"{rank}-D transposed convolution has no torch equivalent")
+    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
+    s = list(strides) if strides else [1] * rank
+    d = list(dilations) if dilations else [1] * rank
+    op = list(output_padding) if output_padding else [0] * rank
+    begin, out_shape = _transpose_geometry(list(x.shape[2:]), kernel, s, d, op, pads, output_shape, auto_pad)
+    full = _CONV_T[rank](x, w, None, stride=s, padding=0, dilation=d, groups=group)
+    # output_padding (and any output_shape overhang) extends the end with zeros, then pads crop.
+    need = [bg + o for bg, o in zip(begin, out_shape, strict=True)]
+    extra = [max(n - f, 0) for n, f in zip(need, full.shape[2:], strict=True)]
+    full = _pad_spatial(full, [0] * rank, extra)
+    index = (slice(None), slice(None), *(slice(bg, bg + o) for bg, o in zip(begin, out_shape, strict=True)))
+    y = full[index]
+    if b is not None:
+        y = y + b.reshape(1, -1, *([1] * rank))
+    return y
+
+
+def _window(x: torch.Tensor, kernel_shape: Sequence[int], strides: Any, dilations: Any, pads: Any, auto_pad: str,
+            ceil_mode: int) -> Window:
+    return resolve_window(list(x.shape[2:]), list(kernel_shape), strides, dilations, pads, auto_pad or "NOTSET",
+                          bool(ceil_mode))
+
+
+def _padded_for(x: torch.Tensor, window: Window, value: float) -> torch.Tensor:
+    end = window.needed_end_pads(list(x.shape[2:]))
+    return _pad_spatial(x, window.pads_begin, end, value)
+
+
+@register("MaxPool", *reference_versions("MaxPool"), n_outputs=True)
+def max_pool(x: torch.Tensor, *, n_outputs: int, kernel_shape: tuple[int, ...], auto_pad: str = "NOTSET",
+             ceil_mode: int = 0, dilations: tuple[int, ...] | None = None, pads: tuple[int, ...] | None = None,
+             storage_order: int = 0, strides: tuple[int, ...] | None = None) -> Any:
+    """MaxPool (the Indices output is not supported)."""
+    if n_outputs > 1:
+        raise ValueError("MaxPool's Indices output is not supported by the torch bridge")
+    rank = len(kernel_shape)
+    window = _window(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    low = -math.inf if x.is_floating_point() else float(torch.iinfo(x.dtype).min)
+    xp = _padded_for(x, window, low)
+    y = _MAX_POOL[rank](xp, list(window.kernel), list(window.strides), 0, list(window.dilations))
+    index = (slice(None), slice(None), *(slice(0, o) for o in window.out_shape))
+    return y[index]
+
+
+def _window_sums(xp: torch.Tensor, window: Window) -> torch.Tensor:
+    """Sum over every window of padded ``xp``: a depthwise convolution with a ones kernel."""
+    rank = len(window.kernel)
+    channels = xp.shape[1]
+    ones = torch.ones(channels, 1, *window.kernel, dtype=xp.dtype, device=xp.device)
+    y = _CONV[rank](xp, ones, None, stride=list(window.strides), dilation=list(window.dilations), groups=channels)
+    index = (slice(None), slice(None), *(slice(0, o) for o in window.out_shape))
+    return y[index]
+
+
+@register("AveragePool", *reference_versions("AveragePool"))
+def average_pool(x: torch.Tensor, *, kernel_shape: tuple[int, ...], auto_pad: str = "NOTSET", ceil_mode: int = 0,
+                 count_include_pad: int = 0, dilations: tuple[int, ...] | None = None,
+                 pads: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None) -> torch.Tensor:
+    """AveragePool: window sums over the element counts the reference uses."""
+    window = _window(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    total = _window_sums(_padded_for(x, window, 0.0), window)
+    counts = _avg_counts(_Shape(x.shape), window, bool(count_include_pad))
+    return total / torch.as_tensor(counts, dtype=x.dtype, device=x.device)
+
+
+class _Shape:
+    """Just enough of an array for the reference's count helper, which reads ``.shape`` only."""
+
+    def __init__(self, shape: Sequence[int]) -> None:
+        self.shape = tuple(shape)
+
+
+@register("LpPool", *reference_versions("LpPool"))
+def lp_pool(x: torch.Tensor, *, kernel_shape: tuple[int, ...], auto_pad: str = "NOTSET", ceil_mode: int = 0,
+            dilations: tuple[int, ...] | None = None, p: float = 2, pads: tuple[int, ...] | None = None,
+            strides: tuple[int, ...] | None = None) -> torch.Tensor:
+    """LpPool: the p-norm of every window."""
+    window = _window(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    total = _window_sums(_padded_for(torch.abs(x) ** p, window, 0.0), window)
+    return total ** (1.0 / p)
+
+
+@register("GlobalAveragePool", *reference_versions("GlobalAveragePool"))
+def global_average_pool(x: torch.Tensor) -> torch.Tensor:
+    """GlobalAveragePool."""
+    return torch.mean(x, dim=list(range(2, x.dim())), keepdim=True)
+
+
+@register("GlobalMaxPool", *reference_versions("GlobalMaxPool"))
+def global_max_pool(x: torch.Tensor) -> torch.Tensor:
+    """GlobalMaxPool."""
+    return torch.amax(x, dim=list(range(2, x.dim())), keepdim=True)
+
+
+@register("GlobalLpPool", *reference_versions("GlobalLpPool"))
+def global_lp_pool(x: torch.Tensor, *, p: float = 2) -> torch.Tensor:
+    """GlobalLpPool."""
+    return torch.sum(torch.abs(x) ** p, dim=list(range(2, x.dim())), keepdim=True) ** (1.0 / p)
+
+
+def _channel(v: torch.Tensor, rank: int) -> torch.Tensor:
+    return v.reshape(1, -1, *([1] * (rank - 2)))
+
+
+@register("BatchNormalization", *reference_versions("BatchNormalization"), n_outputs=True)
+def batch_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, *,
+               n_outputs: int, epsilon: float = 1e-5, training_mode: int = 0, **_: Any) -> torch.Tensor:
+    """BatchNormalization in inference mode (running statistics)."""
+    if training_mode or n_outputs > 1:
+        raise ValueError("BatchNormalization in training mode is not supported by the torch bridge")
+    r = x.dim()
+    return (x - _channel(mean, r)) / torch.sqrt(_channel(var, r) + epsilon) * _channel(scale, r) + _channel(bias, r)
+
+
+@register("InstanceNormalization", *reference_versions("InstanceNormalization"))
+def instance_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, *, epsilon: float = 1e-5, **_: Any
+                  ) -> torch.Tensor:
+    """InstanceNormalization."""
+    dims = list(range(2, x.dim()))
+    mean = x.mean(dim=dims, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=dims, keepdim=True)
+    r = x.dim()
+    return (x - mean) / torch.sqrt(var + epsilon) * _channel(scale, r) + _channel(bias, r)
+
+
+@register("LayerNormalization", *reference_versions("LayerNormalization"), n_outputs=True)
+def layer_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None, *, n_outputs: int,
+               axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> Any:
+    """LayerNormalization over the axes from ``axis`` (Mean and InvStdDev outputs included)."""
+    a = axis + x.dim() if axis < 0 else axis
+    dims = list(range(a, x.dim()))
+    work = x.double() if x.dtype == torch.float64 else x.float()
+    mean = work.mean(dim=dims, keepdim=True)
+    centered = work - mean
+    inv = torch.rsqrt((centered * centered).mean(dim=dims, keepdim=True) + epsilon)
+    y = (centered * inv).to(x.dtype) * scale
+    if bias is not None:
+        y = y + bias
+    outputs = (y, mean, inv)
+    return outputs[:n_outputs] if n_outputs > 1 else y
+
+
+@register("GroupNormalization", *reference_versions("GroupNormalization"))
+def group_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, *, num_groups: int,
+               epsilon: float = 1e-5, stash_type: int = 1) -> torch.Tensor:
+    """GroupNormalization (scale/bias per channel, or per group in version 18)."""
+    n, c = x.shape[:2]
+    grouped = x.reshape(n, num_groups, -1)
+    mean = grouped.mean(dim=2, keepdim=True)
+    var = ((grouped - mean) ** 2).mean(dim=2, keepdim=True)
+    y = ((grouped - mean) / torch.sqrt(var + epsilon)).reshape(x.shape)
+    if scale.numel() == num_groups and num_groups != c:
+        scale = scale.repeat_interleave(c // num_groups)
+        bias = bias.repeat_interleave(c // num_groups)
+    return y * _channel(scale, x.dim()) + _channel(bias, x.dim())
+
+
+@register("RMSNormalization", *reference_versions("RMSNormalization"))
+def rms_norm(x: torch.Tensor, scale: torch.Tensor, *, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1
+             ) -> torch.Tensor:
+    """RMSNormalization."""
+    a = axis + x.dim() if axis < 0 else axis
+    dims = list(range(a, x.dim()))
+    work = x.double() if x.dtype == torch.float64 else x.float()
+    y = work * torch.rsqrt((work * work).mean(dim=dims, keepdim=True) + epsilon)
+    return y.to(x.dtype) * scale
+
+
+@register("LpNormalization", *reference_versions("LpNormalization"))
+def lp_normalization(x: torch.Tensor, *, axis: int = -1, p: int = 2) -> torch.Tensor:
+    """LpNormalization (p = 1 or 2)."""
+    norm = torch.sum(torch.abs(x), dim=axis, keepdim=True) if p == 1 else \
+        torch.sqrt(torch.sum(x * x, dim=axis, keepdim=True))
+    return x / torch.where(norm == 0, torch.ones_like(norm), norm)
+
+
+@register("MeanVarianceNormalization", *reference_versions("MeanVarianceNormalization"))
+def mean_variance_normalization(x: torch.Tensor, *, axes: tuple[int, ...] = (0, 2, 3)) -> torch.Tensor:
+    """MeanVarianceNormalization."""
+    dims = list(axes)
+    mean = x.mean(dim=dims, keepdim=True)
+    std = torch.sqrt(((x - mean) ** 2).mean(dim=dims, keepdim=True))
+    return (x - mean) / (std + 1e-9)
+
+
+@register("LRN", *reference_versions("LRN"))
+def lrn(x: torch.Tensor, *, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> torch.Tensor:
+    """LRN across channels."""
+    c = x.shape[1]
+    sq = (x * x).reshape(x.shape[0], c, -1)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    padded = F.pad(sq, [0, 0, lo, hi])
+    window = sum(padded[:, i:i + c] for i in range(size))
+    assert isinstance(window, torch.Tensor)
+    return x / (bias + alpha / size * window.reshape(x.shape)) ** beta
+
+
+@register("MatMul", *reference_versions("MatMul"))
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """MatMul with NumPy semantics."""
+    return torch.matmul(a, b)
+
+
+@register("Gemm", *reference_versions("Gemm"))
+def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, alpha: float = 1.0, beta: float = 1.0,
+         transA: int = 0, transB: int = 0, **_: Any) -> torch.Tensor:
+    """Gemm: alpha * A' B' + beta * C."""
+    y = torch.matmul(a.T if transA else a, b.T if transB else b)
+    if alpha != 1.0:
+        y = y * alpha
+    if c is not None:
+        y = y + (c * beta if beta != 1.0 else c)
+    return y

@@ -1,0 +1,563 @@
+"""Shape, layout, indexing and tensor-creation ops: torch translations.
+
+Shape-like inputs (a Reshape's shape, a Slice's starts ...) are declared ``static``: they arrive as
+folded values or as tensors and are read with :func:`ints`, so the translations work both in the
+step-by-step backend and in an fx module whose shape values were folded at conversion time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
+
+from sealtrace.torchbridge.dtypes import from_numpy, torch_dtype
+from sealtrace.torchbridge.registry import floats, ints, reference_versions, register, static_array
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+@register("Identity", *reference_versions("Identity"))
+def identity(x: Any) -> Any:
+    """Identity."""
+    return x
+
+
+@register("Shape", 1, 13)
+def shape_v1(x: torch.Tensor) -> torch.Tensor:
+    """Shape-1/13."""
+    return torch.tensor(list(x.shape), dtype=torch.int64, device=x.device)
+
+
+@register("Shape", *reference_versions("Shape", since=15))
+def shape(x: torch.Tensor, *, start: int = 0, end: int | None = None) -> torch.Tensor:
+    """Shape-15+: an optional [start, end) window of the dims (clamped, negatives from the back)."""
+    dims = list(x.shape)
+    return torch.tensor(dims[start:end], dtype=torch.int64, device=x.device)
+
+
+@register("Size", *reference_versions("Size"))
+def size(x: torch.Tensor) -> torch.Tensor:
+    """Size: the element count as an int64 scalar."""
+    return torch.tensor(x.numel(), dtype=torch.int64, device=x.device)
+
+
+def _reshape(x: torch.Tensor, shape: list[int], allowzero: int) -> torch.Tensor:
+    target = [x.shape[i] if (d == 0 and not allowzero and i < x.dim()) else d for i, d in enumerate(shape)]
+    return x.reshape(target)
+
+
+@register("Reshape", 1)
+def reshape_v1(x: torch.Tensor, *, shape: tuple[int, ...], **_: Any) -> torch.Tensor:
+    """Reshape-1: the shape as an attribute."""
+    return _reshape(x, list(shape), 0)
+
+
+@register("Reshape", 5, 13, static=(1,))
+def reshape_v5(x: torch.Tensor, shape: Any) -> torch.Tensor:
+    """Reshape-5/13: 0 copies the input dim, -1 is inferred."""
+    return _reshape(x, ints(shape), 0)
+
+
+@register("Reshape", *reference_versions("Reshape", since=14), static=(1,))
+def reshape(x: torch.Tensor, shape: Any, *, allowzero: int = 0) -> torch.Tensor:
+    """Reshape-14+: with ``allowzero`` a 0 is a real zero-sized dim."""
+    return _reshape(x, ints(shape), allowzero)
+
+
+@register("Flatten", *reference_versions("Flatten"))
+def flatten(x: torch.Tensor, *, axis: int = 1) -> torch.Tensor:
+    """Flatten to 2-D at ``axis``."""
+    axis = _axis(axis, x.dim())
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+@register("Transpose", *reference_versions("Transpose"))
+def transpose(x: torch.Tensor, *, perm: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Transpose (default: reverse the axes)."""
+    order = list(perm) if perm else list(range(x.dim()))[::-1]
+    return x.permute(order)
+
+
+def _squeeze(x: torch.Tensor, axes: list[int] | None) -> torch.Tensor:
+    if not axes:
+        return x.reshape([d for d in x.shape if d != 1])
+    drop = {_axis(a, x.dim()) for a in axes}
+    return x.reshape([d for i, d in enumerate(x.shape) if i not in drop])
+
+
+@register("Squeeze", 1, 11)
+def squeeze_v1(x: torch.Tensor, *, axes: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Squeeze-1/11: axes as an attribute."""
+    return _squeeze(x, list(axes) if axes else None)
+
+
+@register("Squeeze", *reference_versions("Squeeze", since=13), static=(1,))
+def squeeze(x: torch.Tensor, axes: Any = None) -> torch.Tensor:
+    """Squeeze-13+: axes as an optional input."""
+    return _squeeze(x, ints(axes) if axes is not None else None)
+
+
+def _unsqueeze(x: torch.Tensor, axes: list[int]) -> torch.Tensor:
+    rank = x.dim() + len(axes)
+    inserted = sorted(_axis(a, rank) for a in axes)
+    dims = list(x.shape)
+    for a in inserted:
+        dims.insert(a, 1)
+    return x.reshape(dims)
+
+
+@register("Unsqueeze", 1, 11)
+def unsqueeze_v1(x: torch.Tensor, *, axes: tuple[int, ...]) -> torch.Tensor:
+    """Unsqueeze-1/11: axes as an attribute."""
+    return _unsqueeze(x, list(axes))
+
+
+@register("Unsqueeze", *reference_versions("Unsqueeze", since=13), static=(1,))
+def unsqueeze(x: torch.Tensor, axes: Any) -> torch.Tensor:
+    """Unsqueeze-13+: axes as an input."""
+    return _unsqueeze(x, ints(axes))
+
+
+@register("Concat", *reference_versions("Concat"))
+def concat(*xs: torch.Tensor, axis: int = 1) -> torch.Tensor:
+    """Concat (Concat-1 defaults to axis 1)."""
+    return torch.cat(list(xs), dim=axis)
+
+
+def _split(x: torch.Tensor, axis: int, sizes: list[int]) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.split(x, sizes, dim=_axis(axis, x.dim())))
+
+
+def _equal_sizes(x: torch.Tensor, axis: int, parts: int) -> list[int]:
+    dim = x.shape[_axis(axis, x.dim())]
+    if dim % parts:
+        raise ValueError(f"dimension {dim} cannot be split into {parts} equal parts")
+    return [dim // parts] * parts
+
+
+@register("Split", 1, static=(1,), n_outputs=True)
+def split_v1(x: torch.Tensor, sizes: Any = None, *, n_outputs: int, axis: int | None = None,
+             split: tuple[int, ...] | None = None) -> tuple[torch.Tensor, ...]:
+    """Split-1: sizes as the ``split`` attribute or the second input, else equal parts."""
+    axis = 0 if axis is None else axis
+    chosen = list(split) if split else (ints(sizes) if sizes is not None else [])
+    return _split(x, axis, chosen or _equal_sizes(x, axis, n_outputs))
+
+
+@register("Split", 2, 11, n_outputs=True)
+def split_v2(x: torch.Tensor, *, n_outputs: int, axis: int = 0, split: tuple[int, ...] | None = None
+             ) -> tuple[torch.Tensor, ...]:
+    """Split-2/11: sizes as the ``split`` attribute, else equal parts."""
+    return _split(x, axis, list(split) if split else _equal_sizes(x, axis, n_outputs))
+
+
+@register("Split", 13, static=(1,), n_outputs=True)
+def split_v13(x: torch.Tensor, split: Any = None, *, n_outputs: int, axis: int = 0) -> tuple[torch.Tensor, ...]:
+    """Split-13: sizes as an optional input, else equal parts."""
+    sizes = ints(split) if split is not None else []
+    return _split(x, axis, sizes or _equal_sizes(x, axis, n_outputs))
+
+
+@register("Split", 18, static=(1,), n_outputs=True)
+def split_v18(x: torch.Tensor, split: Any = None, *, n_outputs: int, axis: int = 0,
+              num_outputs: int | None = None) -> tuple[torch.Tensor, ...]:
+    """Split-18: sizes as an input, or ``num_outputs`` chunks of ceil(dim/n) with a smaller last one."""
+    sizes = ints(split) if split is not None else []
+    if not sizes:
+        dim = x.shape[_axis(axis, x.dim())]
+        parts = num_outputs if num_outputs is not None else n_outputs
+        chunk = -(-dim // parts)
+        sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(parts)]
+    return _split(x, axis, sizes)
+
+
+def _slice(x: torch.Tensor, starts: list[int], ends: list[int], axes: list[int] | None,
+           steps: list[int] | None) -> torch.Tensor:
+    axes = axes if axes else list(range(len(starts)))
+    steps = steps if steps else [1] * len(starts)
+    index: list[Any] = [slice(None)] * x.dim()
+    flips: list[tuple[int, list[int]]] = []
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        a = _axis(axis, x.dim())
+        dim = x.shape[a]
+        # Python's slice.indices clamps exactly as the spec does, for both step signs.
+        begin, stop, stride = slice(start, end, step).indices(dim)
+        if stride > 0:
+            index[a] = slice(begin, stop, stride)
+        else:
+            flips.append((a, list(range(begin, stop, stride))))
+    y = x[tuple(index)]
+    for a, picked in flips:
+        y = y.index_select(a, torch.tensor(picked, dtype=torch.int64, device=x.device))
+    return y
+
+
+@register("Slice", 1)
+def slice_v1(x: torch.Tensor, *, starts: tuple[int, ...], ends: tuple[int, ...],
+             axes: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Slice-1: starts/ends/axes as attributes."""
+    return _slice(x, list(starts), list(ends), list(axes) if axes else None, None)
+
+
+@register("Slice", 10, 11, 13, static=(1, 2, 3, 4))
+def slice_(x: torch.Tensor, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> torch.Tensor:
+    """Slice-10+: starts/ends/axes/steps as inputs (negative steps included)."""
+    return _slice(x, ints(starts), ints(ends), ints(axes) if axes is not None else None,
+                  ints(steps) if steps is not None else None)
+
+
+def _positive(indices: torch.Tensor, dim: int) -> torch.Tensor:
+    indices = indices.to(torch.int64)
+    return torch.where(indices < 0, indices + dim, indices)
+
+
+@register("Gather", *reference_versions("Gather"))
+def gather(x: torch.Tensor, indices: torch.Tensor, *, axis: int = 0) -> torch.Tensor:
+    """Gather along ``axis`` (negative indices count from the back)."""
+    a = _axis(axis, x.dim())
+    idx = _positive(indices, x.shape[a])
+    picked = x.index_select(a, idx.reshape(-1))
+    return picked.reshape([*x.shape[:a], *idx.shape, *x.shape[a + 1:]])
+
+
+@register("GatherElements", *reference_versions("GatherElements"))
+def gather_elements(x: torch.Tensor, indices: torch.Tensor, *, axis: int = 0) -> torch.Tensor:
+    """GatherElements."""
+    a = _axis(axis, x.dim())
+    return torch.gather(x, a, _positive(indices, x.shape[a]))
+
+
+@register("GatherND", *reference_versions("GatherND"))
+def gather_nd(x: torch.Tensor, indices: torch.Tensor, *, batch_dims: int = 0) -> torch.Tensor:
+    """GatherND with ``batch_dims`` leading batch axes."""
+    b = batch_dims
+    k = indices.shape[-1]
+    batch = math.prod(x.shape[:b])
+    xf = x.reshape(batch, *x.shape[b:])
+    idx = indices.to(torch.int64).reshape(batch, -1, k)
+    cols = []
+    for i in range(k):
+        cols.append(_positive(idx[..., i], x.shape[b + i]))
+    rows = torch.arange(batch, device=x.device).reshape(batch, 1).expand(batch, idx.shape[1])
+    picked = xf[(rows, *cols)]
+    return picked.reshape([*indices.shape[:-1], *x.shape[b + k:]])
+
+
+@register("ScatterElements", *reference_versions("ScatterElements"))
+def scatter_elements(x: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, *, axis: int = 0,
+                     reduction: str = "none") -> torch.Tensor:
+    """ScatterElements (reduction none/add/mul/max/min)."""
+    a = _axis(axis, x.dim())
+    idx = _positive(indices, x.shape[a])
+    if reduction == "none":
+        return torch.scatter(x, a, idx, updates)
+    name = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction]
+    return torch.scatter_reduce(x, a, idx, updates, name, include_self=True)
+
+
+register("Scatter", *reference_versions("Scatter"))(scatter_elements)
+
+
+@register("ScatterND", *reference_versions("ScatterND"))
+def scatter_nd(x: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, *, reduction: str = "none"
+               ) -> torch.Tensor:
+    """ScatterND (reduction none/add; mul/max/min element by element)."""
+    k = indices.shape[-1]
+    idx = indices.to(torch.int64).reshape(-1, k)
+    cols = tuple(_positive(idx[:, i], x.shape[i]) for i in range(k))
+    upd = updates.reshape(idx.shape[0], *x.shape[k:])
+    if reduction in ("none", "add"):
+        return x.index_put(cols, upd, accumulate=reduction == "add")
+    out = x.clone()
+    for row in range(idx.shape[0]):
+        at = tuple(int(c[row]) for c in cols)
+        if reduction == "mul":
+            out[at] = out[at] * upd[row]
+        elif reduction == "max":
+            out[at] = torch.maximum(out[at], upd[row])
+        else:
+            out[at] = torch.minimum(out[at], upd[row])
+    return out
+
+
+@register("Expand", *reference_versions("Expand"), static=(1,))
+def expand(x: torch.Tensor, shape: Any) -> torch.Tensor:
+    """Expand: bidirectional broadcast of X to ``shape``."""
+    target = torch.broadcast_shapes(tuple(x.shape), tuple(ints(shape)))
+    return x.expand(target)
+
+
+@register("Tile", 6, 13, static=(1,))
+def tile(x: torch.Tensor, repeats: Any) -> torch.Tensor:
+    """Tile-6/13."""
+    return x.repeat(ints(repeats)) if x.dim() else x.clone()
+
+
+@register("Tile", 1, static=(1, 2))
+def tile_v1(x: torch.Tensor, tiles: Any, axis: Any) -> torch.Tensor:
+    """Tile-1: ``tiles`` copies along ``axis``."""
+    reps = [1] * x.dim()
+    reps[_axis(ints(axis)[0], x.dim())] = ints(tiles)[0]
+    return x.repeat(reps)
+
+
+def _pad(x: torch.Tensor, pads: list[int], mode: str, value: Any, axes: list[int] | None = None) -> torch.Tensor:
+    rank = x.dim()
+    chosen = [_axis(a, rank) for a in axes] if axes else list(range(rank))
+    n = len(chosen)
+    begin = dict(zip(chosen, pads[:n], strict=True))
+    end = dict(zip(chosen, pads[n:], strict=True))
+    # Negative pads crop first; what is left is non-negative padding.
+    crop = tuple(slice(max(-begin.get(a, 0), 0), x.shape[a] - max(-end.get(a, 0), 0)) for a in range(rank))
+    x = x[crop]
+    b = {a: max(v, 0) for a, v in begin.items()}
+    e = {a: max(v, 0) for a, v in end.items()}
+    if mode == "constant":
+        flat: list[int] = []
+        for a in reversed(range(rank)):
+            flat += [b.get(a, 0), e.get(a, 0)]
+        fill = 0 if value is None else value
+        if not any(flat):
+            return x
+        return F.pad(x, flat, mode="constant", value=fill)
+    for a in range(rank):
+        lo, hi = b.get(a, 0), e.get(a, 0)
+        if not lo and not hi:
+            continue
+        dim = x.shape[a]
+        positions = range(-lo, dim + hi)
+        if mode == "edge":
+            picked = [min(max(p, 0), dim - 1) for p in positions]
+        elif mode == "wrap":
+            picked = [p % dim for p in positions]
+        elif mode == "reflect":
+            period = 2 * (dim - 1)
+            picked = []
+            for p in positions:
+                q = p % period if period else 0
+                picked.append(q if q < dim else period - q)
+        else:
+            raise ValueError(f"unknown Pad mode {mode!r}")
+        x = x.index_select(a, torch.tensor(picked, dtype=torch.int64, device=x.device))
+    return x
+
+
+def _scalar(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return value.reshape(-1)[0].item() if value.numel() else None
+    arr = static_array(value).reshape(-1)
+    return arr[0].item() if arr.size else None
+
+
+@register("Pad", 1)
+def pad_v1(x: torch.Tensor, *, mode: str = "constant", paddings: tuple[int, ...], value: float = 0.0
+           ) -> torch.Tensor:
+    """Pad-1: ``paddings`` attribute."""
+    return _pad(x, list(paddings), mode, value)
+
+
+@register("Pad", 2)
+def pad_v2(x: torch.Tensor, *, mode: str = "constant", pads: tuple[int, ...], value: float = 0.0) -> torch.Tensor:
+    """Pad-2: ``pads`` attribute."""
+    return _pad(x, list(pads), mode, value)
+
+
+@register("Pad", 11, 13, static=(1,))
+def pad_v11(x: torch.Tensor, pads: Any, constant_value: Any = None, *, mode: str = "constant") -> torch.Tensor:
+    """Pad-11/13: pads and the constant value as inputs."""
+    return _pad(x, ints(pads), mode, _scalar(constant_value))
+
+
+@register("Pad", *reference_versions("Pad", since=18), static=(1, 3))
+def pad(x: torch.Tensor, pads: Any, constant_value: Any = None, axes: Any = None, *, mode: str = "constant"
+        ) -> torch.Tensor:
+    """Pad-18+: optional ``axes`` input; modes constant, reflect, edge, wrap."""
+    return _pad(x, ints(pads), mode, _scalar(constant_value), ints(axes) if axes is not None else None)
+
+
+@register("ConstantOfShape", *reference_versions("ConstantOfShape"), static=(0,))
+def constant_of_shape(shape: Any, *, value: Any = None) -> torch.Tensor:
+    """ConstantOfShape: ``value`` (a one-element tensor; float32 0 by default) broadcast to ``shape``."""
+    dims = ints(shape)
+    if value is None:
+        return torch.zeros(dims, dtype=torch.float32)
+    fill = value if isinstance(value, torch.Tensor) else from_numpy(value)
+    return fill.reshape(()).expand(dims).clone()
+
+
+@register("Range", *reference_versions("Range"))
+def range_(start: torch.Tensor, limit: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """Range: max(ceil((limit - start) / delta), 0) elements."""
+    first, last, step = start.reshape(()).item(), limit.reshape(()).item(), delta.reshape(()).item()
+    count = max(math.ceil((last - first) / step), 0)
+    return (torch.arange(count, device=start.device, dtype=torch.float64 if start.is_floating_point()
+                         else torch.int64) * step + first).to(start.dtype)
+
+
+@register("Cast", *reference_versions("Cast"))
+def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up", **_: Any) -> torch.Tensor:
+    """Cast to the ONNX element type ``to`` (string targets are not supported)."""
+    return x.to(torch_dtype(int(to)))
+
+
+@register("CastLike", *reference_versions("CastLike"))
+def cast_like(x: torch.Tensor, like: torch.Tensor, **_: Any) -> torch.Tensor:
+    """CastLike: X in the dtype of the second input."""
+    return x.to(like.dtype)
+
+
+@register("Constant", *reference_versions("Constant"))
+def constant(**attrs: Any) -> torch.Tensor:
+    """Constant: whichever value attribute is set."""
+    for key in ("value", "sparse_value"):
+        if attrs.get(key) is not None:
+            v = attrs[key]
+            return v if isinstance(v, torch.Tensor) else from_numpy(v)
+    if attrs.get("value_float") is not None:
+        return torch.tensor(attrs["value_float"], dtype=torch.float32)
+    if attrs.get("value_floats") is not None:
+        return torch.tensor(list(attrs["value_floats"]), dtype=torch.float32)
+    if attrs.get("value_int") is not None:
+        return torch.tensor(attrs["value_int"], dtype=torch.int64)
+    if attrs.get("value_ints") is not None:
+        return torch.tensor(list(attrs["value_ints"]), dtype=torch.int64)
+    raise ValueError("Constant without a numeric value (strings have no torch equivalent)")
+
+
+@register("EyeLike", *reference_versions("EyeLike"))
+def eye_like(x: torch.Tensor, *, dtype: int | None = None, k: int = 0) -> torch.Tensor:
+    """EyeLike: ones on the k-th diagonal, shaped like X."""
+    target = torch_dtype(dtype) if dtype else x.dtype
+    rows, cols = x.shape
+    return torch.eye(rows, cols + abs(k), dtype=target, device=x.device)[:, max(-k, 0): max(-k, 0) + cols] if k < 0 \
+        else torch.eye(rows, cols + k, dtype=target, device=x.device)[:, k: k + cols]
+
+
+@register("Trilu", *reference_versions("Trilu"), static=(1,))
+def trilu(x: torch.Tensor, k: Any = None, *, upper: int = 1) -> torch.Tensor:
+    """Trilu: upper (triu) or lower (tril) triangle from diagonal ``k``."""
+    diag = ints(k)[0] if k is not None else 0
+    return torch.triu(x, diag) if upper else torch.tril(x, diag)
+
+
+@register("DepthToSpace", *reference_versions("DepthToSpace"))
+def depth_to_space(x: torch.Tensor, *, blocksize: int, mode: str = "DCR") -> torch.Tensor:
+    """DepthToSpace (DCR or CRD)."""
+    n, c, h, w = x.shape
+    b = blocksize
+    if mode == "DCR":
+        y = x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3)
+    return y.reshape(n, c // (b * b), h * b, w * b)
+
+
+@register("SpaceToDepth", *reference_versions("SpaceToDepth"))
+def space_to_depth(x: torch.Tensor, *, blocksize: int) -> torch.Tensor:
+    """SpaceToDepth."""
+    n, c, h, w = x.shape
+    b = blocksize
+    y = x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    return y.reshape(n, c * b * b, h // b, w // b)
+
+
+@register("OneHot", *reference_versions("OneHot"), static=(1,))
+def one_hot(indices: torch.Tensor, depth: Any, values: torch.Tensor, *, axis: int = -1) -> torch.Tensor:
+    """OneHot: off/on values from ``values``; negative indices count from the back."""
+    d = int(floats(depth)[0])
+    idx = indices.to(torch.int64)
+    idx = torch.where(idx < 0, idx + d, idx)
+    valid = (idx >= 0) & (idx < d)
+    hot = F.one_hot(torch.where(valid, idx, torch.zeros_like(idx)), d) * valid.unsqueeze(-1)
+    rank = hot.dim()
+    a = _axis(axis, rank)
+    hot = hot.movedim(-1, a)
+    return torch.where(hot.bool(), values[1], values[0])
+
+
+@register("CumSum", *reference_versions("CumSum"), static=(1,))
+def cum_sum(x: torch.Tensor, axis: Any, *, exclusive: int = 0, reverse: int = 0) -> torch.Tensor:
+    """CumSum with ``exclusive`` and ``reverse``."""
+    a = _axis(ints(axis)[0], x.dim())
+    y = x.flip(a) if reverse else x
+    out = torch.cumsum(y, dim=a).to(x.dtype)
+    if exclusive:
+        out = out - y
+    return out.flip(a) if reverse else out
+
+
+@register("NonZero", *reference_versions("NonZero"))
+def non_zero(x: torch.Tensor) -> torch.Tensor:
+    """NonZero: indices [rank, count] in row-major order."""
+    if x.dim() == 0:
+        return torch.zeros((0, int(bool(x))), dtype=torch.int64)
+    return torch.nonzero(x).T.contiguous()
+
+
+@register("Dropout", *reference_versions("Dropout"), static=(1, 2), n_outputs=True)
+def dropout(x: torch.Tensor, ratio: Any = None, training_mode: Any = None, *, n_outputs: int, **_: Any
+            ) -> Any:
+    """Dropout in inference: the identity (and an all-true mask)."""
+    if training_mode is not None and ints(training_mode)[0]:
+        raise ValueError("Dropout with training_mode=1 is random; not supported")
+    if n_outputs > 1:
+        return x, torch.ones_like(x, dtype=torch.bool)
+    return x
+
+
+@register("Einsum", *reference_versions("Einsum"))
+def einsum(*xs: torch.Tensor, equation: str) -> torch.Tensor:
+    """Einsum."""
+    return torch.einsum(equation, *xs)
+
+
+@register("Det", *reference_versions("Det"))
+def det(x: torch.Tensor) -> torch.Tensor:
+    """Det."""
+    return torch.linalg.det(x)
+
+
+@register("TopK", 1)
+def top_k_v1(x: torch.Tensor, *, axis: int = -1, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """TopK-1: k as an attribute."""
+    values, indices = torch.topk(x, k, dim=axis, largest=True, sorted=True)
+    return values, indices
+
+
+@register("TopK", 10, 11, 24, static=(1,))
+def top_k(x: torch.Tensor, k: Any, *, axis: int = -1, largest: int = 1, sorted: int = 1
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """TopK-10+: ties keep the lower index first, as the spec asks (a stable sort)."""
+    count = ints(k)[0]
+    a = _axis(axis, x.dim())
+    order = torch.sort(x, dim=a, descending=bool(largest), stable=True).indices.narrow(a, 0, count)
+    return torch.gather(x, a, order), order
+
+
+def _arg(x: torch.Tensor, axis: int, keepdims: int, select_last_index: int, largest: bool) -> torch.Tensor:
+    a = _axis(axis, x.dim())
+    y = x.flip(a) if select_last_index else x
+    idx = torch.argmax(y, dim=a, keepdim=True) if largest else torch.argmin(y, dim=a, keepdim=True)
+    if select_last_index:
+        idx = x.shape[a] - 1 - idx
+    return idx if keepdims else idx.squeeze(a)
+
+
+@register("ArgMax", *reference_versions("ArgMax"))
+def arg_max(x: torch.Tensor, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> torch.Tensor:
+    """ArgMax."""
+    return _arg(x, axis, keepdims, select_last_index, True)
+
+
+@register("ArgMin", *reference_versions("ArgMin"))
+def arg_min(x: torch.Tensor, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> torch.Tensor:
+    """ArgMin."""
+    return _arg(x, axis, keepdims, select_last_index, False)
+
