@@ -257,8 +257,14 @@ def _pad(
         out = np.empty(
             tuple(d + b + e for d, (b, e) in zip(data.shape, width, strict=True)), dtype=data.dtype
         )
-        out[...] = fill.astype(data.dtype) if data.dtype != object else fill
+        fill = fill.astype(data.dtype) if data.dtype != object else fill
         out[tuple(slice(b, b + d) for d, (b, _e) in zip(data.shape, width, strict=True))] = data
+        # Only the borders get the constant: the interior is written once, by the copy above.
+        for axis, (b, _e) in enumerate(width):
+            head = [slice(None)] * data.ndim
+            for part in (slice(0, b), slice(b + data.shape[axis], None)):
+                head[axis] = part
+                out[tuple(head)] = fill
         return out
     if mode not in ("reflect", "edge", "wrap"):
         raise ValueError(f"unknown Pad mode {mode!r}")
