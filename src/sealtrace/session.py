@@ -54,6 +54,24 @@ def _origin_of(model: ModelSource | Plan) -> ModelOrigin:
     return ModelOrigin("onnx", path=str(path), sha256=digest.hexdigest())
 
 
+def open_model(
+    model: ModelSource | Plan, *, trust: Sequence[Any] = (), require_signature: bool = False
+) -> tuple[Plan, ModelOrigin]:
+    """The Plan of an ONNX model or of a sealed container (verified first), and where it came from.
+
+    A container that fails verification raises an IntegrityError naming every part that changed.
+    """
+    if isinstance(model, (str, os.PathLike)) and is_container(model):
+        plan, report = load_sealed_plan(model, trust=trust, require_signature=require_signature)
+        origin = ModelOrigin("container", path=os.fspath(model), sha256=report.file_sha256,
+                             container_digest=report.digest)
+        return plan, origin
+    if trust or require_signature:
+        raise InputError("trust= and require_signature= apply to sealed containers (.seal) only")
+    plan = model if isinstance(model, Plan) else build_plan(model)
+    return plan, _origin_of(model)
+
+
 def _backend_version(backend: str | Backend) -> str | None:
     """The version a bound ONNX Runtime artifact is compared with (None: nothing to compare)."""
     name = backend if isinstance(backend, str) else backend.name
@@ -108,16 +126,8 @@ class Session:
                 container_digest=record.container_digest,
                 binding_digest=record.digest,
             )
-        elif isinstance(model, (str, os.PathLike)) and is_container(model):
-            self.plan, report = load_sealed_plan(model, trust=trust, require_signature=require_signature)
-            self.origin = ModelOrigin(
-                "container", path=os.fspath(model), sha256=report.file_sha256, container_digest=report.digest
-            )
         else:
-            if trust or require_signature:
-                raise InputError("trust= and require_signature= apply to sealed containers (.seal) only")
-            self.plan = model if isinstance(model, Plan) else build_plan(model)
-            self.origin = _origin_of(model)
+            self.plan, self.origin = open_model(model, trust=trust, require_signature=require_signature)
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
 
     def get_inputs(self) -> list[ValueInfo]:

@@ -11,7 +11,7 @@ from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity
 from sealtrace.parity.report import FORMATS, _fmt, write_report
-from sealtrace.plan import build_plan
+from sealtrace.session import open_model
 
 
 @app.command()
@@ -62,7 +62,7 @@ def parity(
     else:
         default = Tolerance()
         table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
-    plan = build_plan(model)
+    plan, _origin = open_model(model)
     feeds = gather_feeds(plan, input_files, npz_files, random_inputs, seed, dims)
     report = check_parity(plan, feeds, names, table, local=not no_local, optimized=optimized)
     for path in reports:
