@@ -525,7 +525,8 @@ def _dropout(
     data: np.ndarray, ratio: float, training: bool, seed: int | None, mask_dtype: np.dtype[Any]
 ) -> tuple[np.ndarray, np.ndarray]:
     if not training or ratio == 0:
-        return data, np.ones(data.shape, dtype=mask_dtype)
+        # An all-ones mask as a broadcast view: inference graphs rarely read it, so it costs nothing.
+        return data, np.broadcast_to(np.ones((), dtype=mask_dtype), data.shape)
     # Same generator and draw as ONNX's reference and its conformance data.
     rng = np.random.RandomState(_DEFAULT_DROPOUT_SEED if seed is None else seed)
     keep = rng.uniform(0, 1.0, data.shape) >= ratio
