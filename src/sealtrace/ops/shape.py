@@ -1,7 +1,7 @@
 """Shape-manipulation kernels: Reshape, Transpose, Squeeze, Concat, Split, Pad, Expand, Constant ...
 
 Kernels that only rearrange metadata (Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity,
-Split, Expand) return NumPy views of their inputs: no kernel ever writes into an data, so sharing
+Split, Expand) return NumPy views of their inputs: no kernel ever writes into an input, so sharing
 memory is safe and saves a copy per step.
 """
 
@@ -89,7 +89,7 @@ def squeeze_v1(data: np.ndarray, *, axes: tuple[int, ...] | None) -> np.ndarray:
 
 @register("Squeeze", *_ALL_VERSIONS_FROM_13)
 def squeeze_v13(data: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
-    """Squeeze-13+: axes as an optional data."""
+    """Squeeze-13+: axes as an optional input."""
     return _squeeze(data, _ints(axes))
 
 
@@ -101,7 +101,7 @@ def unsqueeze_v1(data: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
 
 @register("Unsqueeze", *_ALL_VERSIONS_FROM_13)
 def unsqueeze_v13(data: np.ndarray, axes: np.ndarray) -> np.ndarray:
-    """Unsqueeze-13+: axes as an data."""
+    """Unsqueeze-13+: axes as an input."""
     return np.expand_dims(data, tuple(_ints(axes)))
 
 
@@ -202,7 +202,7 @@ def split_v2(
 def split_v13(
     ctx: KernelContext, data: np.ndarray, split: np.ndarray | None = None, *, axis: int
 ) -> tuple[np.ndarray, ...]:
-    """Split-13: sizes as an optional data, else equal parts."""
+    """Split-13: sizes as an optional input, else equal parts."""
     sizes = _ints(split) if split is not None else []
     if not sizes:
         sizes = _equal_sizes(data.shape[_axis(axis, data.ndim)], ctx.n_outputs)
@@ -218,7 +218,7 @@ def split_v18(
     axis: int,
     num_outputs: int | None,
 ) -> tuple[np.ndarray, ...]:
-    """Split-18: sizes as an data, or ``num_outputs`` chunks of ceil(dim/n) with a smaller last one."""
+    """Split-18: sizes as an input, or ``num_outputs`` chunks of ceil(dim/n) with a smaller last one."""
     dim = data.shape[_axis(axis, data.ndim)]
     if split is not None and split.size:
         sizes = _ints(split)
