@@ -17,10 +17,12 @@ import threading
 import uuid
 import weakref
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sealtrace import __version__
@@ -93,6 +95,31 @@ class _PlanFacts:
             return self._weight_digests
 
 
+# Outputs at least this large are hashed on the pool; smaller ones on the writer thread.
+PARALLEL_MIN_BYTES = 256 << 10
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def default_hash_threads() -> int:
+    """Pool threads for hashing large tensors: half the usable CPUs (the run needs the rest), 1-8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus // 2))
+
+
+def hash_pool(threads: int) -> ThreadPoolExecutor:
+    """A process-wide pool of ``threads`` hashing threads, shared by every recorder (made once)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(threads)
+        if pool is None:
+            pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="sealtrace-hash")
+        return pool
+
+
 _PLAN_FACTS: weakref.WeakKeyDictionary[Plan, _PlanFacts] = weakref.WeakKeyDictionary()
 _PLAN_FACTS_LOCK = threading.Lock()
 
@@ -114,6 +141,10 @@ class AuditRecorder(BackgroundObserver):
     leading values of each tensor the log shows; ``sign_key`` (a PEM path or key) signs the run
     digest; ``origin`` is the Session's ModelOrigin, which links the log to the container or file
     (``Session.run(audit=...)`` fills it in). One recorder records one run.
+
+    Memory: the recorder holds at most ``max_pending_bytes`` of tensors (and ``max_pending_steps``
+    steps) not yet hashed; past that, the run waits for it. ``hash_threads`` threads (default:
+    half the CPUs, at most 8; 0 for none) hash outputs of 256 KiB and more in parallel.
     """
 
     what = "audit"
@@ -128,10 +159,13 @@ class AuditRecorder(BackgroundObserver):
         overwrite: bool = False,
         max_pending_bytes: int = DEFAULT_PENDING_BYTES,
         max_pending_steps: int = DEFAULT_PENDING_ITEMS,
+        hash_threads: int | None = None,
     ) -> None:
         super().__init__(max_pending_bytes, max_pending_steps)
         if sample < 0:
             raise ValueError("sample must be >= 0")
+        threads = default_hash_threads() if hash_threads is None else hash_threads
+        self._pool = hash_pool(threads) if threads > 0 else None
         self.path: Path | None = None
         self._file: IO[bytes] | None = None
         self._owns_file = False
@@ -191,7 +225,18 @@ class AuditRecorder(BackgroundObserver):
         positions = self._facts.direct_inputs.get(id(step))
         direct = {i: event.inputs[i] for i in positions} if positions else None
         outputs = tuple(event.outputs)
-        self._submit(("step", event.path, step, outputs, direct), nbytes_of(outputs))
+        nbytes = nbytes_of(outputs)
+        if self._pool is not None and nbytes >= PARALLEL_MIN_BYTES:
+            # Large tensors are summarized by the pool at once, in parallel with each other and
+            # with the run; the writer collects the results in order. Small ones stay on the
+            # writer, where a pool round trip would cost more than the hash.
+            outputs = tuple(
+                self._pool.submit(value_summary, v, self.sample)
+                if isinstance(v, np.ndarray) and v.nbytes >= PARALLEL_MIN_BYTES
+                else v
+                for v in outputs
+            )
+        self._submit(("step", event.path, step, outputs, direct), nbytes)
 
     def on_run_end(self, outputs: Mapping[str, Any]) -> None:
         self._submit(("footer", dict(outputs)), nbytes_of(outputs.values()))
@@ -257,7 +302,7 @@ class AuditRecorder(BackgroundObserver):
             inputs.append({"name": name, "digest": digest})
         summaries = []
         for name, value in zip(step.outputs, outputs, strict=True):
-            summary = value_summary(value, self.sample)
+            summary = value.result() if isinstance(value, Future) else value_summary(value, self.sample)
             if name:
                 self._digests[name] = summary["digest"]
             summaries.append({"name": name, **summary})
@@ -281,13 +326,14 @@ class AuditRecorder(BackgroundObserver):
         return {"type": "footer", "finished": utc_now(), "steps": self._steps, "outputs": described}
 
     def _emit(self, record: dict[str, Any]) -> None:
-        seal_record(record, self._seq, self._prev)
+        line = seal_record(record, self._seq, self._prev)
         digest = record[digest_field(record)]
         if record["type"] == "footer":
             self.run_digest = digest
             if self._sign_key is not None:
                 record["signature"] = sign_digest(self._sign_key, digest).to_json()
-        line = canonical_json(record) + b"\n"
+                line = canonical_json(record)
+        line += b"\n"
         if self._file is not None:
             self._file.write(line)
             self._file.flush()  # each line reaches the OS at once: a crash leaves a valid prefix
