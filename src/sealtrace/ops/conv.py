@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.ops._windows import Array, Window, all_windows, pad_spatial, resolve_window, tap_view
+from sealtrace.ops._windows import (
+    Array,
+    FlatTaps,
+    Window,
+    all_windows,
+    flat_taps,
+    pad_spatial,
+    resolve_window,
+)
 from sealtrace.ops.registry import register
 
 # float16/bfloat16 have no BLAS: they are computed in float32 and rounded once at the end.
@@ -36,7 +44,6 @@ def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
     mg = m // group
     out_shape = window.out_shape
     length = prod(out_shape)
-    rank = len(out_shape)
     unpadded = not any(window.pads_begin) and not any(window.pads_end)
     if all(k == 1 for k in window.kernel) and unpadded:
         # 1x1: no windows at all, the convolution is a matmul over channels.
@@ -48,35 +55,64 @@ def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
         else:
             y = np.matmul(w.reshape(group, mg, cg), x.reshape(n, group, cg, length))
         return y.reshape((n, m, *out_shape))
-    xp = pad_spatial(x, window.pads_begin, window.pads_end)
-    if cg == 1 and m == c and group == c:
-        return _depthwise(xp, w, window)
-    # im2col: the reshape of the window view is the one copy; then one GEMM per group.
     k = prod(window.kernel)
-    cols = all_windows(xp, window).reshape(n, group, cg * k, length)
-    if group == 1:
-        y = np.matmul(w.reshape(m, cg * k), cols[:, 0])
+    taps = flat_taps(x, window)
+    if cg == 1 and m == c and group == c:
+        return taps.crop(_depthwise(taps, w.reshape(c, k)))
+    if taps.waste > _MAX_WASTE:
+        # Small outputs under wide kernels: the cropped columns would cost more than a strided copy.
+        xp = pad_spatial(x, window.pads_begin, window.needed_end_pads(x.shape[2:]))
+        cols = all_windows(xp, window).reshape(n, group, cg * k, length)
+        y = _grouped_matmul(w.reshape(group, mg, cg * k), cols)
+        return y.reshape((n, m, *out_shape))
+    # im2col: every tap is a contiguous slice; one copy into [N, C, K, L], then one GEMM per group.
+    if all(s == 1 for s in window.strides):
+        source = taps.sources[0]
+        itemsize = source.itemsize
+        tap_strides = [
+            d * prod(taps.grid[a + 1 :]) * itemsize for a, d in enumerate(window.dilations)
+        ]
+        view = np.lib.stride_tricks.as_strided(
+            source[:, :, taps.offsets[0] :],
+            shape=(n, c, *window.kernel, taps.length),
+            strides=(*source.strides[:2], *tap_strides, itemsize),
+            writeable=False,
+        )
+        cols = view.reshape(n, group, cg * k, taps.length)
     else:
-        y = np.matmul(w.reshape(group, mg, cg * k), cols)
-    assert y.size == n * m * length and rank == len(window.kernel)
-    return y.reshape((n, m, *out_shape))
+        buffer = np.empty((n, c, k, taps.length), dtype=x.dtype)
+        for t in range(k):
+            buffer[:, :, t] = taps.tap(t)
+        cols = buffer.reshape(n, group, cg * k, taps.length)
+    y = _grouped_matmul(w.reshape(group, mg, cg * k), cols)
+    return taps.crop(y.reshape(n, m, taps.length))
 
 
-def _depthwise(xp: Array, w: Array, window: Window) -> Array:
-    """Depthwise convolution (one filter per channel): accumulate tap by tap, no im2col."""
-    c = w.shape[0]
-    rank = len(window.kernel)
+# Largest computed-grid / output ratio the flat im2col accepts before a strided copy is cheaper.
+_MAX_WASTE = 1.3
+
+
+def _grouped_matmul(w: Array, cols: Array) -> Array:
+    """[G, Mg, K] x [N, G, K, L] -> [N, G, Mg, L]; a plain 2-D GEMM per image when G == 1."""
+    if w.shape[0] == 1:
+        return np.matmul(w[0], cols[:, 0])[:, None]
+    return np.matmul(w, cols)
+
+
+def _depthwise(taps: FlatTaps, w: Array) -> Array:
+    """Depthwise convolution (one filter per channel, ``w`` [C, K]): multiply-accumulate per tap.
+
+    Each tap is one contiguous slice, so a tap costs two vectorized passes and no im2col copy.
+    """
     acc: Array | None = None
     scratch: Array | None = None
-    for tap in window.taps:
-        view = tap_view(xp, tap, window)
-        index: tuple[Any, ...] = (slice(None), 0, *tap)
-        weight = w[index].reshape((c,) + (1,) * rank)
+    for t in range(w.shape[1]):
+        weight = w[:, t : t + 1]
         if acc is None or scratch is None:
-            acc = np.multiply(view, weight)
+            acc = np.multiply(taps.tap(t), weight)
             scratch = np.empty_like(acc)
         else:
-            np.multiply(view, weight, out=scratch)
+            np.multiply(taps.tap(t), weight, out=scratch)
             np.add(acc, scratch, out=acc)
     assert acc is not None
     return acc
@@ -402,7 +438,8 @@ def causal_conv_with_state(
     padded = np.concatenate([past_state, x], axis=2)
     dtype = _compute_dtype(x.dtype)
     window = resolve_window(padded.shape[2:], (k,), None, None, None)
-    y = _depthwise(padded.astype(dtype, copy=False), weight.astype(dtype, copy=False), window)
+    taps = flat_taps(padded.astype(dtype, copy=False), window)
+    y = taps.crop(_depthwise(taps, weight.astype(dtype, copy=False).reshape(channels, k)))
     y = _add_bias(y, bias)
     if activation != "none":
         y = y / (1 + np.exp(-y))
