@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from sealtrace.backends.base import StepEvent, StepObserver
@@ -159,4 +158,4 @@ class TorchBackend:
         return [*state, *(torch.stack(values) for values in scans)]
 
 
-__all__ = ["TorchBackend", "np"]
+__all__ = ["TorchBackend"]

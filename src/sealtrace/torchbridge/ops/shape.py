@@ -129,8 +129,10 @@ def concat(*xs: torch.Tensor, axis: int = 1) -> torch.Tensor:
     return torch.cat(list(xs), dim=axis)
 
 
-def _split(x: torch.Tensor, axis: int, sizes: list[int]) -> tuple[torch.Tensor, ...]:
-    return tuple(torch.split(x, sizes, dim=_axis(axis, x.dim())))
+def _split(x: torch.Tensor, axis: int, sizes: list[int]) -> Any:
+    # A translation returns a tuple exactly when the node declares more than one output.
+    parts = tuple(torch.split(x, sizes, dim=_axis(axis, x.dim())))
+    return parts if len(parts) != 1 else parts[0]
 
 
 def _equal_sizes(x: torch.Tensor, axis: int, parts: int) -> list[int]:
@@ -142,7 +144,7 @@ def _equal_sizes(x: torch.Tensor, axis: int, parts: int) -> list[int]:
 
 @register("Split", 1, static=(1,), n_outputs=True)
 def split_v1(x: torch.Tensor, sizes: Any = None, *, n_outputs: int, axis: int | None = None,
-             split: tuple[int, ...] | None = None) -> tuple[torch.Tensor, ...]:
+             split: tuple[int, ...] | None = None) -> Any:
     """Split-1: sizes as the ``split`` attribute or the second input, else equal parts."""
     axis = 0 if axis is None else axis
     chosen = list(split) if split else (ints(sizes) if sizes is not None else [])
@@ -150,14 +152,13 @@ def split_v1(x: torch.Tensor, sizes: Any = None, *, n_outputs: int, axis: int | 
 
 
 @register("Split", 2, 11, n_outputs=True)
-def split_v2(x: torch.Tensor, *, n_outputs: int, axis: int = 0, split: tuple[int, ...] | None = None
-             ) -> tuple[torch.Tensor, ...]:
+def split_v2(x: torch.Tensor, *, n_outputs: int, axis: int = 0, split: tuple[int, ...] | None = None) -> Any:
     """Split-2/11: sizes as the ``split`` attribute, else equal parts."""
     return _split(x, axis, list(split) if split else _equal_sizes(x, axis, n_outputs))
 
 
 @register("Split", 13, static=(1,), n_outputs=True)
-def split_v13(x: torch.Tensor, split: Any = None, *, n_outputs: int, axis: int = 0) -> tuple[torch.Tensor, ...]:
+def split_v13(x: torch.Tensor, split: Any = None, *, n_outputs: int, axis: int = 0) -> Any:
     """Split-13: sizes as an optional input, else equal parts."""
     sizes = ints(split) if split is not None else []
     return _split(x, axis, sizes or _equal_sizes(x, axis, n_outputs))
@@ -165,7 +166,7 @@ def split_v13(x: torch.Tensor, split: Any = None, *, n_outputs: int, axis: int =
 
 @register("Split", 18, static=(1,), n_outputs=True)
 def split_v18(x: torch.Tensor, split: Any = None, *, n_outputs: int, axis: int = 0,
-              num_outputs: int | None = None) -> tuple[torch.Tensor, ...]:
+              num_outputs: int | None = None) -> Any:
     """Split-18: sizes as an input, or ``num_outputs`` chunks of ceil(dim/n) with a smaller last one."""
     sizes = ints(split) if split is not None else []
     if not sizes:

@@ -1,0 +1,432 @@
+"""Plan -> torch.fx GraphModule: one fx node per executed step, weights as parameters.
+
+How values are treated at conversion time:
+- float initializers (and float Constant nodes holding more than one value) that feed a tensor
+  input of some op become ``nn.Parameter`` s, so they can be trained or frozen;
+- everything else known at conversion time (integer initializers, scalar Constants, the Shape of
+  a value whose shape is static, and any step whose inputs are all known) is folded by running the
+  NumPy reference kernel once; a folded value that a tensor input needs becomes a buffer, one that
+  a shape-like input needs (a Reshape's shape, a Slice's starts ...) is written into the node's
+  arguments, so the module has no data-dependent shapes where the model has none;
+- every other step becomes one ``call_function`` node of its torch translation, carrying the ONNX
+  node name and op in ``node.meta``.
+If with a condition known at conversion time is inlined; otherwise it becomes an :class:`IfModule`
+that picks a branch at run time (eager; torch.export needs a known condition). Loop becomes a
+:class:`LoopModule`, unrolled by tracing when the trip count is known and the body's condition
+stays true. The input model is never modified: only its Plan is read.
+"""
+
+from __future__ import annotations
+
+import keyword
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from torch import fx
+
+from sealtrace.backends.reference import StepContext
+from sealtrace.errors import SealtraceError
+from sealtrace.ops.registry import as_outputs
+from sealtrace.plan import ModelSource, Plan, Step, build_plan
+from sealtrace.torchbridge.dtypes import from_numpy
+from sealtrace.torchbridge.registry import Translation
+from sealtrace.torchbridge.steps import check_supported, translation_for
+
+ModelLike = ModelSource | Plan
+
+
+class IfModule(torch.nn.Module):
+    """ONNX If whose condition is only known at run time: both branches as submodules."""
+
+    def __init__(self, then_branch: torch.nn.Module, else_branch: torch.nn.Module) -> None:
+        super().__init__()
+        self.then_branch = then_branch
+        self.else_branch = else_branch
+
+    def forward(self, cond: torch.Tensor, *captures: Any) -> Any:
+        branch = self.then_branch if bool(cond.reshape(-1)[0]) else self.else_branch
+        return branch(*captures)
+
+
+class LoopModule(torch.nn.Module):
+    """ONNX Loop: the body as a submodule, called once per iteration.
+
+    ``always_running`` says the body's condition output is the constant True, so a known trip
+    count runs without any data-dependent check (torch.export then unrolls it).
+    """
+
+    def __init__(self, body: torch.nn.Module, n_state: int, n_scan: int, always_running: bool) -> None:
+        super().__init__()
+        self.body = body
+        self.n_state = n_state
+        self.n_scan = n_scan
+        self.always_running = always_running
+
+    def forward(self, trip_count: Any, cond: Any, *args: Any) -> Any:
+        state, captures = list(args[: self.n_state]), args[self.n_state :]
+        max_trips = None if trip_count is None else int(trip_count) if not isinstance(trip_count, torch.Tensor) \
+            else int(trip_count.reshape(-1)[0])
+        running = True if cond is None else bool(cond) if not isinstance(cond, torch.Tensor) \
+            else bool(cond.reshape(-1)[0])
+        scans: list[list[torch.Tensor]] = []
+        iteration = 0
+        while running and (max_trips is None or iteration < max_trips):
+            outputs = self.body(torch.tensor(iteration, dtype=torch.int64), *state, *captures)
+            if not isinstance(outputs, tuple):
+                outputs = (outputs,)
+            if not self.always_running:
+                running = bool(outputs[0].reshape(-1)[0])
+            state = list(outputs[1 : 1 + self.n_state])
+            scan_values = outputs[1 + self.n_state :]
+            if not scans:
+                scans = [[] for _ in scan_values]
+            for k, value in enumerate(scan_values):
+                scans[k].append(value)
+            iteration += 1
+        if iteration == 0 and self.n_scan:
+            raise ValueError("a Loop that runs no iteration has empty scan outputs of unknown shape")
+        result = (*state, *(torch.stack(values) for values in scans))
+        return result if len(result) != 1 else result[0]
+
+
+def load_plan(model: ModelLike) -> Plan:
+    """A Plan from a Plan, an ONNX path/bytes/ModelProto, or a verified .seal container."""
+    if isinstance(model, Plan):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        from sealtrace.container import is_container, load_sealed_plan
+
+        if is_container(model):
+            plan, _report = load_sealed_plan(model)
+            return plan
+    if isinstance(model, onnx.ModelProto):
+        # build_plan may expand model-local functions; it does so on a copy, never on the caller's.
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
+    return build_plan(model)
+
+
+def to_torch(model: ModelLike, *, dtype: torch.dtype | None = None) -> fx.GraphModule:
+    """Convert a model (Plan, ONNX path/bytes/ModelProto or .seal container) to a torch.fx GraphModule.
+
+    ``forward`` takes the graph inputs in order (as tensors) and returns the graph output, or a
+    tuple when the graph has several. ``dtype=torch.float64`` converts every float32 weight,
+    constant and Cast target to float64 (feed float64 inputs then), for gradient checks. Every
+    step without a torch translation is reported in one UnsupportedError before anything is built.
+    """
+    plan = load_plan(model)
+    check_supported(plan)
+    converter = _Converter(plan, dtype, outer_known={}, parameter_names=_parameter_candidates(plan))
+    return converter.build(plan.input_names, plan.output_names, single_output_unwrapped=True)
+
+
+def _parameter_candidates(plan: Plan) -> set[str]:
+    """Values read at a tensor (not shape-like) input position somewhere: these may be parameters."""
+    tensor_uses: set[str] = set()
+    for _path, step in plan.walk():
+        translation = translation_for(step)
+        static = translation.static if translation is not None else ()
+        for position, name in enumerate(step.inputs):
+            if name and position not in static:
+                tensor_uses.add(name)
+        tensor_uses.update(step.implicit_inputs)
+    for sub_path, sub_step in plan.walk():
+        del sub_path
+        for sub in sub_step.subgraphs.values():
+            tensor_uses.update(sub.output_names)
+    tensor_uses.update(plan.output_names)
+    return tensor_uses
+
+
+_IDENTIFIER = re.compile(r"[^0-9a-zA-Z_]")
+
+
+def _identifier(name: str) -> str:
+    text = _IDENTIFIER.sub("_", name).strip("_") or "v"
+    if text[0].isdigit() or keyword.iskeyword(text):
+        text = "v_" + text
+    return text
+
+
+class _Converter:
+    """Builds one GraphModule from one Plan (subgraphs that stay dynamic get their own)."""
+
+    def __init__(
+        self, plan: Plan, dtype: torch.dtype | None, outer_known: Mapping[str, Any], parameter_names: set[str]
+    ) -> None:
+        self.plan = plan
+        self.dtype = dtype
+        self.root = torch.nn.Module()
+        self.graph = fx.Graph()
+        self.known: dict[str, Any] = dict(outer_known)
+        self.nodes: dict[str, fx.Node] = {}
+        self.parameter_names = parameter_names
+        self.onnx_names: dict[str, str] = {}
+        self._attr_names: set[str] = set()
+        self._buffers: dict[int, fx.Node] = {}
+        self._submodules = 0
+
+    # -- values ---------------------------------------------------------------------------------
+
+    def _float_dtype(self, array: np.ndarray) -> torch.dtype | None:
+        if self.dtype is not None and array.dtype == np.float32:
+            return self.dtype
+        return None
+
+    def _tensor(self, array: Any) -> torch.Tensor:
+        tensor = from_numpy(array)
+        target = self._float_dtype(np.asarray(array))
+        return tensor.to(target) if target is not None else tensor
+
+    def _attr_name(self, hint: str) -> str:
+        base = _identifier(hint)
+        name, k = base, 1
+        while name in self._attr_names or hasattr(self.root, name):
+            k += 1
+            name = f"{base}_{k}"
+        self._attr_names.add(name)
+        return name
+
+    def _add_parameter(self, onnx_name: str, array: np.ndarray) -> None:
+        name = self._attr_name(onnx_name)
+        self.root.register_parameter(name, torch.nn.Parameter(self._tensor(array)))
+        self.onnx_names[name] = onnx_name
+        self.nodes[onnx_name] = self.graph.get_attr(name)
+
+    def _add_weights(self, initializers: Mapping[str, Any]) -> None:
+        for name, value in initializers.items():
+            self._add_value(name, value)
+
+    def _add_value(self, name: str, value: Any, parameter: bool = True) -> None:
+        """An initializer or Constant: a parameter when it is a float tensor feeding ops, else known."""
+        if (
+            parameter
+            and isinstance(value, np.ndarray)
+            and value.dtype.kind == "f"
+            and name in self.parameter_names
+            and value.size > 0
+        ):
+            self._add_parameter(name, value)
+        else:
+            self.known[name] = value
+
+    def _materialize(self, name: str) -> fx.Node:
+        """The fx node of a value, turning a known value into a buffer the first time it is needed."""
+        node = self.nodes.get(name)
+        if node is not None:
+            return node
+        node = self._buffer(name, self.known[name])
+        self.nodes[name] = node
+        return node
+
+    def _buffer(self, hint: str, value: Any) -> fx.Node:
+        if not isinstance(value, np.ndarray):
+            value = np.asarray(value)
+        cached = self._buffers.get(id(value))
+        if cached is not None:
+            return cached
+        attr = self._attr_name(hint)
+        self.root.register_buffer(attr, self._tensor(value))
+        self.onnx_names[attr] = hint
+        node = self.graph.get_attr(attr)
+        self._buffers[id(value)] = node
+        return node
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def build(self, inputs: Sequence[str], outputs: Sequence[str], single_output_unwrapped: bool) -> fx.GraphModule:
+        for name in inputs:
+            self.nodes[name] = self.graph.placeholder(_identifier(name))
+        self._add_weights(self.plan.initializers)
+        self._steps(self.plan)
+        results = tuple(self._materialize(name) for name in outputs)
+        if single_output_unwrapped and len(results) == 1:
+            self.graph.output(results[0])
+        else:
+            self.graph.output(results)
+        module = fx.GraphModule(self.root, self.graph, class_name=_identifier(self.plan.name or "OnnxModule"))
+        module.input_names = list(inputs)  # type: ignore[assignment]
+        module.output_names = list(outputs)  # type: ignore[assignment]
+        module.onnx_names = dict(self.onnx_names)  # type: ignore[assignment]
+        return module
+
+    def _steps(self, plan: Plan) -> None:
+        for step in plan.steps:
+            if step.op_type == "If":
+                self._if(step)
+            elif step.op_type == "Loop":
+                self._loop(step)
+            elif step.op_type == "Constant":
+                value = as_outputs(step.kernel.fn(**step.attributes))[0]
+                # Weights stored as Constant nodes (older exporters) become parameters; scalars fold.
+                self._add_value(step.outputs[0], value, parameter=np.asarray(value).size > 1)
+            elif not self._fold(step):
+                self._emit(step)
+
+    def _is_known(self, name: str) -> bool:
+        return not name or name in self.known
+
+    def _fold(self, step: Step) -> bool:
+        """Evaluate a step once with the reference kernel when its inputs are all known."""
+        if step.subgraphs:
+            return False
+        if step.op_type in ("Shape", "Size") and step.inputs[0] not in self.known:
+            return self._fold_shape(step)
+        if not all(self._is_known(n) for n in step.inputs):
+            return False
+        args = [self.known[n] if n else None for n in step.inputs]
+        try:
+            if step.kernel.context:
+                result = step.kernel.fn(StepContext({}, (), (), step), *args, **step.attributes)
+            else:
+                result = step.kernel.fn(*args, **step.attributes)
+        except Exception:
+            return False  # let the translation report it at run time, where the user sees the inputs
+        for name, value in zip(step.outputs, as_outputs(result), strict=False):
+            if name:
+                self.known[name] = value
+        return True
+
+    def _fold_shape(self, step: Step) -> bool:
+        source = step.inputs[0]
+        shape: tuple[Any, ...] | None = None
+        node = self.nodes.get(source)
+        if node is not None and node.op == "get_attr":
+            shape = tuple(getattr(self.root, str(node.target)).shape)
+        else:
+            info = self.plan.value_info.get(source)
+            if info is not None and info.shape is not None and all(isinstance(d, int) for d in info.shape):
+                shape = info.shape
+        if shape is None:
+            return False
+        dims = [int(d) for d in shape]
+        if step.op_type == "Size":
+            self.known[step.outputs[0]] = np.asarray(int(np.prod(dims)), dtype=np.int64)
+        else:
+            start = step.attributes.get("start") or 0
+            end = step.attributes.get("end")
+            self.known[step.outputs[0]] = np.asarray(dims[start:end], dtype=np.int64)
+        return True
+
+    def _emit(self, step: Step) -> None:
+        translation = translation_for(step)
+        assert translation is not None  # check_supported ran first
+        args = [self._argument(translation, position, name) for position, name in enumerate(step.inputs)]
+        kwargs = self._kwargs(step, translation)
+        hint = _identifier(next((o for o in step.outputs if o), step.name))
+        node = self.graph.create_node("call_function", translation.fn, tuple(args), kwargs, name=hint)
+        node.meta["onnx_node"] = step.name
+        node.meta["onnx_op"] = f"{step.op_type}-{step.since_version}"
+        if len(step.outputs) == 1:
+            self.nodes[step.outputs[0]] = node
+            return
+        for i, name in enumerate(step.outputs):
+            if name:
+                item = self.graph.call_function(_output, (node, i))
+                item.meta.update(node.meta)
+                self.nodes[name] = item
+
+    def _argument(self, translation: Translation, position: int, name: str) -> Any:
+        if not name:
+            return None
+        if name in self.known and position in translation.static:
+            return np.asarray(self.known[name]).tolist()
+        return self._materialize(name)
+
+    def _kwargs(self, step: Step, translation: Translation) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        for key, value in step.attributes.items():
+            if isinstance(value, Plan):
+                continue
+            if isinstance(value, np.ndarray):
+                kwargs[key] = self._buffer(f"{step.name}_{key}", value)
+            elif isinstance(value, onnx.TypeProto) or (isinstance(value, tuple) and value and
+                                                       not isinstance(value[0], (int, float, str))):
+                raise SealtraceError(f"{step.name!r} ({step.op_type}): attribute {key!r} has no torch form")
+            else:
+                kwargs[key] = value
+        if step.op_type in ("Cast",) and self.dtype is not None and kwargs.get("to") == onnx.TensorProto.FLOAT:
+            kwargs["to"] = _ELEM_TYPE[self.dtype]
+        if translation.n_outputs:
+            kwargs["n_outputs"] = len(step.outputs)
+        return kwargs
+
+    # -- control flow ---------------------------------------------------------------------------
+
+    def _inline(self, branch: Plan) -> list[str]:
+        """Steps of a branch emitted into this graph; returns the names of its outputs."""
+        self._add_weights(branch.initializers)
+        self._steps(branch)
+        return branch.output_names
+
+    def _bind_outputs(self, step: Step, sources: Sequence[str]) -> None:
+        for name, source in zip(step.outputs, sources, strict=False):
+            if not name:
+                continue
+            if source in self.known and source not in self.nodes:
+                self.known[name] = self.known[source]
+            else:
+                self.nodes[name] = self._materialize(source)
+
+    def _if(self, step: Step) -> None:
+        cond = step.inputs[0]
+        if cond in self.known:
+            taken = "then_branch" if bool(np.asarray(self.known[cond]).reshape(-1)[0]) else "else_branch"
+            self._bind_outputs(step, self._inline(step.attributes[taken]))
+            return
+        captures = sorted(set(step.attributes["then_branch"].captures) | set(step.attributes["else_branch"].captures))
+        dynamic = [c for c in captures if c not in self.known]
+        branches = [self._submodule(step.attributes[b], dynamic) for b in ("then_branch", "else_branch")]
+        module = IfModule(*branches)
+        self._call_module(step, module, [self._materialize(cond), *(self._materialize(c) for c in dynamic)])
+
+    def _loop(self, step: Step) -> None:
+        body: Plan = step.attributes["body"]
+        trip, cond, *state = step.inputs
+        captures = [c for c in body.captures if c not in self.known]
+        # The body only runs while the condition holds, so inside it the condition input is True.
+        known_inside = {body.input_names[1]: np.asarray(True)} if len(body.input_names) > 1 else {}
+        inputs = [body.input_names[0], *body.input_names[2:]]
+        sub = _Converter(body, self.dtype, {**self.known, **known_inside}, self.parameter_names)
+        module = sub.build([*inputs, *captures], body.output_names, single_output_unwrapped=False)
+        always = body.output_names[0] in sub.known and bool(np.asarray(sub.known[body.output_names[0]]).all())
+        loop = LoopModule(module, len(state), len(body.outputs) - 1 - len(state), always)
+        trip_arg = int(np.asarray(self.known[trip]).reshape(-1)[0]) if trip and trip in self.known else (
+            self._materialize(trip) if trip else None)
+        cond_arg = bool(np.asarray(self.known[cond]).reshape(-1)[0]) if cond and cond in self.known else (
+            self._materialize(cond) if cond else None)
+        self._call_module(step, loop, [trip_arg, cond_arg, *(self._materialize(s) for s in state),
+                                       *(self._materialize(c) for c in captures)])
+
+    def _submodule(self, plan: Plan, inputs: list[str]) -> fx.GraphModule:
+        sub = _Converter(plan, self.dtype, self.known, self.parameter_names)
+        return sub.build(inputs, plan.output_names, single_output_unwrapped=False)
+
+    def _call_module(self, step: Step, module: torch.nn.Module, args: list[Any]) -> None:
+        self._submodules += 1
+        name = self._attr_name(f"{step.op_type.lower()}_{step.name}")
+        self.root.add_module(name, module)
+        node = self.graph.call_module(name, tuple(args))
+        node.meta["onnx_node"] = step.name
+        node.meta["onnx_op"] = f"{step.op_type}-{step.since_version}"
+        for i, out in enumerate(step.outputs):
+            if out:
+                item = self.graph.call_function(_output, (node, i))
+                self.nodes[out] = item
+
+
+def _output(result: Any, index: int) -> Any:
+    """Output ``index`` of a node's result (a tuple when the node has several outputs)."""
+    if isinstance(result, (tuple, list)):
+        return result[index]
+    return result
+
+
+_ELEM_TYPE = {torch.float64: onnx.TensorProto.DOUBLE, torch.float32: onnx.TensorProto.FLOAT,
+              torch.float16: onnx.TensorProto.FLOAT16, torch.bfloat16: onnx.TensorProto.BFLOAT16}
