@@ -44,7 +44,9 @@ demo: $(VENV)/.stamp-core $(VENV)/.stamp-material
 test: $(VENV)/.stamp-dev $(VENV)/.stamp-material
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+	# Two test workers, one BLAS thread each: two workers with two BLAS threads each would
+	# oversubscribe the two cores and OpenBLAS's spinning threads slow everything down.
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check src tests benchmarks examples
