@@ -459,3 +459,17 @@ def test_top_k_selection_matches_definition(rows: int, n: int, data: st.DataObje
     want = _top_k_by_definition(x, k, largest)
     assert_same([got_indices.T], [want])
     assert_same([got_values.T], [np.take_along_axis(x, want, axis=-1)])
+
+
+def test_element_indices_larger_than_data_are_rejected() -> None:
+    # NumPy would broadcast data's size-1 axis against the indices; ONNX calls this invalid.
+    inputs = {"x": np.zeros((1, 3), F32), "i": np.zeros((2, 3), I64)}
+    with pytest.raises(KernelError):
+        run("GatherElements", inputs, {"y": F32}, 13, axis=1)
+    with pytest.raises(KernelError):
+        run(
+            "ScatterElements",
+            {"d": inputs["x"], "i": inputs["i"], "u": np.zeros((2, 3), F32)},
+            {"y": F32},
+            13,
+        )

@@ -114,9 +114,20 @@ def gather(data: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
 def gather_elements(data: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
     """GatherElements-11/13: output[i][j] = data[indices[i][j]][j] (for axis 0), output shaped like indices."""
     axis = _axis(axis, data.ndim)
+    _check_element_indices(data, indices, axis)
     # Indices may be smaller than data on the other axes: only that leading block is read.
     block = tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(indices.shape))
     return np.take_along_axis(data[block], _positive(indices, data.shape[axis]), axis=axis)
+
+
+def _check_element_indices(data: np.ndarray, indices: np.ndarray, axis: int) -> None:
+    """Same rank, and no larger than data off the axis (NumPy would broadcast size-1 axes instead)."""
+    if indices.ndim != data.ndim or any(
+        i > d for a, (i, d) in enumerate(zip(indices.shape, data.shape, strict=True)) if a != axis
+    ):
+        raise ValueError(
+            f"indices shape {indices.shape} does not fit data shape {data.shape} off axis {axis}"
+        )
 
 
 def _gather_nd(data: np.ndarray, indices: np.ndarray, batch_dims: int) -> np.ndarray:
@@ -167,6 +178,9 @@ def _scatter_elements(
     data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int, reduction: str
 ) -> np.ndarray:
     axis = _axis(axis, data.ndim)
+    _check_element_indices(data, indices, axis)
+    if updates.shape != indices.shape:
+        raise ValueError(f"updates shape {updates.shape} differs from indices shape {indices.shape}")
     key = list(np.ogrid[tuple(slice(0, n) for n in indices.shape)])
     key[axis] = _positive(indices, data.shape[axis])
     return _write(data.copy(), tuple(key), updates, reduction)
