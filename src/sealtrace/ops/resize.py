@@ -128,7 +128,11 @@ def _axis_map(
         i0 = np.floor(xc).astype(np.int64)
         i1 = np.minimum(i0 + 1, in_len - 1)
         w1 = xc - i0
-        return _AxisMap(np.stack([i0, i1], 1), np.stack([1 - w1, w1], 1), outside)
+        w0 = 1 - w1
+        # At the last index both taps are the same pixel; ONNX Runtime weighs them 0.5 each.
+        edge = i0 == i1
+        w0, w1 = np.where(edge, 0.5, w0), np.where(edge, 0.5, w1)
+        return _AxisMap(np.stack([i0, i1], 1), np.stack([w0, w1], 1), outside)
     if mode not in ("linear", "cubic"):
         raise ValueError(f"unknown Resize mode {mode!r}")
     support = 1.0 if mode == "linear" else 2.0
@@ -185,6 +189,40 @@ def _apply_weighted(x: np.ndarray, maps: dict[int, _AxisMap], work: np.dtype[Any
     return y
 
 
+def _identity_linear_map(length: int) -> _AxisMap:
+    return _axis_map(
+        in_len=length,
+        out_len=length,
+        scale=_F32(1),
+        roi=(0.0, 1.0),
+        mode="linear",
+        transform="asymmetric",
+        nearest_mode="floor",
+        cubic_coeff_a=-0.75,
+        exclude_outside=False,
+        antialias=False,
+    )
+
+
+def _apply_bilinear(x: np.ndarray, rows: _AxisMap, cols: _AxisMap, work: np.dtype[Any]) -> np.ndarray:
+    """Bilinear over the last two axes, summed in ONNX Runtime's order so the floats agree exactly."""
+    assert rows.weights is not None and cols.weights is not None
+    wy = rows.weights.astype(work)
+    wx = cols.weights.astype(work)
+    y = x.astype(work, copy=False)
+    # Column gathers (the slow, element-wise ones) run on the input rows, row gathers copy whole rows.
+    left = np.take(y, cols.indices[:, 0], axis=-1)
+    right = np.take(y, cols.indices[:, 1], axis=-1)
+    y0, y1 = rows.indices[:, 0], rows.indices[:, 1]
+    out = np.take(left, y0, axis=-2)
+    out *= np.outer(wy[:, 0], wx[:, 0])
+    for side, ys, wrow, wcol in ((right, y0, 0, 1), (left, y1, 1, 0), (right, y1, 1, 1)):
+        term = np.take(side, ys, axis=-2)
+        term *= np.outer(wy[:, wrow], wx[:, wcol])
+        out += term
+    return out
+
+
 def _resize(
     x: np.ndarray,
     out_shape: list[int],
@@ -228,7 +266,15 @@ def _resize(
         y = _apply_nearest(x, maps)
     else:
         work = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
-        y = _apply_weighted(x, maps, work)
+        rows, cols = x.ndim - 2, x.ndim - 1
+        if mode == "linear" and not antialias and x.ndim in (2, 4) and set(maps) <= {rows, cols}:
+            # ONNX Runtime's 2-D kernel also blends over an axis left as it is.
+            for axis in (rows, cols):
+                if axis not in maps:
+                    maps[axis] = _identity_linear_map(x.shape[axis])
+            y = _apply_bilinear(x, maps[rows], maps[cols], work)
+        else:
+            y = _apply_weighted(x, maps, work)
         if x.dtype.kind in "iu":
             # The spec leaves integer rounding open; ONNX Runtime truncates toward zero (a C cast).
             info = np.iinfo(x.dtype)
