@@ -472,4 +472,5 @@ def test_element_indices_larger_than_data_are_rejected() -> None:
             {"d": inputs["x"], "i": inputs["i"], "u": np.zeros((2, 3), F32)},
             {"y": F32},
             13,
+            axis=1,
         )
