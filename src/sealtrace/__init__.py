@@ -4,8 +4,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from sealtrace.errors import SealtraceError  # noqa: E402
-from sealtrace.plan import Plan, Step, ValueInfo, build_plan  # noqa: E402
-from sealtrace.session import Session  # noqa: E402
+from sealtrace.errors import SealtraceError
+from sealtrace.plan import Plan, Step, ValueInfo, build_plan
+from sealtrace.session import Session
 
 __all__ = ["Plan", "SealtraceError", "Session", "Step", "ValueInfo", "__version__", "build_plan"]
