@@ -241,6 +241,11 @@ def tensor_scatter(
     if mode not in ("linear", "circular"):
         raise ValueError(f"unknown TensorScatter mode {mode!r}")
     batch, max_len, seq_len = past_cache.shape[0], past_cache.shape[axis], update.shape[axis]
+    expected = (*past_cache.shape[:axis], seq_len, *past_cache.shape[axis + 1 :])
+    if update.ndim != past_cache.ndim or update.shape != expected or seq_len > max_len:
+        raise ValueError(
+            f"update shape {update.shape} does not fit cache shape {past_cache.shape} on axis {axis}"
+        )
     starts = np.zeros(batch, np.int64) if write_indices is None else write_indices.astype(np.int64)
     positions = starts[:, None] + np.arange(seq_len)
     if mode == "circular":
