@@ -205,3 +205,46 @@ def test_fuzz_with_atheris(sealed: bytes, tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["initializer", "sparse"])
+def test_graph_pointing_outside_the_container_is_refused(tmp_path: Path, kind: str) -> None:
+    """A crafted graph section whose tensors name an outside file never makes sealtrace read it."""
+    import hashlib
+
+    import onnx
+    from onnx import helper
+
+    from sealtrace.container.format import GRAPH_SECTION, chunk_count
+
+    seal_model(tiny_model(), tmp_path / "t.seal")
+    data = (tmp_path / "t.seal").read_bytes()
+    header, area = split(data)
+    section = header["container"]["sections"][0]
+    assert section["name"] == GRAPH_SECTION
+    graph = onnx.ModelProto()
+    graph.ParseFromString(area[: section["length"]])
+    tensor = helper.make_tensor("evil", onnx.TensorProto.FLOAT, [1], [0.0])
+    tensor.ClearField("float_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "/etc/passwd"
+    if kind == "initializer":
+        graph.graph.initializer.append(tensor)
+    else:
+        indices = helper.make_tensor("evil_i", onnx.TensorProto.INT64, [1], [0])
+        graph.graph.sparse_initializer.append(helper.make_sparse_tensor(tensor, indices, [4]))
+    raw = graph.SerializeToString()
+    # Rebuild the layout around the new graph section, every digest recomputed (a forger's work).
+    tensors = header["container"]["tensors"]
+    blobs = [area[t["offset"] : t["offset"] + t["length"]] for t in tensors]
+    section.update(length=len(raw), sha256=[hashlib.sha256(raw).hexdigest()])
+    assert chunk_count(len(raw), header["container"]["chunk_size"]) == 1
+    new_area, offset = bytearray(raw), len(raw)
+    for t, blob in zip(tensors, blobs, strict=True):
+        offset = -(-offset // 64) * 64
+        new_area += b"\0" * (offset - len(new_area)) + blob
+        t["offset"] = offset
+        offset += len(blob)
+    with pytest.raises(ContainerFormatError, match="external data"):
+        verify_container(assemble(header, bytes(new_area)))

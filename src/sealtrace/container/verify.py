@@ -20,7 +20,13 @@ from sealtrace.container.chunks import chunk_ranges, hash_ranges
 from sealtrace.container.errors import ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.container.format import Container, open_container
 from sealtrace.container.signatures import SignatureCheck, TrustSource, check_signatures, trusted_keys
-from sealtrace.container.weights import MARKER, dtype_name, model_tensors, restore_weights
+from sealtrace.container.weights import (
+    MARKER,
+    dtype_name,
+    external_references,
+    model_tensors,
+    restore_weights,
+)
 from sealtrace.errors import InputError
 
 
@@ -176,7 +182,13 @@ def _graph(container: Container) -> ModelProto:
 
 
 def _check_references(stripped: ModelProto, container: Container) -> None:
-    """Each table entry is used by exactly one graph tensor of the same dtype and shape."""
+    """Each table entry is used by exactly one graph tensor of the same dtype and shape, and no
+    tensor of the graph refers to data outside the container."""
+    foreign = external_references(stripped)
+    if foreign:
+        raise ContainerFormatError(
+            f"{container.where}: graph tensor(s) refer to external data: {', '.join(f[:80] for f in foreign[:5])}"
+        )
     table = {e.name: e for e in container.tensors}
     seen: set[str] = set()
     for scope_name, tensor in model_tensors(stripped):

@@ -86,6 +86,53 @@ def _node_tensors(node: onnx.NodeProto, scope: str, index: int) -> Iterator[tupl
                 yield from _graph_tensors(sub, f"{scope}{label}.{attr.name}[{j}]:")
 
 
+def _graphs(model: ModelProto) -> Iterator[GraphProto]:
+    """Every graph of the model: the main graph and all subgraphs (functions' too)."""
+    pending: list[GraphProto] = [model.graph]
+    nodes = [n for f in model.functions for n in f.node]
+    while pending or nodes:
+        if pending:
+            graph = pending.pop()
+            yield graph
+            nodes.extend(graph.node)
+            continue
+        node = nodes.pop()
+        for attr in node.attribute:
+            pending.extend([attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs))
+
+
+def external_references(model: ModelProto) -> list[str]:
+    """Tensors anywhere in the model (sparse ones included) that point at data outside the
+    model other than through a container marker. A sealed graph has none: loading one must
+    never make sealtrace read another file."""
+    found: list[str] = []
+
+    def check(tensor: TensorProto, where: str) -> None:
+        foreign = [e.key for e in tensor.external_data if e.key != MARKER]
+        if tensor.data_location == TensorProto.EXTERNAL or foreign:
+            found.append(where)
+
+    for graph in _graphs(model):
+        for tensor in graph.initializer:
+            check(tensor, tensor.name)
+        for sparse in graph.sparse_initializer:
+            check(sparse.values, sparse.values.name)
+            check(sparse.indices, sparse.values.name + " (indices)")
+        for node in graph.node:
+            for attr in node.attribute:
+                tensors = [attr.t, *attr.tensors]
+                for sparse in [attr.sparse_tensor, *attr.sparse_tensors]:
+                    tensors.extend([sparse.values, sparse.indices])
+                for tensor in tensors:
+                    check(tensor, f"{node.name or node.op_type}.{attr.name}")
+    for function in model.functions:
+        for node in function.node:
+            for attr in node.attribute:
+                for tensor in [attr.t, *attr.tensors]:
+                    check(tensor, f"{function.name}:{node.name or node.op_type}.{attr.name}")
+    return found
+
+
 def entry_name(scope_name: str, taken: set[str]) -> str:
     """A unique container name: the ONNX name, made relative (PyTorch names start with '/') and
     with '.'/'..' components, backslashes and drive prefixes defused, so no name reads as a path
