@@ -254,8 +254,13 @@ def is_container(source: str | os.PathLike[str] | bytes) -> bool:
         return False
 
 
-def open_container(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Container:
+def open_container(
+    source: str | os.PathLike[str] | bytes | bytearray | memoryview, *, private_copy: bool = False
+) -> Container:
     """Open a container from a path (memory-mapped) or from its bytes, checking its structure.
+
+    With ``private_copy`` the file is read into memory instead of mapped, so the bytes that get
+    verified are the bytes that are used even if someone rewrites the file meanwhile.
 
     Raises :class:`ContainerFormatError` for anything that is not a well-formed container, and
     :class:`IntegrityError` when the header does not match the digest in the preamble or the file
@@ -268,7 +273,7 @@ def open_container(source: str | os.PathLike[str] | bytes | bytearray | memoryvi
     try:
         with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size < PREAMBLE_SIZE:
+            if size < PREAMBLE_SIZE or private_copy:
                 buffer = memoryview(f.read())
                 return _parse(buffer, str(path), None)
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

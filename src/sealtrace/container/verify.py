@@ -225,8 +225,12 @@ def load_verified_model(
     file_sha256: bool = False,
     workers: int | None = None,
 ) -> VerifiedModel:
-    """Verify a container, then rebuild its ONNX model (weights bit-exact). Raises on any mismatch."""
-    container = open_container(source)
+    """Verify a container, then rebuild its ONNX model (weights bit-exact). Raises on any mismatch.
+
+    The file is read once into private memory and that copy is verified and used: a file
+    rewritten between the check and the use (a memory map would show the change) cannot slip in.
+    """
+    container = open_container(source, private_copy=True)
     try:
         report = verify_container(
             container,
