@@ -239,7 +239,7 @@ class AuditRecorder(BackgroundObserver):
         self._submit(("step", event.path, step, outputs, direct), nbytes)
 
     def on_run_end(self, outputs: Mapping[str, Any]) -> None:
-        self._submit(("footer", dict(outputs)), nbytes_of(outputs.values()))
+        self._submit(("footer", dict(outputs)), nbytes_of(outputs.values()), flush=True)
         self._finish()
 
     # -- worker thread -----------------------------------------------------------------------
