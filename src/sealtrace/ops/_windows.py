@@ -54,8 +54,13 @@ def resolve_window(
     pads: Sequence[int] | None,
     auto_pad: str = "NOTSET",
     ceil_mode: bool = False,
+    clamp_same: bool = True,
 ) -> Window:
-    """Resolve ONNX window attributes (defaults, auto_pad, ceil_mode) into explicit geometry."""
+    """Resolve ONNX window attributes (defaults, auto_pad, ceil_mode) into explicit geometry.
+
+    ``clamp_same``: SAME padding never goes negative (convolutions); pooling lets it go negative
+    (kernel smaller than stride), which crops the input as ONNX's pad formula says.
+    """
     rank = len(kernel)
     strides_t = tuple(strides) if strides else (1,) * rank
     dilations_t = tuple(dilations) if dilations else (1,) * rank
@@ -63,8 +68,11 @@ def resolve_window(
         begin, end, out = [], [], []
         for size, k, s, d in zip(spatial, kernel, strides_t, dilations_t, strict=True):
             o = -(-size // s)
-            total = max(0, (o - 1) * s + (k - 1) * d + 1 - size)
-            head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            total = (o - 1) * s + (k - 1) * d + 1 - size
+            if clamp_same:
+                total = max(total, 0)
+            # C division (toward zero), as ONNX Runtime splits a negative total for pooling.
+            head = int(total / 2) if auto_pad == "SAME_UPPER" else int((total + 1) / 2)
             begin.append(head)
             end.append(total - head)
             out.append(o)

@@ -56,7 +56,9 @@ def _window_of(
     auto_pad: str,
     ceil_mode: int,
 ) -> Window:
-    return resolve_window(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, bool(ceil_mode))
+    return resolve_window(
+        x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, bool(ceil_mode), clamp_same=False
+    )
 
 
 @register("MaxPool", 1, 8, 10, 11, 12, 22, context=True)
