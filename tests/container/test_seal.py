@@ -182,3 +182,11 @@ def test_awkward_onnx_names_seal_to_valid_names(tmp_path: Path, onnx_name: str) 
     assert verify_container(tmp_path / "m.seal").ok
     feeds = {"x": np.array([[1.0, 2.0]], np.float32)}
     assert Session(str(tmp_path / "m.seal")).run(None, feeds)[0].tobytes() == Session(model).run(None, feeds)[0].tobytes()
+
+
+def test_trust_options_apply_to_containers_only(tiny_onnx: Path, keys: dict[str, Path]) -> None:
+    from sealtrace.errors import InputError
+
+    with pytest.raises(InputError, match="containers"):
+        Session(str(tiny_onnx), trust=[keys["alice.pub"]])
+    assert Session(str(tiny_onnx)).origin.kind == "onnx"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 PAGE = mmap.PAGESIZE
@@ -35,7 +35,6 @@ def hash_ranges(
     ranges: Sequence[tuple[int, int]],
     workers: int | None = None,
     mapped: mmap.mmap | None = None,
-    on_progress: Callable[[int], None] | None = None,
 ) -> list[str]:
     """Hex sha256 of ``buffer[start:end]`` for each range, hashed on ``workers`` threads.
 
@@ -51,8 +50,6 @@ def hash_ranges(
             last = end // PAGE * PAGE
             if last > first:
                 mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
-        if on_progress is not None:
-            on_progress(end - start)
         return digest
 
     count = workers or default_workers()

@@ -174,10 +174,6 @@ class Container:
         self._closer = closer
 
     @property
-    def format_version(self) -> int:
-        return FORMAT_VERSION
-
-    @property
     def chunk_size(self) -> int:
         return int(self.body["chunk_size"])
 
