@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -364,6 +365,10 @@ def test_clip_versions() -> None:
     np.testing.assert_array_equal(ours("Clip", {"x": x[:5]}, 6, max=0.25), [-3, -1, 0, 0.25, 0.25])
     np.testing.assert_array_equal(ours("Clip", {"x": x[:5]}, 1, min=-1.0), [-1, -1, 0, 0.5, 2])
     assert ours("Clip", {"x": x.astype(np.float16)}, 6, min=-1.0).dtype == np.float16
+    bf16 = x.astype(ml_dtypes.bfloat16)
+    got = ours("Clip", {"x": bf16, "min": lo.astype(bf16.dtype), "max": hi.astype(bf16.dtype)}, 13)
+    assert got.dtype == bf16.dtype
+    np.testing.assert_array_equal(got.astype(np.float32), np.clip(x, lo, hi))
 
 
 def test_scalars_and_empty_tensors() -> None:

@@ -321,6 +321,9 @@ def _clip(x: Array, low: Any, high: Any) -> Array:
     # asks; NumPy scalars (not 0-d arrays) as bounds take its fast SIMD loop
     low = None if low is None else np.asarray(low).reshape(())[()]
     high = None if high is None else np.asarray(high).reshape(())[()]
+    if x.dtype.kind == "V":  # ml_dtypes (bfloat16) has no clip loop of its own
+        out = x if low is None else np.maximum(x, low)
+        return np.asarray(out if high is None else np.minimum(out, high))
     return np.asarray(np.clip(x, low, high))
 
 
