@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -81,7 +82,7 @@ def show(log: str, limit: int | None) -> None:
     result = verify_lines(lines, log)
     records = [line.record for line in lines if line.record is not None]
     console = Console()
-    if not console.is_terminal:
+    if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=200)  # piped: a table folded to 80 columns is unreadable
     status = "chain intact" if result.chain_intact else f"NOT VERIFIED: {result.problems[0]}"
     header = records[0] if records and records[0].get("type") == "header" else None
