@@ -219,7 +219,7 @@ def flat_taps(x: Array, window: Window, value: Any = 0) -> FlatTaps:
                 index = (slice(None), slice(None), *(slice(p, None, s) for p, s in zip(phase, window.strides, strict=True)))
                 source = np.ascontiguousarray(canvas[index])
             phases[phase] = len(sources)
-            sources.append(source.reshape(*x.shape[:2], -1))
+            sources.append(source.reshape(*x.shape[:2], prod(source.shape[2:])))
         source_of.append(phases[phase])
         offsets.append(sum((p // s) * st for p, s, st in zip(pos, window.strides, axis_strides, strict=True)))
     return FlatTaps(tuple(sources), tuple(source_of), tuple(offsets), tuple(grid), out)
