@@ -27,7 +27,7 @@ def _number(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.4g}"
     return str(value)
 
 

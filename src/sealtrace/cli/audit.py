@@ -106,7 +106,9 @@ def show(log: str, limit: int | None) -> None:
     rows = step_rows(records)
     table = Table(title=f"{log}: {len(rows)} step output(s)", title_justify="left")
     for column in ("line", "step", "op", "output", "dtype", "shape", "digest", "min .. max, mean"):
-        table.add_column(column, justify="right" if column == "line" else "left", overflow="fold")
+        # Identifiers stay on one line; names and stats fold when the terminal is narrow.
+        fixed = column in ("line", "op", "dtype", "shape", "digest")
+        table.add_column(column, justify="right" if column == "line" else "left", no_wrap=fixed, overflow="fold")
     for row in rows[:limit] if limit is not None else rows:
         table.add_row(str(row.line), row.step, row.op_type, row.output, row.dtype, row.shape, row.digest, row.stats)
     console.print(table)
