@@ -174,6 +174,11 @@ class Container:
         self._closer = closer
 
     @property
+    def mapping(self) -> mmap.mmap | None:
+        """The memory map behind ``buffer`` (None when the container was read into memory)."""
+        return self._closer if isinstance(self._closer, mmap.mmap) else None
+
+    @property
     def chunk_size(self) -> int:
         return int(self.body["chunk_size"])
 

@@ -4,7 +4,6 @@ graph to tensor table, the signatures; then give back the model only if all of i
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 import time
 from collections.abc import Sequence
@@ -131,7 +130,7 @@ def _check(
     report.mismatches.extend(problems)
 
     buffer = container.buffer
-    mapped = container._closer if isinstance(container._closer, mmap.mmap) else None
+    mapped = container.mapping
     ranges: list[tuple[int, int]] = []
     for entry in container.entries:
         ranges.extend(chunk_ranges(container.data_start + entry.offset, entry.length, container.chunk_size))
