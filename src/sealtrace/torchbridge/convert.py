@@ -30,7 +30,7 @@ import torch
 from torch import fx
 
 from sealtrace.backends.reference import StepContext
-from sealtrace.errors import SealtraceError
+from sealtrace.errors import InputError, SealtraceError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan import ModelSource, Plan, Step, build_plan
 from sealtrace.torchbridge.dtypes import from_numpy
@@ -112,18 +112,27 @@ def load_plan(model: ModelLike) -> Plan:
     return build_plan(model)
 
 
-def to_torch(model: ModelLike, *, dtype: torch.dtype | None = None) -> fx.GraphModule:
+def to_torch(
+    model: ModelLike, *, dtype: torch.dtype | None = None, fixed_inputs: Mapping[str, Any] | None = None
+) -> fx.GraphModule:
     """Convert a model (Plan, ONNX path/bytes/ModelProto or .seal container) to a torch.fx GraphModule.
 
     ``forward`` takes the graph inputs in order (as tensors) and returns the graph output, or a
     tuple when the graph has several. ``dtype=torch.float64`` converts every float32 weight,
-    constant and Cast target to float64 (feed float64 inputs then), for gradient checks. Every
+    constant and Cast target to float64 (feed float64 inputs then), for gradient checks.
+    ``fixed_inputs`` pins inputs to constant values (e.g. a sample rate): they leave the
+    signature and fold like weights, which turns If nodes on them into inlined branches. Every
     step without a torch translation is reported in one UnsupportedError before anything is built.
     """
     plan = load_plan(model)
     check_supported(plan)
-    converter = _Converter(plan, dtype, outer_known={}, parameter_names=_parameter_candidates(plan))
-    return converter.build(plan.input_names, plan.output_names, single_output_unwrapped=True)
+    fixed = {name: np.asarray(value) for name, value in (fixed_inputs or {}).items()}
+    unknown = sorted(set(fixed) - set(plan.input_names))
+    if unknown:
+        raise InputError(f"fixed_inputs names no graph input: {', '.join(unknown)}; inputs: {', '.join(plan.input_names)}")
+    converter = _Converter(plan, dtype, outer_known=fixed, parameter_names=_parameter_candidates(plan))
+    inputs = [name for name in plan.input_names if name not in fixed]
+    return converter.build(inputs, plan.output_names, single_output_unwrapped=True)
 
 
 def _parameter_candidates(plan: Plan) -> set[str]:
@@ -166,6 +175,9 @@ class _Converter:
         self.graph = fx.Graph()
         self.known: dict[str, Any] = dict(outer_known)
         self.nodes: dict[str, fx.Node] = {}
+        # Values computed from shapes alone: their nodes yield NumPy arrays at run time (see HostStep).
+        self.host: set[str] = set()
+        self._host_tensors: dict[str, fx.Node] = {}
         self.parameter_names = parameter_names
         self.onnx_names: dict[str, str] = {}
         self._attr_names: set[str] = set()
@@ -217,7 +229,13 @@ class _Converter:
             self.known[name] = value
 
     def _materialize(self, name: str) -> fx.Node:
-        """The fx node of a value, turning a known value into a buffer the first time it is needed."""
+        """The fx node of a value as a tensor (known values become buffers, host values tensors)."""
+        if name in self.host:
+            wrapped = self._host_tensors.get(name)
+            if wrapped is None:
+                wrapped = self.graph.call_function(host_tensor, (self.nodes[name],))
+                self._host_tensors[name] = wrapped
+            return wrapped
         node = self.nodes.get(name)
         if node is not None:
             return node
@@ -273,12 +291,19 @@ class _Converter:
         return not name or name in self.known
 
     def _fold(self, step: Step) -> bool:
-        """Evaluate a step once with the reference kernel when its inputs are all known."""
+        """Evaluate a step once with the reference kernel when its inputs are all known; a step
+        computed from shapes alone runs on the reference kernel at run time instead (host step)."""
         if step.subgraphs:
             return False
-        if step.op_type in ("Shape", "Size") and step.inputs[0] not in self.known:
-            return self._fold_shape(step)
+        if step.op_type in ("Shape", "Size") and step.inputs[0] not in self.known and step.inputs[0] not in self.host:
+            if self._fold_shape(step):
+                return True
+            self._emit_shape(step)
+            return True
         if not all(self._is_known(n) for n in step.inputs):
+            if all(self._is_known(n) or n in self.host for n in step.inputs):
+                self._emit_host(step)
+                return True
             return False
         args = [self.known[n] if n else None for n in step.inputs]
         try:
@@ -314,6 +339,34 @@ class _Converter:
             self.known[step.outputs[0]] = np.asarray(dims[start:end], dtype=np.int64)
         return True
 
+    def _emit_shape(self, step: Step) -> None:
+        start = step.attributes.get("start") or 0
+        end = step.attributes.get("end")
+        node = self.graph.call_function(
+            shape_of, (self.nodes[step.inputs[0]], step.op_type == "Size", start, end),
+            name=_identifier(step.outputs[0]),
+        )
+        node.meta["onnx_node"] = step.name
+        node.meta["onnx_op"] = f"{step.op_type}-{step.since_version}"
+        self.nodes[step.outputs[0]] = node
+        self.host.add(step.outputs[0])
+
+    def _emit_host(self, step: Step) -> None:
+        args = [
+            None if not n else (self.nodes[n] if n in self.host else np.asarray(self.known[n]).tolist())
+            for n in step.inputs
+        ]
+        dtypes = [None if not n or n in self.host else str(np.asarray(self.known[n]).dtype) for n in step.inputs]
+        target = HostStep(step, dtypes)
+        node = self.graph.create_node("call_function", target, tuple(args), {},
+                                      name=_identifier(next((o for o in step.outputs if o), step.name)))
+        node.meta["onnx_node"] = step.name
+        node.meta["onnx_op"] = f"{step.op_type}-{step.since_version}"
+        for i, name in enumerate(step.outputs):
+            if name:
+                self.nodes[name] = node if len(step.outputs) == 1 else self.graph.call_function(_output, (node, i))
+                self.host.add(name)
+
     def _emit(self, step: Step) -> None:
         translation = translation_for(step)
         assert translation is not None  # check_supported ran first
@@ -337,6 +390,8 @@ class _Converter:
             return None
         if name in self.known and position in translation.static:
             return np.asarray(self.known[name]).tolist()
+        if name in self.host and position in translation.static:
+            return self.nodes[name]  # a NumPy array at run time: read with ints()/floats()
         return self._materialize(name)
 
     def _kwargs(self, step: Step, translation: Translation) -> dict[str, Any]:
@@ -384,7 +439,9 @@ class _Converter:
         dynamic = [c for c in captures if c not in self.known]
         branches = [self._submodule(step.attributes[b], dynamic) for b in ("then_branch", "else_branch")]
         module = IfModule(*branches)
-        self._call_module(step, module, [self._materialize(cond), *(self._materialize(c) for c in dynamic)])
+        # A condition computed from shapes stays a NumPy value: deciding on it traces cleanly.
+        cond_node = self.nodes[cond] if cond in self.host else self._materialize(cond)
+        self._call_module(step, module, [cond_node, *(self._materialize(c) for c in dynamic)])
 
     def _loop(self, step: Step) -> None:
         body: Plan = step.attributes["body"]
@@ -419,6 +476,51 @@ class _Converter:
             if out:
                 item = self.graph.call_function(_output, (node, i))
                 self.nodes[out] = item
+
+
+class HostStep:
+    """A step computed from shapes alone, run on its NumPy reference kernel inside the module.
+
+    Its inputs are NumPy arrays (from :func:`shape_of` or other host steps) or folded constants
+    (as lists, with their dtypes recorded here), so it never touches tensor data: under
+    torch.export it evaluates to plain Python values and leaves no data-dependent shapes behind.
+    """
+
+    __module__ = __name__
+
+    def __init__(self, step: Step, dtypes: Sequence[str | None]) -> None:
+        self.step = step
+        self.dtypes = list(dtypes)
+        self.__name__ = f"host_{_identifier(step.op_type.lower())}"
+
+    def __call__(self, *args: Any) -> Any:
+        arrays = [
+            None if a is None else (np.asarray(a, dtype=d) if d is not None else np.asarray(a))
+            for a, d in zip(args, self.dtypes, strict=True)
+        ]
+        step = self.step
+        if step.kernel.context:
+            result = step.kernel.fn(StepContext({}, (), (), step), *arrays, **step.attributes)
+        else:
+            result = step.kernel.fn(*arrays, **step.attributes)
+        outputs = as_outputs(result)
+        return outputs[0] if len(step.outputs) == 1 else tuple(outputs)
+
+    def __repr__(self) -> str:
+        return f"HostStep({self.step.name!r}, {self.step.op_type})"
+
+
+def shape_of(x: torch.Tensor, size: bool, start: int, end: int | None) -> np.ndarray:
+    """ONNX Shape (or Size) of ``x`` as a NumPy int64 array, computed from the tensor's shape only."""
+    dims = [int(d) for d in x.shape]
+    if size:
+        return np.asarray(int(np.prod(dims)), dtype=np.int64)
+    return np.asarray(dims[start:end], dtype=np.int64)
+
+
+def host_tensor(value: Any) -> torch.Tensor:
+    """A host (NumPy) value as a tensor, where an op needs one."""
+    return from_numpy(value)
 
 
 def _output(result: Any, index: int) -> Any:
