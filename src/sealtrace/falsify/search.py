@@ -1,0 +1,353 @@
+"""Searching for counterexamples: random sampling, then projected gradient descent with restarts.
+
+Every search works on a margin: for one output set (a conjunction) the largest constraint value
+``max_k (a_k·y + c_k·x + b_k)``, for a region's disjunction of output sets the smallest of those.
+A point whose margin is below zero violates the property (as far as the torch module says; the
+certifier decides). Searches run in the unit cube of each region's box (``x = lower + u·width``),
+so one step size suits every input whatever its range, and many starts share one forward pass.
+
+Rounds alternate between a sign-gradient PGD (the FGSM step, iterated with a decaying step) and
+Adam, and between the regions of a property; each round takes ``batch`` starts: the first from the
+best random samples, later ones half fresh uniform points and half perturbations of the best points
+seen so far. A candidate is yielded as soon as its margin is below ``-slack`` (a little room for the
+reference interpreter's different rounding), and at the end of a round when it is below zero.
+Everything random comes from one seeded generator, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from sealtrace.falsify.network import BatchedNetwork
+from sealtrace.falsify.property import Box, Property, Region
+
+METHODS = ("pgd", "adam")
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Knobs of the search. ``timeout_s`` and ``max_starts`` are the budgets (None: unlimited)."""
+
+    seed: int = 0
+    timeout_s: float | None = 60.0
+    max_starts: int | None = None
+    batch: int = 256
+    steps: int = 60
+    samples: int = 8192
+    methods: tuple[str, ...] = METHODS
+    step_size: float = 0.1
+    adam_lr: float = 0.05
+    slack: float = 1e-5
+    # One thread is fastest for small networks on a shared machine (thread hand-offs cost more
+    # than the matmuls); None keeps torch's setting.
+    threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown or not self.methods:
+            raise ValueError(f"methods must be a non-empty subset of {METHODS}, got {self.methods}")
+        if self.batch < 1 or self.steps < 1 or self.samples < 0:
+            raise ValueError("batch and steps must be >= 1, samples >= 0")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A point the torch module says violates the property: X (searched dtype) and its margin there."""
+
+    x: np.ndarray
+    region: int
+    margin: float
+    method: str  # 'sample', 'pgd' or 'adam'
+    round: int
+    step: int
+
+
+@dataclass
+class SearchStats:
+    """What a search did: points sampled, starts and gradient steps spent, candidates yielded."""
+
+    samples: int = 0
+    starts: int = 0
+    rounds: int = 0
+    steps: int = 0
+    candidates: int = 0
+    best_margin: float = math.inf
+    elapsed_s: float = 0.0
+    stopped_by: str = ""  # 'found', 'timeout', 'starts', 'no-region'
+    skipped_regions: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "starts": self.starts,
+            "rounds": self.rounds,
+            "steps": self.steps,
+            "candidates": self.candidates,
+            "best_margin": None if math.isinf(self.best_margin) else self.best_margin,
+            "elapsed_s": round(self.elapsed_s, 6),
+            "stopped_by": self.stopped_by,
+            "skipped_regions": list(self.skipped_regions),
+        }
+
+
+def float_bounds(box: Box, dtype: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The box rounded inward to ``dtype``: the smallest/largest representable values inside it.
+
+    A point built from these bounds lies inside the exact box, so rounding never moves a candidate
+    out of it (a strict bound moves one more step inward).
+    """
+    lo = np.empty(box.size, dtype=dtype)
+    hi = np.empty(box.size, dtype=dtype)
+    for i, (lower, upper, ls, us) in enumerate(
+        zip(box.lower, box.upper, box.lower_strict, box.upper_strict, strict=True)
+    ):
+        value = dtype.type(float(lower))
+        if value < lower or (ls and value == lower):  # Fraction comparison: exact
+            value = np.nextafter(value, dtype.type(np.inf))
+        lo[i] = value
+        value = dtype.type(float(upper))
+        if value > upper or (us and value == upper):
+            value = np.nextafter(value, dtype.type(-np.inf))
+        hi[i] = value
+    return lo, hi
+
+
+class Objective:
+    """The margin of one region, as torch tensors: ``margin(x, y)`` -> [B] (below 0: violated)."""
+
+    def __init__(self, region: Region, n_inputs: int, n_outputs: int, dtype: torch.dtype) -> None:
+        self.sets: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
+        for output_set in region.output_sets:
+            m = len(output_set.constraints)
+            ay = np.zeros((m, n_outputs))
+            ax = np.zeros((m, n_inputs))
+            b = np.zeros(m)
+            for k, c in enumerate(output_set.constraints):
+                for j, a in c.y_terms:
+                    ay[k, j] = float(a)
+                for i, a in c.x_terms:
+                    ax[k, i] = float(a)
+                b[k] = float(c.constant)
+            self.sets.append((
+                torch.as_tensor(ay.T, dtype=dtype),
+                torch.as_tensor(ax.T, dtype=dtype) if ax.any() else None,
+                torch.as_tensor(b, dtype=dtype),
+            ))
+
+    def margin(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        per_set = []
+        for ay, ax, b in self.sets:
+            if b.numel() == 0:
+                # An empty conjunction: every point of the box is a counterexample.
+                per_set.append(torch.full((x.shape[0],), -1.0, dtype=y.dtype))
+                continue
+            g = y @ ay + b
+            if ax is not None:
+                g = g + x @ ax
+            per_set.append(g.max(dim=1).values)
+        return torch.stack(per_set, dim=1).min(dim=1).values
+
+
+@dataclass
+class _RegionSpace:
+    index: int
+    objective: Objective
+    lo: torch.Tensor  # inward-rounded float bounds, the search dtype
+    hi: torch.Tensor
+    width: torch.Tensor
+    elites: torch.Tensor  # best points seen (u coordinates), for later rounds' starts
+    elite_margins: torch.Tensor
+
+
+class Search:
+    """One search of ``prop`` on ``network``: iterate :meth:`candidates`; stop when one is accepted.
+
+    ``on_progress`` (if given) is called after every round with the stats so far.
+    """
+
+    def __init__(
+        self,
+        network: BatchedNetwork,
+        prop: Property,
+        settings: SearchSettings | None = None,
+        *,
+        deadline: float | None = None,
+        on_progress: Callable[[SearchStats], None] | None = None,
+    ) -> None:
+        self.network = network
+        self.prop = prop
+        self.settings = settings or SearchSettings()
+        self.stats = SearchStats()
+        self.on_progress = on_progress
+        self._started = time.perf_counter()
+        budget = self.settings.timeout_s
+        self._deadline = deadline if deadline is not None else (
+            self._started + budget if budget is not None else math.inf
+        )
+        self.generator = torch.Generator().manual_seed(self.settings.seed)
+        self.dtype = network.dtype
+        np_dtype = np.dtype(torch.empty((), dtype=self.dtype).numpy().dtype)
+        self.spaces: list[_RegionSpace] = []
+        for r, region in enumerate(prop.regions):
+            lo, hi = float_bounds(region.box, np_dtype)
+            if np.any(lo > hi):
+                # No float of the model's input type lies inside this box: no input can violate it.
+                self.stats.skipped_regions.append(f"region {r}: no {np_dtype} point inside the box")
+                continue
+            lo_t, hi_t = torch.from_numpy(lo), torch.from_numpy(hi)
+            self.spaces.append(_RegionSpace(
+                r, Objective(region, prop.n_inputs, prop.n_outputs, self.dtype), lo_t, hi_t, hi_t - lo_t,
+                torch.empty((0, prop.n_inputs), dtype=self.dtype), torch.empty(0, dtype=self.dtype),
+            ))
+
+    def _time_left(self) -> bool:
+        return time.perf_counter() < self._deadline
+
+    def _points(self, space: _RegionSpace, u: torch.Tensor) -> torch.Tensor:
+        # Straight-through clamp: the value is clamped into the float box (rounding of lo + u*w can
+        # step one ulp out), the gradient is that of lo + u*w, so a coordinate at a bound can leave it.
+        raw = space.lo + u * space.width
+        return raw + (torch.minimum(torch.maximum(raw, space.lo), space.hi) - raw).detach()
+
+    def _evaluate(self, space: _RegionSpace, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._points(space, u)
+        return x, space.objective.margin(x, self.network(x))
+
+    def _remember(self, space: _RegionSpace, u: torch.Tensor, margins: torch.Tensor, keep: int = 64) -> None:
+        pool_u = torch.cat([space.elites, u.detach()])
+        pool_m = torch.cat([space.elite_margins, margins.detach()])
+        order = torch.argsort(pool_m)[:keep]
+        space.elites, space.elite_margins = pool_u[order], pool_m[order]
+        if len(pool_m):
+            self.stats.best_margin = min(self.stats.best_margin, float(pool_m.min()))
+
+    def _uniform(self, n: int) -> torch.Tensor:
+        return torch.rand((n, self.prop.n_inputs), generator=self.generator, dtype=self.dtype)
+
+    def _candidate(self, space: _RegionSpace, x: torch.Tensor, margin: float, method: str, rnd: int,
+                   step: int) -> Candidate:
+        self.stats.candidates += 1
+        return Candidate(x.detach().numpy().copy(), space.index, margin, method, rnd, step)
+
+    def candidates(self) -> Iterator[Candidate]:
+        """Yield candidates, best first within a batch, until the budgets run out or the caller stops."""
+        previous_threads = torch.get_num_threads()
+        if self.settings.threads is not None:
+            torch.set_num_threads(self.settings.threads)
+        try:
+            yield from self._run()
+        finally:
+            torch.set_num_threads(previous_threads)
+            self.stats.elapsed_s = time.perf_counter() - self._started
+
+    def _run(self) -> Iterator[Candidate]:
+        s = self.settings
+        if not self.spaces:
+            self.stats.stopped_by = "no-region"
+            return
+        yield from self._sample()
+        rnd = 0
+        while True:
+            if not self._time_left():
+                self.stats.stopped_by = "timeout"
+                return
+            if s.max_starts is not None and self.stats.starts >= s.max_starts:
+                self.stats.stopped_by = "starts"
+                return
+            batch = s.batch if s.max_starts is None else min(s.batch, s.max_starts - self.stats.starts)
+            space = self.spaces[rnd % len(self.spaces)]
+            method = s.methods[(rnd // len(self.spaces)) % len(s.methods)]
+            u0 = self._starts(space, batch, rnd)
+            self.stats.starts += batch
+            yield from self._descend(space, u0, method, rnd)
+            self.stats.rounds += 1
+            if self.on_progress is not None:
+                self.on_progress(self.stats)
+            rnd += 1
+
+    def _sample(self) -> Iterator[Candidate]:
+        """The cheap pass: uniform points (a quarter of them box corners), no gradients."""
+        per_region = self.settings.samples // max(1, len(self.spaces))
+        chunk = 4096
+        for space in self.spaces:
+            done = 0
+            while done < per_region and self._time_left():
+                n = min(chunk, per_region - done)
+                u = self._uniform(n)
+                corners = n // 4
+                if corners:
+                    u[:corners] = torch.round(u[:corners])
+                with torch.no_grad():
+                    x, margins = self._evaluate(space, u)
+                done += n
+                self.stats.samples += n
+                self._remember(space, u, margins)
+                hits = torch.nonzero(margins < 0).reshape(-1)
+                for i in hits[torch.argsort(margins[hits])].tolist():
+                    yield self._candidate(space, x[i], float(margins[i]), "sample", -1, 0)
+
+    def _starts(self, space: _RegionSpace, n: int, rnd: int) -> torch.Tensor:
+        u = self._uniform(n)
+        if len(space.elites) and rnd >= len(self.spaces):
+            # Half the starts explore around the best points seen (in the first round of a region,
+            # those are the best random samples themselves).
+            k = n // 2
+            pick = torch.randint(len(space.elites), (k,), generator=self.generator)
+            scale = 0.02 * (1 + rnd % 5)
+            noise = torch.randn((k, self.prop.n_inputs), generator=self.generator, dtype=self.dtype) * scale
+            u[:k] = (space.elites[pick] + noise).clamp(0, 1)
+        elif len(space.elites):
+            k = min(n // 2, len(space.elites))
+            u[:k] = space.elites[:k]
+        return u
+
+    def _descend(self, space: _RegionSpace, u0: torch.Tensor, method: str, rnd: int) -> Iterator[Candidate]:
+        s = self.settings
+        u = u0.clone().requires_grad_(True)
+        optimizer = torch.optim.Adam([u], lr=s.adam_lr) if method == "adam" else None
+        yielded = torch.zeros(len(u0), dtype=torch.bool)
+        margins = torch.full((len(u0),), math.inf, dtype=self.dtype)
+        x = u0
+        for step in range(s.steps):
+            if not self._time_left():
+                break
+            x, margins = self._evaluate(space, u)
+            self.stats.steps += 1
+            found = (margins.detach() < -s.slack) & ~yielded
+            if bool(found.any()):
+                idx = torch.nonzero(found).reshape(-1)
+                for i in idx[torch.argsort(margins.detach()[idx])].tolist():
+                    yielded[i] = True
+                    yield self._candidate(space, x[i], float(margins[i].detach()), method, rnd, step)
+            else:
+                idx = None
+            grad = torch.autograd.grad(margins.sum(), u)[0]
+            # Cosine decay from the full step to 1% of it over the round.
+            scale = 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * step / s.steps))
+            with torch.no_grad():
+                if optimizer is None:
+                    u -= s.step_size * scale * torch.sign(grad)
+                else:
+                    for group in optimizer.param_groups:
+                        group["lr"] = s.adam_lr * scale
+                    u.grad = grad
+                    optimizer.step()
+                u.clamp_(0, 1)
+                if idx is not None:
+                    # Those candidates were not accepted: their starts are spent and restart elsewhere.
+                    u[idx] = self._uniform(len(idx))
+                    yielded[idx] = False
+        with torch.no_grad():
+            x, margins = self._evaluate(space, u)
+        self._remember(space, u, margins)
+        # End of round: points just below zero (inside the slack) still deserve certification.
+        late = torch.nonzero((margins < 0) & ~yielded).reshape(-1)
+        for i in late[torch.argsort(margins[late])].tolist():
+            yield self._candidate(space, x[i], float(margins[i]), method, rnd, s.steps)
