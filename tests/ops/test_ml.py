@@ -1,0 +1,268 @@
+"""ai.onnx.ml kernels against onnxruntime: LabelEncoder (all versions and key/value types),
+ArrayFeatureExtractor, Binarizer, TreeEnsemble (random trees: every node mode, NaN routing, set membership,
+aggregations and post transforms)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+import sealtrace
+
+
+def _model(
+    op: str, feeds: dict[str, np.ndarray | None], n_out: int, opset: int, domain: str, **attrs: Any
+) -> onnx.ModelProto:
+    inputs = [name if value is not None else "" for name, value in feeds.items()]
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    outputs = [f"out{i}" for i in range(n_out)]
+    node = helper.make_node(op, inputs, outputs, domain=domain, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "test",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for n, v in feeds.items()
+            if v is not None
+        ],
+        [onnx.ValueInfoProto(name=o) for o in outputs],
+    )
+    opsets = [helper.make_opsetid(domain, opset)] + ([helper.make_opsetid("", 17)] if domain else [])
+    return helper.make_model(graph, ir_version=10, opset_imports=opsets)
+
+
+def both(
+    op: str, feeds: dict[str, np.ndarray | None], opset: int, n_out: int = 1, domain: str = "", **attrs: Any
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(ours, onnxruntime's) outputs of a one-node model."""
+    model = _model(op, feeds, n_out, opset, domain, **attrs)
+    given = {k: v for k, v in feeds.items() if v is not None}
+    with np.errstate(all="ignore"):
+        got = sealtrace.Session(model).run(None, given)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return list(got), list(session.run(None, given))
+
+
+def assert_same(got: list[np.ndarray], want: list[np.ndarray], rtol: float = 0.0, atol: float = 0.0) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        assert g.shape == w.shape, (g.shape, w.shape)
+        if g.dtype == object:
+            assert g.tolist() == w.tolist()
+        else:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+
+
+ML = "ai.onnx.ml"
+
+
+def strings(*values: str) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def test_label_encoder_1_both_directions() -> None:
+    classes = ["cat", "dog", "fish"]
+    got, want = both(
+        "LabelEncoder",
+        {"x": strings("dog", "cow", "fish")},
+        1,
+        domain=ML,
+        classes_strings=classes,
+        default_int64=-7,
+    )
+    assert_same(got, want)
+    got, want = both(
+        "LabelEncoder",
+        {"x": np.array([2, 0, 5], np.int64)},
+        1,
+        domain=ML,
+        classes_strings=classes,
+        default_string="?",
+    )
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("opset", [2, 4])
+@pytest.mark.parametrize(
+    ("x", "keys", "values", "default"),
+    [
+        (
+            strings("a", "b", "z", "a"),
+            {"keys_strings": ["a", "b"]},
+            {"values_int64s": [1, 2]},
+            {"default_int64": 9},
+        ),
+        (
+            np.array([1, 5, 7], np.int64),
+            {"keys_int64s": [1, 7]},
+            {"values_strings": ["one", "seven"]},
+            {"default_string": "-"},
+        ),
+        (
+            np.array([0.5, np.nan, 2.0, -0.0], np.float32),
+            {"keys_floats": [0.5, float("nan"), 0.0]},
+            {"values_floats": [10.0, 20.0, 30.0]},
+            {},
+        ),
+        (np.array([3, 4], np.int64), {"keys_int64s": [3]}, {"values_floats": [1.5]}, {"default_float": 2.5}),
+    ],
+)
+def test_label_encoder_keys_and_values(
+    opset: int, x: np.ndarray, keys: dict[str, Any], values: dict[str, Any], default: dict[str, Any]
+) -> None:
+    got, want = both("LabelEncoder", {"x": x}, opset, domain=ML, **keys, **values, **default)
+    assert_same(got, want)
+
+
+def test_label_encoder_4_tensor_attributes() -> None:
+    # onnxruntime has no int32 -> int16 LabelEncoder: the spec's behaviour, checked directly.
+    from sealtrace.ops.ml import label_encoder_4
+
+    unset: dict[str, Any] = {
+        k: None
+        for k in (
+            "keys_floats",
+            "keys_int64s",
+            "keys_strings",
+            "values_floats",
+            "values_int64s",
+            "values_strings",
+        )
+    }
+    y = label_encoder_4(
+        np.array([[1, 2], [4, 3]], np.int32),
+        default_float=-0.0,
+        default_int64=-1,
+        default_string="_Unused",
+        keys_tensor=np.array([3, 1, 2], np.int32),
+        values_tensor=np.array([30, 10, 20], np.int16),
+        default_tensor=np.array([-5], np.int16),
+        **unset,
+    )
+    assert y.dtype == np.int16 and y.tolist() == [[10, 20], [-5, 30]]
+
+
+def test_label_encoder_repeated_key_takes_the_last_value() -> None:
+    # The spec: "If a key is repeated, the last key takes precedence" (onnxruntime keeps the first).
+    from sealtrace.ops.ml import label_encoder_2
+
+    y = label_encoder_2(
+        strings("a", "b"),
+        default_float=-0.0,
+        default_int64=-1,
+        default_string="_Unused",
+        keys_floats=None,
+        keys_int64s=None,
+        keys_strings=("a", "b", "a"),
+        values_floats=None,
+        values_int64s=(1, 2, 3),
+        values_strings=None,
+    )
+    assert y.tolist() == [3, 2]
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 7), (2, 3, 7)])
+def test_array_feature_extractor(shape: tuple[int, ...]) -> None:
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    got, want = both("ArrayFeatureExtractor", {"x": x, "y": np.array([6, 0, 3], np.int64)}, 1, domain=ML)
+    assert_same(got, want)
+
+
+def test_binarizer() -> None:
+    x = np.array([-1.0, 0.5, 0.50001, 3.0, np.inf], np.float32)
+    got, want = both("Binarizer", {"x": x}, 1, domain=ML, threshold=0.5)
+    assert_same(got, want)
+
+
+def _random_forest(
+    rng: np.random.Generator, features: int, n_targets: int, with_members: bool, dtype: type
+) -> dict[str, Any]:
+    """Random trees in TreeEnsemble's encoding (every interior node mode, NaN routing, set membership)."""
+    nodes: dict[str, list[Any]] = {
+        k: [] for k in ("modes", "splits", "features", "true", "false", "true_leaf", "false_leaf", "missing")
+    }
+    leaves: dict[str, list[Any]] = {"targets": [], "weights": []}
+    members: list[float] = []
+    roots: list[int] = []
+
+    def leaf() -> int:
+        leaves["targets"].append(int(rng.integers(0, n_targets)))
+        leaves["weights"].append(float(rng.normal()))
+        return len(leaves["targets"]) - 1
+
+    def grow(depth: int) -> int:
+        index = len(nodes["modes"])
+        mode = int(rng.integers(0, 7 if with_members else 6))
+        split = float(np.round(rng.normal(), 1))
+        for key, value in (
+            ("modes", mode),
+            ("splits", split),
+            # Set membership only on feature 0 (integral values): onnxruntime truncates the feature to int.
+            ("features", 0 if mode == 6 else int(rng.integers(0, features))),
+            ("missing", int(rng.integers(0, 2))),
+        ):
+            nodes[key].append(value)
+        for key in ("true", "false", "true_leaf", "false_leaf"):
+            nodes[key].append(0)
+        if mode == 6:
+            # onnxruntime only implements integral set members.
+            members.extend([float(v) for v in rng.integers(-2, 3, size=3)] + [float("nan")])
+        for side in ("true", "false"):
+            if depth >= 3 or rng.random() < 0.3:
+                nodes[side][index], nodes[f"{side}_leaf"][index] = leaf(), 1
+            else:
+                nodes[side][index], nodes[f"{side}_leaf"][index] = grow(depth + 1), 0
+        return index
+
+    for _ in range(int(rng.integers(1, 5))):
+        roots.append(grow(0))
+    attrs: dict[str, Any] = {
+        "n_targets": n_targets,
+        "tree_roots": roots,
+        "nodes_modes": numpy_helper.from_array(np.array(nodes["modes"], np.uint8)),
+        "nodes_splits": numpy_helper.from_array(np.array(nodes["splits"], dtype)),
+        "nodes_featureids": nodes["features"],
+        "nodes_truenodeids": nodes["true"],
+        "nodes_falsenodeids": nodes["false"],
+        "nodes_trueleafs": nodes["true_leaf"],
+        "nodes_falseleafs": nodes["false_leaf"],
+        "nodes_missing_value_tracks_true": nodes["missing"],
+        "leaf_targetids": leaves["targets"],
+        "leaf_weights": numpy_helper.from_array(np.array(leaves["weights"], dtype)),
+    }
+    if members:
+        attrs["membership_values"] = numpy_helper.from_array(np.array(members, dtype))
+    return attrs
+
+
+@pytest.mark.parametrize("aggregate_function", [0, 1, 2, 3])
+@pytest.mark.parametrize("post_transform", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tree_ensemble_matches_onnxruntime(aggregate_function: int, post_transform: int, dtype: type) -> None:
+    rng = np.random.default_rng(aggregate_function * 10 + post_transform)
+    for trial in range(4):
+        attrs = _random_forest(rng, features=3, n_targets=3, with_members=trial % 2 == 1, dtype=dtype)
+        if post_transform == 4:
+            attrs["leaf_weights"] = numpy_helper.from_array(
+                rng.uniform(0.05, 0.3, len(attrs["leaf_targetids"])).astype(dtype)
+            )
+        x = np.round(rng.normal(size=(16, 3)), 1).astype(dtype)
+        x[:, 0] = np.round(x[:, 0])  # hits the integral set members
+        x[rng.random(x.shape) < 0.1] = np.nan
+        settings = {"aggregate_function": aggregate_function, **attrs}
+        got, _ = both("TreeEnsemble", {"x": x}, 5, domain=ML, post_transform=post_transform, **settings)
+        # onnxruntime reads 1 as LOGISTIC and 2 as SOFTMAX; the spec has 1 = SOFTMAX, 2 = LOGISTIC.
+        theirs = {1: 2, 2: 1}.get(post_transform, post_transform)
+        _, want = both("TreeEnsemble", {"x": x}, 5, domain=ML, post_transform=theirs, **settings)
+        assert_same(got, want, rtol=1e-5, atol=1e-6)
