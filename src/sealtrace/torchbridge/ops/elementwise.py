@@ -63,14 +63,15 @@ def _unary(op_type: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
     register(op_type, *reference_versions(op_type))(translate)
 
 
-for _name, _fn in {
+_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "Abs": torch.abs, "Neg": torch.neg, "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt,
     "Reciprocal": torch.reciprocal, "Floor": torch.floor, "Ceil": torch.ceil, "Round": torch.round,
     "Sign": torch.sign, "Sin": torch.sin, "Cos": torch.cos, "Tan": torch.tan, "Asin": torch.asin,
     "Acos": torch.acos, "Atan": torch.atan, "Sinh": torch.sinh, "Cosh": torch.cosh, "Asinh": torch.asinh,
     "Acosh": torch.acosh, "Atanh": torch.atanh, "Erf": torch.erf, "IsNaN": torch.isnan,
     "Not": torch.logical_not, "BitwiseNot": torch.bitwise_not,
-}.items():
+}
+for _name, _fn in _UNARY.items():
     _unary(_name, _fn)
 
 

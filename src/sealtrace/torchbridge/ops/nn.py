@@ -127,7 +127,7 @@ def average_pool(x: torch.Tensor, *, kernel_shape: tuple[int, ...], auto_pad: st
     """AveragePool: window sums over the element counts the reference uses."""
     window = _window(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     total = _window_sums(_padded_for(x, window, 0.0), window)
-    counts = _avg_counts(_Shape(x.shape), window, bool(count_include_pad))
+    counts = _avg_counts(_Shape(x.shape), window, bool(count_include_pad))  # type: ignore[arg-type]
     return total / torch.as_tensor(counts, dtype=x.dtype, device=x.device)
 
 
