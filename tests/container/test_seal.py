@@ -190,3 +190,34 @@ def test_trust_options_apply_to_containers_only(tiny_onnx: Path, keys: dict[str,
     with pytest.raises(InputError, match="containers"):
         Session(str(tiny_onnx), trust=[keys["alice.pub"]])
     assert Session(str(tiny_onnx)).origin.kind == "onnx"
+
+
+_DTYPES = [
+    (TensorProto.FLOAT, np.float32), (TensorProto.DOUBLE, np.float64), (TensorProto.FLOAT16, np.float16),
+    (TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8), (TensorProto.INT16, np.int16),
+    (TensorProto.UINT16, np.uint16), (TensorProto.INT32, np.int32), (TensorProto.INT64, np.int64),
+    (TensorProto.UINT32, np.uint32), (TensorProto.UINT64, np.uint64), (TensorProto.BOOL, np.bool_),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["raw_data", "typed_field"])
+def test_every_numeric_dtype_round_trips_bit_exact(tmp_path: Path, raw: bool) -> None:
+    rng = np.random.default_rng(1)
+    model = tiny_model()
+    for code, dtype in _DTYPES:
+        values = (rng.standard_normal(7) * 100).astype(dtype)
+        model.graph.initializer.append(
+            helper.make_tensor(f"t_{dtype.__name__}", code, [7], values.tobytes() if raw else values.tolist(), raw=raw)
+        )
+    model.graph.initializer.append(helper.make_tensor("empty", TensorProto.FLOAT, [0, 3], []))
+    onnx.save(model, tmp_path / "m.onnx")
+    seal_model(tmp_path / "m.onnx", tmp_path / "m.seal")
+    assert unseal(tmp_path / "m.seal", tmp_path / "back.onnx").same_as_source
+    storage = {t["name"]: t["storage"] for t in describe_container(tmp_path / "m.seal")["tensors"]}
+    assert "empty" not in storage  # no data field at all: stays in the graph section
+    assert all((storage[f"t_{d.__name__}"] == "raw_data") == raw for _, d in _DTYPES)
+    with open_container(tmp_path / "m.seal") as c:
+        for _code, dtype in _DTYPES:
+            name = f"t_{dtype.__name__}"
+            expected = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == name))
+            assert c.array(name).tobytes() == expected.tobytes(), name
