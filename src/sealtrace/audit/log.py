@@ -96,10 +96,23 @@ def _validators() -> dict[str, Any]:
     schema = audit_schema()
     validators = {}
     for kind in ("header", "step", "footer"):
-        # One validator per record type gives errors about that type, not about a oneOf.
-        sub = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{kind}"}
+        # One validator per record type gives errors about that type, not about a oneOf; with
+        # every $ref inlined, a log of a thousand steps validates in a fraction of the time.
+        sub = {"$schema": schema["$schema"], **_inline(schema["$defs"][kind], schema["$defs"])}
         validators[kind] = jsonschema.Draft202012Validator(sub)
     return validators
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    """``node`` with every local ``{"$ref": "#/$defs/NAME"}`` replaced by its definition."""
+    if isinstance(node, list):
+        return [_inline(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and len(node) == 1:
+        return _inline(defs[ref[len("#/$defs/") :]], defs)
+    return {key: _inline(value, defs) for key, value in node.items()}
 
 
 def schema_problem(record: dict[str, Any]) -> str | None:

@@ -65,8 +65,8 @@ def verify(log: str, model: str | None, input_files: tuple[str, ...], npz_files:
         click.echo(f"signature valid (key {result.signed_by})")
     for note in result.notes:
         click.echo(note)
-    if header and not header["backend"]["per_step"]:
-        click.echo(f"note: backend {header['backend']['name']!r} reports graph outputs only (no step records)")
+    if header and not steps:
+        click.echo(f"note: backend {header['backend']['name']!r} reported graph outputs only (no step records)")
 
 
 @audit.command("show")
