@@ -69,6 +69,8 @@ CONV_CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
     ((1, 4, 12, 12), (6, 2, 3, 3), {"group": 2, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     ((1, 6, 11, 11), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),  # depthwise
     ((1, 6, 11, 11), (6, 1, 5, 5), {"group": 6, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((2, 5, 40, 36), (5, 1, 3, 3), {"group": 5, "pads": [1, 0, 1, 1]}),  # depthwise, channels-first path
+    ((1, 3, 70, 70), (3, 1, 3, 3), {"group": 3, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ((2, 4, 13, 9), (8, 1, 3, 3), {"group": 4, "strides": [2, 2], "dilations": [1, 2]}),  # multiplier 2
     ((1, 8, 6, 6), (16, 8, 1, 1), {}),  # 1x1
     ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": [2, 2]}),  # strided 1x1
@@ -129,6 +131,8 @@ def test_conv_empty_batch() -> None:
 CONV_TRANSPOSE_CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
     ((1, 3, 5, 5), (3, 2, 3, 3), {}),
     ((2, 4, 4, 6), (4, 3, 2, 2), {"strides": [2, 2]}),  # non-overlapping upsampling
+    ((1, 3, 4, 5), (3, 2, 2, 3), {"strides": [2, 3], "output_padding": [1, 2], "pads": [1, 0, 0, 1]}),
+    ((1, 3, 4, 5), (3, 2, 2, 2), {"strides": [2, 2], "output_shape": [10, 9]}),
     ((1, 4, 5, 5), (4, 2, 3, 3), {"group": 2, "strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}),
     ((1, 2, 4, 4), (2, 3, 3, 3), {"strides": [3, 2], "dilations": [2, 1], "pads": [0, 1, 2, 0]}),
     ((1, 2, 4, 5), (2, 2, 3, 3), {"strides": [2, 2], "output_shape": [9, 10]}),
@@ -237,6 +241,7 @@ def test_deform_conv_matches_onnxruntime(group: int, offset_group: int, with_mas
     ("image", "block", "attrs"),
     [
         ((5, 5), (2, 2), {}),
+        ((6, 4), (2, 2), {"strides": [2, 2]}),
         ((6, 7), (3, 2), {"strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
         ((8,), (3,), {"strides": [2], "pads": [1, 1]}),
     ],

@@ -148,9 +148,10 @@ class FlatTaps:
 
     The output is computed on a grid ``(out[0], grid[1], ..., grid[-1])`` that is wider than the
     output on the trailing axes (the extra columns read wrapped-around data and are cropped), so
-    tap ``t`` reads ``sources[source_of[t]][:, :, offsets[t] : offsets[t] + length]`` with unit
+    tap ``t`` reads ``span`` positions of ``sources[source_of[t]]`` from ``offsets[t]`` with unit
     stride: fast, SIMD-friendly passes, and BLAS-compatible without copies. Strided windows are
     split into stride phases first (one copy of the input), after which every tap is unit-stride.
+    Sources are [N, C, positions], or [N, positions, C] when laid out channels-last.
     """
 
     sources: tuple[Array, ...]
@@ -158,52 +159,78 @@ class FlatTaps:
     offsets: tuple[int, ...]
     grid: tuple[int, ...]
     out_shape: tuple[int, ...]
+    span: int
+    channels_last: bool
 
     @property
     def length(self) -> int:
+        """Positions of the computed grid (``span`` may round this up)."""
         return self.out_shape[0] * prod(self.grid[1:]) if self.out_shape else 1
 
     @property
     def waste(self) -> float:
         """Computed grid size over the true output size (the cost of the cropped columns)."""
-        return self.length / max(prod(self.out_shape), 1)
+        return self.span / max(prod(self.out_shape), 1)
 
     def tap(self, t: int) -> Array:
         start = self.offsets[t]
-        return self.sources[self.source_of[t]][:, :, start : start + self.length]
+        source = self.sources[self.source_of[t]]
+        if self.channels_last:
+            return source[:, start : start + self.span]
+        return source[:, :, start : start + self.span]
 
     def crop(self, y: Array) -> Array:
-        """[N, M, length] results on the computed grid -> contiguous [N, M, *out_shape]."""
-        full = y.reshape((*y.shape[:2], self.out_shape[0], *self.grid[1:]))
-        if self.grid[1:] == self.out_shape[1:]:
-            return full
+        """Results on the computed grid ([N, M, span], or [N, span, M] channels-last) -> a
+        contiguous channels-first [N, M, *out_shape]."""
+        if self.channels_last:
+            y = y[:, : self.length].reshape((y.shape[0], self.out_shape[0], *self.grid[1:], y.shape[2]))
+            y = np.moveaxis(y, -1, 1)
+        else:
+            y = y[:, :, : self.length].reshape((*y.shape[:2], self.out_shape[0], *self.grid[1:]))
         index = (slice(None), slice(None), slice(None), *(slice(0, o) for o in self.out_shape[1:]))
-        return np.ascontiguousarray(full[index])
+        return np.ascontiguousarray(y[index])
 
 
-def flat_taps(x: Array, window: Window, value: Any = 0) -> FlatTaps:
-    """Pad ``x`` [N, C, *spatial] once (with ``value``) and lay its taps out as :class:`FlatTaps`."""
+def flat_taps(
+    x: Array, window: Window, value: Any = 0, channels_last: bool = False, span_multiple: int = 1
+) -> FlatTaps:
+    """Pad ``x`` [N, C, *spatial] once (with ``value``) and lay its taps out as :class:`FlatTaps`.
+
+    ``channels_last`` transposes while padding (for per-channel arithmetic over whole rows);
+    ``span_multiple`` rounds each tap's slice length up to a multiple of it.
+    """
     rank = len(window.kernel)
+    n, c = x.shape[:2]
     spatial = x.shape[2:]
     out = window.out_shape
     # Per axis: the largest whole-stride offset any tap reads, and the computed grid extent.
     reach = [(k - 1) * d // s for k, d, s in zip(window.kernel, window.dilations, window.strides, strict=True)]
     grid = [o + q for o, q in zip(out, reach, strict=True)]
+    row = prod(grid[1:])
+    length = out[0] * row if out else 1
+    span = -(-length // span_multiple) * span_multiple
+    rows = grid[0]
     if rank > 1:
-        grid[0] += 1  # room for the last taps' slices to run past the final computed row
-    extent = [g * s for g, s in zip(grid, window.strides, strict=True)]
+        # Room for the last taps' slices to run past the final computed row.
+        rows += 1 + -(-(span - length) // max(row, 1))
+    else:
+        rows += span - length
+    extent = [rows * window.strides[0]] + [g * s for g, s in zip(grid[1:], window.strides[1:], strict=True)]
     # Place x into a canvas of `extent`, shifted by the begin pads (negative pads crop).
-    canvas = np.full((*x.shape[:2], *extent), value, dtype=x.dtype) if value != 0 else np.zeros(
-        (*x.shape[:2], *extent), dtype=x.dtype
-    )
+    shape = (n, *extent, c) if channels_last else (n, c, *extent)
+    canvas = np.full(shape, value, dtype=x.dtype) if value != 0 else np.zeros(shape, dtype=x.dtype)
     src_index: list[slice] = [slice(None), slice(None)]
-    dst_index: list[slice] = [slice(None), slice(None)]
+    dst_index: list[slice] = []
     for size, pb, e in zip(spatial, window.pads_begin, extent, strict=True):
         lo = max(-pb, 0)
-        hi = min(size, e - pb)
-        src_index.append(slice(lo, max(hi, lo)))
-        dst_index.append(slice(lo + pb, max(hi, lo) + pb))
-    canvas[tuple(dst_index)] = x[tuple(src_index)]
+        hi = max(min(size, e - pb), lo)
+        src_index.append(slice(lo, hi))
+        dst_index.append(slice(lo + pb, hi + pb))
+    if channels_last:
+        canvas[(slice(None), *dst_index, slice(None))] = np.moveaxis(x[tuple(src_index)], 1, -1)
+    else:
+        canvas[(slice(None), slice(None), *dst_index)] = x[tuple(src_index)]
+    first = 1 if channels_last else 2
     axis_strides = [prod(grid[a + 1 :]) for a in range(rank)]
     phases: dict[tuple[int, ...], int] = {}
     sources: list[Array] = []
@@ -216,10 +243,13 @@ def flat_taps(x: Array, window: Window, value: Any = 0) -> FlatTaps:
             if all(s == 1 for s in window.strides):
                 source = canvas
             else:
-                index = (slice(None), slice(None), *(slice(p, None, s) for p, s in zip(phase, window.strides, strict=True)))
-                source = np.ascontiguousarray(canvas[index])
+                index = [slice(None)] * canvas.ndim
+                for a, (p, s) in enumerate(zip(phase, window.strides, strict=True)):
+                    index[first + a] = slice(p, None, s)
+                source = np.ascontiguousarray(canvas[tuple(index)])
             phases[phase] = len(sources)
-            sources.append(source.reshape(*x.shape[:2], prod(source.shape[2:])))
+            positions = prod(source.shape[first : first + rank])
+            sources.append(source.reshape((n, positions, c) if channels_last else (n, c, positions)))
         source_of.append(phases[phase])
         offsets.append(sum((p // s) * st for p, s, st in zip(pos, window.strides, axis_strides, strict=True)))
-    return FlatTaps(tuple(sources), tuple(source_of), tuple(offsets), tuple(grid), out)
+    return FlatTaps(tuple(sources), tuple(source_of), tuple(offsets), tuple(grid), out, span, channels_last)

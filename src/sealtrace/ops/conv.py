@@ -56,36 +56,54 @@ def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
             y = np.matmul(w.reshape(group, mg, cg), x.reshape(n, group, cg, length))
         return y.reshape((n, m, *out_shape))
     k = prod(window.kernel)
-    taps = flat_taps(x, window)
     if cg == 1 and m == c and group == c:
-        return taps.crop(_depthwise(taps, w.reshape(c, k)))
+        return _depthwise_conv(x, w.reshape(c, k), window)
+    taps = flat_taps(x, window)
     if taps.waste > _MAX_WASTE:
         # Small outputs under wide kernels: the cropped columns would cost more than a strided copy.
         xp = pad_spatial(x, window.pads_begin, window.needed_end_pads(x.shape[2:]))
         cols = all_windows(xp, window).reshape(n, group, cg * k, length)
         y = _grouped_matmul(w.reshape(group, mg, cg * k), cols)
         return y.reshape((n, m, *out_shape))
-    # im2col: every tap is a contiguous slice; one copy into [N, C, K, L], then one GEMM per group.
+    # im2col: every tap is a contiguous slice; copied into [N, C, K, chunk] a chunk of output
+    # columns at a time (so the copy stays in cache), then one GEMM per group and chunk.
+    span = taps.span
+    chunk = max(256, _IM2COL_BYTES // (c * k * x.itemsize))
+    y = np.empty((n, group, mg, span), dtype=x.dtype)
+    wg = w.reshape(group, mg, cg * k)
+    for start in range(0, span, chunk):
+        stop = min(span, start + chunk)
+        cols = _im2col(taps, window, start, stop).reshape(n, group, cg * k, stop - start)
+        if group == 1:
+            np.matmul(wg[0], cols[:, 0], out=y[:, 0, :, start:stop])
+        else:
+            np.matmul(wg, cols, out=y[:, :, :, start:stop])
+    return taps.crop(y.reshape(n, m, span))
+
+
+# Bytes of im2col columns built per GEMM: about what stays in a core's L2 cache.
+_IM2COL_BYTES = 2 << 20
+
+
+def _im2col(taps: FlatTaps, window: Window, start: int, stop: int) -> Array:
+    """Columns ``start:stop`` of the im2col matrix, as a fresh [N, C, K, stop - start] array."""
+    source = taps.sources[0]
+    n, c = source.shape[:2]
     if all(s == 1 for s in window.strides):
-        source = taps.sources[0]
+        # One source: every tap is the same slice shifted, so one strided view covers all taps.
         itemsize = source.itemsize
-        tap_strides = [
-            d * prod(taps.grid[a + 1 :]) * itemsize for a, d in enumerate(window.dilations)
-        ]
+        tap_strides = [d * prod(taps.grid[a + 1 :]) * itemsize for a, d in enumerate(window.dilations)]
         view = np.lib.stride_tricks.as_strided(
-            source[:, :, taps.offsets[0] :],
-            shape=(n, c, *window.kernel, taps.length),
+            source[:, :, taps.offsets[0] + start :],
+            shape=(n, c, *window.kernel, stop - start),
             strides=(*source.strides[:2], *tap_strides, itemsize),
             writeable=False,
         )
-        cols = view.reshape(n, group, cg * k, taps.length)
-    else:
-        buffer = np.empty((n, c, k, taps.length), dtype=x.dtype)
-        for t in range(k):
-            buffer[:, :, t] = taps.tap(t)
-        cols = buffer.reshape(n, group, cg * k, taps.length)
-    y = _grouped_matmul(w.reshape(group, mg, cg * k), cols)
-    return taps.crop(y.reshape(n, m, taps.length))
+        return view.reshape(n, c, len(taps.offsets), stop - start)
+    cols = np.empty((n, c, len(taps.offsets), stop - start), dtype=source.dtype)
+    for t, (which, offset) in enumerate(zip(taps.source_of, taps.offsets, strict=True)):
+        cols[:, :, t] = taps.sources[which][:, :, offset + start : offset + stop]
+    return cols
 
 
 # Largest computed-grid / output ratio the flat im2col accepts before a strided copy is cheaper.
@@ -99,20 +117,41 @@ def _grouped_matmul(w: Array, cols: Array) -> Array:
     return np.matmul(w, cols)
 
 
-def _depthwise(taps: FlatTaps, w: Array) -> Array:
+def _depthwise_conv(x: Array, w: Array, window: Window) -> Array:
     """Depthwise convolution (one filter per channel, ``w`` [C, K]): multiply-accumulate per tap.
 
     Each tap is one contiguous slice, so a tap costs two vectorized passes and no im2col copy.
+    Channels-first, a tap multiplies each channel's row by its own weight, which numpy does slowly
+    for short rows; channels-last, the weights of R positions form one long row, so a tap is two
+    plain contiguous passes, worth the two transposes for wide kernels and small images.
     """
+    c, k = w.shape
+    if k >= 16 or prod(window.out_shape) <= 1024:
+        repeat = max(1, _CHANNELS_LAST_ROW // c)
+        taps = flat_taps(x, window, channels_last=True, span_multiple=repeat)
+        tiled = np.tile(w.T, (1, repeat))  # [K, repeat*C]: tap t's weights for `repeat` positions
+        rows = (x.shape[0], taps.span // repeat, repeat * c)
+        acc = _accumulate_taps(taps, tiled, rows)
+        return taps.crop(acc.reshape(x.shape[0], taps.span, c))
+    taps = flat_taps(x, window)
+    return taps.crop(_accumulate_taps(taps, w.T[:, :, None], None))
+
+
+# Elements per row of the channels-last depthwise passes (long rows amortize numpy's per-row cost).
+_CHANNELS_LAST_ROW = 2048
+
+
+def _accumulate_taps(taps: FlatTaps, weights: Array, shape: tuple[int, ...] | None) -> Array:
+    """Sum over taps of ``tap(t)`` (reshaped to ``shape``) times ``weights[t]``."""
     acc: Array | None = None
     scratch: Array | None = None
-    for t in range(w.shape[1]):
-        weight = w[:, t : t + 1]
+    for t in range(weights.shape[0]):
+        view = taps.tap(t) if shape is None else taps.tap(t).reshape(shape)
         if acc is None or scratch is None:
-            acc = np.multiply(taps.tap(t), weight)
+            acc = np.multiply(view, weights[t])
             scratch = np.empty_like(acc)
         else:
-            np.multiply(taps.tap(t), weight, out=scratch)
+            np.multiply(view, weights[t], out=scratch)
             np.add(acc, scratch, out=acc)
     assert acc is not None
     return acc
@@ -269,6 +308,13 @@ def _scatter_taps(
     rank = len(out_shape)
     kernel = cols.shape[2 : 2 + rank]
     grid = cols.shape[2 + rank :]
+    if all(d == 1 and k == s for k, s, d in zip(kernel, strides, dilations, strict=True)):
+        # Taps tile the output without overlap (k == stride upsampling): one interleaving copy.
+        order = [0, 1] + [a for i in range(rank) for a in (2 + rank + i, 2 + i)]
+        dense = cols.transpose(order).reshape(
+            (*cols.shape[:2], *(g * k for g, k in zip(grid, kernel, strict=True)))
+        )
+        return _window_of_canvas(dense, begin, out_shape)
     # A canvas holding both every tap's landing range and the output window, so no add is clipped.
     lo = [min(0, b) for b in begin]
     hi = [
@@ -284,6 +330,21 @@ def _scatter_taps(
         canvas[tuple(index)] += cols[(slice(None), slice(None), *tap)]
     crop = tuple(slice(b - low, b - low + o) for b, low, o in zip(begin, lo, out_shape, strict=True))
     return np.ascontiguousarray(canvas[(slice(None), slice(None), *crop)])
+
+
+def _window_of_canvas(canvas: Array, begin: Sequence[int], out_shape: Sequence[int]) -> Array:
+    """``canvas[..., b : b + o]`` per spatial axis, with zeros wherever that runs off the canvas."""
+    size = canvas.shape[2:]
+    if all(b >= 0 and b + o <= s for b, o, s in zip(begin, out_shape, size, strict=True)):
+        index = tuple(slice(b, b + o) for b, o in zip(begin, out_shape, strict=True))
+        return np.ascontiguousarray(canvas[(slice(None), slice(None), *index)])
+    out = np.zeros((*canvas.shape[:2], *out_shape), dtype=canvas.dtype)
+    src = tuple(slice(max(b, 0), min(s, b + o)) for b, o, s in zip(begin, out_shape, size, strict=True))
+    dst = tuple(
+        slice(max(b, 0) - b, min(s, b + o) - b) for b, o, s in zip(begin, out_shape, size, strict=True)
+    )
+    out[(slice(None), slice(None), *dst)] = canvas[(slice(None), slice(None), *src)]
+    return out
 
 
 @register("ConvTranspose", 1, 11, 22)
@@ -438,8 +499,7 @@ def causal_conv_with_state(
     padded = np.concatenate([past_state, x], axis=2)
     dtype = _compute_dtype(x.dtype)
     window = resolve_window(padded.shape[2:], (k,), None, None, None)
-    taps = flat_taps(padded.astype(dtype, copy=False), window)
-    y = taps.crop(_depthwise(taps, weight.astype(dtype, copy=False).reshape(channels, k)))
+    y = _depthwise_conv(padded.astype(dtype, copy=False), weight.astype(dtype, copy=False).reshape(channels, k), window)
     y = _add_bias(y, bias)
     if activation != "none":
         y = y / (1 + np.exp(-y))
