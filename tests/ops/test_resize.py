@@ -215,3 +215,12 @@ def test_affine_grid_matches_onnxruntime(align_corners: int, size: tuple[int, ..
         "AffineGrid", {"theta": theta, "size": np.array(size, np.int64)}, 20, align_corners=align_corners
     )
     assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("old_mode", "new_mode"), [("nearest", "nearest"), ("bilinear", "linear")])
+def test_upsample_1_equals_upsample_7(old_mode: str, new_mode: str) -> None:
+    from sealtrace.ops.resize import upsample_1, upsample_7
+
+    x = RNG.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    old = upsample_1(x, height_scale=2.0, mode=old_mode, width_scale=1.5)
+    np.testing.assert_array_equal(old, upsample_7(x, mode=new_mode, scales=(1.0, 1.0, 2.0, 1.5)))

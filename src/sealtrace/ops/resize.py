@@ -454,6 +454,16 @@ def resize_18(
     )
 
 
+@register("Upsample", 1)
+def upsample_1(
+    x: np.ndarray, *, height_scale: float | None, mode: str, width_scale: float | None
+) -> np.ndarray:
+    """Upsample-1 (experimental): NCHW input, height_scale / width_scale attributes."""
+    if x.ndim != 4 or height_scale is None or width_scale is None:
+        raise ValueError("Upsample-1 takes an NCHW input and both height_scale and width_scale")
+    return _legacy_resize(x, np.array([1, 1, height_scale, width_scale], dtype=_F32), mode)
+
+
 @register("Upsample", 7)
 def upsample_7(x: np.ndarray, *, mode: str, scales: tuple[float, ...]) -> np.ndarray:
     """Upsample-7: scales as an attribute."""
