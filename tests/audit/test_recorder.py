@@ -198,6 +198,8 @@ def test_samples_and_stats() -> None:
     assert stats_of(np.array([np.nan], np.float32)) == {"min": None, "max": None, "mean": None, "nan": 1, "inf": 0}
     assert stats_of(np.array([True, False, True])) == {"min": 0, "max": 1, "mean": 2 / 3, "nan": 0, "inf": 0}
     assert stats_of(np.zeros(0, np.float32)) is None
+    mask = np.full(4, np.finfo(np.float32).min, np.float32)  # a float32 sum would overflow
+    assert stats_of(mask)["mean"] == float(np.finfo(np.float32).min)  # type: ignore[index]
     assert stats_of(np.array(["a"], dtype=object)) is None
     strings = value_summary(np.array(["ab", "c"], dtype=object), 4)
     assert strings["dtype"] == "str" and strings["sample"] == ["ab", "c"]

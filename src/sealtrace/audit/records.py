@@ -114,9 +114,13 @@ def stats_of(array: np.ndarray) -> dict[str, Any] | None:
                 return {"min": None, "max": None, "mean": None, "nan": nan, "inf": inf}
             lo, hi = np.minimum.reduce(array, axis=None), np.maximum.reduce(array, axis=None)
         # Pairwise summation in the tensor's own precision (float16 widened): fast and stable enough
-        # for a summary; the digest, not the mean, is what identifies the tensor.
-        total = np.add.reduce(array, axis=None, dtype=np.float32 if array.itemsize < 4 else None)
-        mean = float(total) / array.size
+        # for a summary; the digest, not the mean, is what identifies the tensor. Finite values
+        # whose float32 sum overflows (masks of -3.4e38) are summed again in float64.
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = float(np.add.reduce(array, axis=None, dtype=np.float32 if array.itemsize < 4 else None))
+            if not math.isfinite(total):
+                total = float(np.add.reduce(array, axis=None, dtype=np.float64))
+        mean = total / array.size
     else:
         mean = float(np.add.reduce(array, axis=None, dtype=np.float64)) / array.size
     as_py = float if kind == "f" else int
