@@ -58,16 +58,22 @@ class BoundedPipe:
         self._latency_s = latency_s
         self.peak_bytes = 0
 
+    def wait_for_room(self, nbytes: int) -> None:
+        """Wait until an item of ``nbytes`` would be admitted (the producer then holds its tensors)."""
+        with self._room:
+            self._wait_for_room(nbytes)
+
+    def _wait_for_room(self, nbytes: int) -> None:
+        while len(self._items) >= self._max_items or (self._bytes > 0 and self._bytes + nbytes > self._max_bytes):
+            self._flush = True
+            self._ready.notify()
+            self._producer_waiting = True
+            self._room.wait()
+            self._producer_waiting = False
+
     def put(self, item: Any, nbytes: int = 0, flush: bool = False) -> None:
         with self._room:
-            while len(self._items) >= self._max_items or (
-                self._bytes > 0 and self._bytes + nbytes > self._max_bytes
-            ):
-                self._flush = True
-                self._ready.notify()
-                self._producer_waiting = True
-                self._room.wait()
-                self._producer_waiting = False
+            self._wait_for_room(nbytes)
             self._items.append((item, nbytes))
             self._bytes += nbytes
             self._new_bytes += nbytes

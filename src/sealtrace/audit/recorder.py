@@ -226,10 +226,12 @@ class AuditRecorder(BackgroundObserver):
         direct = {i: event.inputs[i] for i in positions} if positions else None
         outputs = tuple(event.outputs)
         nbytes = nbytes_of(outputs)
-        if self._pool is not None and nbytes >= PARALLEL_MIN_BYTES:
+        if self._pool is not None and nbytes >= PARALLEL_MIN_BYTES and self._state == "running":
             # Large tensors are summarized by the pool at once, in parallel with each other and
             # with the run; the writer collects the results in order. Small ones stay on the
-            # writer, where a pool round trip would cost more than the hash.
+            # writer, where a pool round trip would cost more than the hash. The pool gets them
+            # only once the pipe has room: the bound covers tensors the pool holds too.
+            self._pipe.wait_for_room(nbytes)
             outputs = tuple(
                 self._pool.submit(value_summary, v, self.sample)
                 if isinstance(v, np.ndarray) and v.nbytes >= PARALLEL_MIN_BYTES
