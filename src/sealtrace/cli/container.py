@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NoReturn
 
 import click
 from rich.console import Console
@@ -12,13 +13,14 @@ from rich.table import Table
 from sealtrace.cli import app
 from sealtrace.container import (
     IntegrityError,
+    Mismatch,
     describe_container,
     seal_model,
     unseal,
     verify_container,
 )
 from sealtrace.container import manifest as manifests
-from sealtrace.errors import InputError
+from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.signing import generate_keypair
 
 _trust = click.option(
@@ -37,6 +39,14 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
+
+
+def _fail(where: str, mismatches: list[Mismatch], as_json: bool) -> NoReturn:
+    """Exit 1 after a failed check: one MISMATCH line each was printed (or the JSON report),
+    and the error line sums up."""
+    if as_json or len(mismatches) == 1:
+        raise IntegrityError(where, mismatches)
+    raise CheckFailedError(f"{where}: integrity check failed, {len(mismatches)} mismatches (listed above)")
 
 
 @app.command()
@@ -75,12 +85,11 @@ def verify(container: str, trust: tuple[str, ...], require_signature: bool, expe
             f"{container}: OK, {report.tensors} tensor(s), {_size(report.bytes_hashed)} in {report.seconds:.3f} s; "
             f"container digest {report.digest}{extra}"
         )
-    else:
+    elif len(report.mismatches) > 1:
         for m in report.mismatches:
             click.echo(f"MISMATCH {m.describe()}", err=True)
     if not report.ok:
-        # The JSON (stdout) is the full report; stderr still gets the one-line error, exit 1.
-        raise IntegrityError(container, report.mismatches)
+        _fail(container, report.mismatches, as_json)
 
 
 @app.command()
@@ -167,8 +176,8 @@ def manifest_verify(
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     elif report.ok:
         click.echo(f"{directory}: OK, {report.files} file(s) match {manifest_file}; manifest digest {report.digest}")
-    else:
+    elif len(report.mismatches) > 1:
         for m in report.mismatches:
             click.echo(f"MISMATCH {m.describe()}", err=True)
     if not report.ok:
-        raise IntegrityError(directory, report.mismatches)
+        _fail(directory, report.mismatches, as_json)

@@ -24,7 +24,8 @@ class Mismatch:
 
     ``kind`` says what the part is ('tensor', 'section', 'header', 'padding', 'signature', 'file'),
     ``name`` names it, ``expected``/``actual`` say what was recorded and what was found, and
-    ``offset`` gives the byte offset in the file where that is meaningful.
+    ``offset`` and ``length`` give the byte range in the file where that is meaningful (for a
+    tensor, the chunk whose digest differs).
     """
 
     kind: str
@@ -32,9 +33,15 @@ class Mismatch:
     expected: str
     actual: str
     offset: int | None = None
+    length: int | None = None
 
     def describe(self) -> str:
-        where = f" at byte {self.offset}" if self.offset is not None else ""
+        if self.offset is not None and self.length is not None:
+            where = f" (bytes {self.offset}..{self.offset + self.length})"
+        elif self.offset is not None:
+            where = f" at byte {self.offset}"
+        else:
+            where = ""
         return f"{self.kind} {self.name!r}{where}: expected {self.expected}, found {self.actual}"
 
     def to_json(self) -> dict[str, object]:
@@ -44,6 +51,7 @@ class Mismatch:
             "expected": self.expected,
             "actual": self.actual,
             "offset": self.offset,
+            "length": self.length,
         }
 
 

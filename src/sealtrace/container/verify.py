@@ -152,12 +152,13 @@ def _check(
         if not bad:
             continue
         start = container.data_start + entry.offset + bad[0] * container.chunk_size
+        span = min(container.chunk_size, entry.length - bad[0] * container.chunk_size)
         if len(entry.sha256) == 1:
             expected, found = f"sha256 {entry.sha256[0]}", f"sha256 {actual[0]}"
         else:
             expected = f"sha256 {entry.sha256[bad[0]]} for chunk {bad[0]} of {len(entry.sha256)}"
             found = f"sha256 {actual[bad[0]]} ({len(bad)} chunk(s) differ)"
-        report.mismatches.append(Mismatch(entry.kind, entry.name, expected, found, offset=start))
+        report.mismatches.append(Mismatch(entry.kind, entry.name, expected, found, offset=start, length=span))
 
     for what, start, end in container.padding():
         nonzero = next((i for i, b in enumerate(buffer[start:end]) if b), None)
