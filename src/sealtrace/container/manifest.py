@@ -204,10 +204,15 @@ def _external_data_tensors(files: dict[str, Path]) -> dict[str, list[dict[str, s
             location = os.path.normpath(base + info.get("location", "")).replace(os.sep, "/")
             if location not in files:
                 continue  # missing or outside the directory: the file listing reports what matters
-            offset = int(info.get("offset", 0) or 0)
-            length = int(info["length"]) if info.get("length") else files[location].stat().st_size - offset
-            with files[location].open("rb") as f:
-                digest = _range_sha256(f, offset, length)
+            try:
+                offset = int(info.get("offset", 0) or 0)
+                length = int(info["length"]) if info.get("length") else files[location].stat().st_size - offset
+                if offset < 0 or length < 0:
+                    continue
+                with files[location].open("rb") as f:
+                    digest = _range_sha256(f, offset, length)
+            except (ValueError, OSError):
+                continue  # a malformed reference: the data file is still hashed as a whole
             found.setdefault(location, []).append({"name": scope_name, "sha256": digest})
     return found
 
