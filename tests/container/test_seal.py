@@ -221,3 +221,13 @@ def test_every_numeric_dtype_round_trips_bit_exact(tmp_path: Path, raw: bool) ->
             name = f"t_{dtype.__name__}"
             expected = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == name))
             assert c.array(name).tobytes() == expected.tobytes(), name
+
+
+@pytest.mark.parametrize("name", ["../x", "a/../b", "/abs", "C:w", "a\\b", "a\nb", "", "./a", "a/."])
+def test_json_schema_refuses_what_the_reader_refuses(tiny_onnx: Path, tmp_path: Path, name: str) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    seal_model(tiny_onnx, tmp_path / "s.seal")
+    header, _ = split((tmp_path / "s.seal").read_bytes())
+    header["container"]["tensors"][0]["name"] = name
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(header, json.loads(SCHEMA.read_text()))
