@@ -266,3 +266,84 @@ def test_tree_ensemble_matches_onnxruntime(aggregate_function: int, post_transfo
         theirs = {1: 2, 2: 1}.get(post_transform, post_transform)
         _, want = both("TreeEnsemble", {"x": x}, 5, domain=ML, post_transform=theirs, **settings)
         assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+LEGACY_MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+
+
+def _legacy_forest(rng: np.random.Generator, features: int, outputs: int, prefix: str) -> dict[str, Any]:
+    """Random trees in the TreeEnsembleRegressor / Classifier encoding (node ids restart at 0 per tree)."""
+    nodes: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "treeids",
+            "nodeids",
+            "featureids",
+            "modes",
+            "values",
+            "truenodeids",
+            "falsenodeids",
+            "missing_value_tracks_true",
+        )
+    }
+    votes: dict[str, list[Any]] = {k: [] for k in ("treeids", "nodeids", "ids", "weights")}
+    for tree in range(int(rng.integers(1, 5))):
+        counter = [0]
+
+        def grow(depth: int, tree: int = tree, counter: list[int] = counter) -> int:
+            node = counter[0]
+            counter[0] += 1
+            index = len(nodes["nodeids"])
+            leaf = depth >= 3 or (depth > 0 and rng.random() < 0.3)
+            for key, value in (
+                ("treeids", tree),
+                ("nodeids", node),
+                ("featureids", int(rng.integers(0, features))),
+                ("modes", "LEAF" if leaf else LEGACY_MODES[int(rng.integers(0, 6))]),
+                ("values", float(np.round(rng.normal(), 1))),
+                ("truenodeids", 0),
+                ("falsenodeids", 0),
+                ("missing_value_tracks_true", int(rng.integers(0, 2))),
+            ):
+                nodes[key].append(value)
+            if leaf:
+                for target in rng.choice(outputs, int(rng.integers(1, outputs + 1)), replace=False):
+                    votes["treeids"].append(tree)
+                    votes["nodeids"].append(node)
+                    votes["ids"].append(int(target))
+                    votes["weights"].append(float(rng.normal()))
+            else:
+                nodes["truenodeids"][index] = grow(depth + 1)
+                nodes["falsenodeids"][index] = grow(depth + 1)
+            return node
+
+        grow(0)
+    attrs = {f"nodes_{k}": v for k, v in nodes.items()}
+    attrs.update({f"{prefix}_{k}": v for k, v in votes.items()})
+    return attrs
+
+
+@pytest.mark.parametrize("aggregate_function", ["SUM", "AVERAGE", "MIN", "MAX"])
+@pytest.mark.parametrize("post_transform", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"])
+@pytest.mark.parametrize("opset", [1, 3])
+def test_tree_ensemble_regressor_matches_onnxruntime(
+    aggregate_function: str, post_transform: str, opset: int
+) -> None:
+    rng = np.random.default_rng(len(aggregate_function) * 7 + len(post_transform) + opset)
+    for trial in range(4):
+        attrs = _legacy_forest(rng, features=3, outputs=3, prefix="target")
+        if trial % 2:
+            attrs["base_values"] = [0.5, -1.0, 2.0]
+        x = np.round(rng.normal(size=(12, 3)), 1).astype(np.float32 if trial < 2 else np.float64)
+        x[rng.random(x.shape) < 0.1] = np.nan
+        got, want = both(
+            "TreeEnsembleRegressor",
+            {"x": x},
+            opset,
+            domain=ML,
+            n_targets=3,
+            aggregate_function=aggregate_function,
+            post_transform=post_transform,
+            **attrs,
+        )
+        assert_same(got, want, rtol=1e-5, atol=1e-6)

@@ -146,21 +146,18 @@ def binarizer(x: np.ndarray, *, threshold: float) -> np.ndarray:
 def _tree_leaves(
     x: np.ndarray,
     roots: np.ndarray,
+    root_is_leaf: np.ndarray,
     nodes: dict[str, np.ndarray],
     members: dict[int, np.ndarray],
 ) -> np.ndarray:
-    """Leaf index reached by every (sample, tree): walks all of them down together, one level a step."""
+    """Leaf index reached by every (sample, tree): walks all of them down together, one level a step.
+
+    ``nodes`` holds per interior node: modes, splits, featureids, missing_tracks_true and, for each
+    branch, the next index (truenodeids / falsenodeids) and whether it is a leaf (trueleafs / falseleafs).
+    """
     samples = x.shape[0]
     current = np.broadcast_to(roots, (samples, len(roots))).copy()
-    at_leaf = np.zeros(current.shape, dtype=bool)
-    # A root whose branches both name the same leaf is a single-leaf tree.
-    single = (
-        nodes["trueleafs"][roots]
-        & nodes["falseleafs"][roots]
-        & (nodes["truenodeids"][roots] == nodes["falsenodeids"][roots])
-    )
-    current[:, single] = nodes["truenodeids"][roots[single]]
-    at_leaf[:, single] = True
+    at_leaf = np.broadcast_to(root_is_leaf, current.shape).copy()
     rows = np.broadcast_to(np.arange(samples)[:, None], current.shape)
     for _ in range(len(nodes["modes"]) + 1):
         active = ~at_leaf
@@ -205,22 +202,67 @@ def _erfinv(x: np.ndarray) -> np.ndarray:
         return sign * np.sqrt(-v + np.sqrt(v * v - log / 0.147))
 
 
-def _post_transform(scores: np.ndarray, post_transform: int) -> np.ndarray:
-    if post_transform == 0:
+def _post_transform(scores: np.ndarray, post_transform: str) -> np.ndarray:
+    if post_transform == "NONE":
         return scores
-    if post_transform == 1:  # SOFTMAX
+    if post_transform == "SOFTMAX":
         shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True)
-    if post_transform == 2:  # LOGISTIC
+    if post_transform == "LOGISTIC":
         return 1 / (1 + np.exp(-scores))
-    if post_transform == 3:  # SOFTMAX_ZERO: zeros stay zero
+    if post_transform == "SOFTMAX_ZERO":  # zeros stay zero
         nonzero = scores != 0
         shifted = np.where(nonzero, np.exp(scores - scores.max(axis=1, keepdims=True)), 0)
         total = shifted.sum(axis=1, keepdims=True)
         return shifted / np.where(total == 0, 1, total)
-    if post_transform == 4:  # PROBIT: sqrt(2) * erfinv(2p - 1)
+    if post_transform == "PROBIT":  # sqrt(2) * erfinv(2p - 1)
         return np.sqrt(2) * _erfinv(2 * scores - 1)
-    raise ValueError(f"unknown post_transform {post_transform}")
+    raise ValueError(f"unknown post_transform {post_transform!r}")
+
+
+def _aggregate(
+    leaves: np.ndarray,
+    vote_ids: np.ndarray,
+    vote_targets: np.ndarray,
+    vote_weights: np.ndarray,
+    n_targets: int,
+    aggregate: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scores [samples, n_targets] from the leaves reached (samples x trees) and the leaves' votes,
+    with which scores got any vote at all.
+
+    Votes are (leaf id, target, weight); a leaf may cast several. They are applied sample by sample in
+    tree order, as ONNX Runtime accumulates them.
+    """
+    samples, trees = leaves.shape
+    order = np.argsort(vote_ids, kind="stable")
+    sorted_ids = vote_ids[order]
+    flat = leaves.reshape(-1)
+    first = np.searchsorted(sorted_ids, flat, side="left")
+    count = np.searchsorted(sorted_ids, flat, side="right") - first
+    total = int(count.sum())
+    # Expand every reached leaf into its votes: vote k of leaf j is order[first[j] + k].
+    owner = np.repeat(np.arange(flat.size), count)
+    offset = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+    votes = order[first[owner] + offset]
+    rows = owner // trees
+    targets = vote_targets[votes]
+    weights = vote_weights[votes]
+    scores = np.zeros((samples, n_targets), dtype=vote_weights.dtype)
+    voted = np.zeros(scores.shape, dtype=bool)
+    voted[rows, targets] = True
+    if aggregate in ("SUM", "AVERAGE"):
+        np.add.at(scores, (rows, targets), weights)
+        if aggregate == "AVERAGE":
+            scores /= vote_weights.dtype.type(trees)
+        return scores, voted
+    if aggregate not in ("MIN", "MAX"):
+        raise ValueError(f"unknown aggregate_function {aggregate!r}")
+    reduce = np.minimum if aggregate == "MIN" else np.maximum
+    scores[:] = np.inf if aggregate == "MIN" else -np.inf
+    reduce.at(scores, (rows, targets), weights)
+    # A target that no reached leaf votes for scores 0.
+    return np.where(voted, scores, 0).astype(scores.dtype), voted
 
 
 @register("TreeEnsemble", 5, domain=_ML)
@@ -271,22 +313,134 @@ def tree_ensemble(
         for node, start, stop in zip(np.nonzero(modes == 6)[0], starts, cuts, strict=False):
             members[int(node)] = flat[start:stop]
     roots = np.asarray(tree_roots, dtype=np.int64)
-    leaves = _tree_leaves(data, roots, nodes, members)
-    weights = np.asarray(leaf_weights).reshape(-1).astype(work)[leaves]
-    targets = np.asarray(leaf_targetids, dtype=np.int64)[leaves]
-    samples = np.broadcast_to(np.arange(data.shape[0])[:, None], leaves.shape)
-    scores = np.zeros((data.shape[0], n_targets), dtype=work)
-    if aggregate_function in (0, 1):  # AVERAGE, SUM
-        np.add.at(scores, (samples, targets), weights)
-        if aggregate_function == 0:
-            scores /= work.type(len(roots))
-    elif aggregate_function in (2, 3):  # MIN, MAX
-        reduce = np.minimum if aggregate_function == 2 else np.maximum
-        start = np.inf if aggregate_function == 2 else -np.inf
-        scores[:] = start
-        reduce.at(scores, (samples, targets), weights)
-        # A target no tree contributes to scores 0.
-        scores[np.isinf(scores) & (scores == start)] = 0
-    else:
+    # A root whose branches both name the same leaf is a single-leaf tree.
+    single = (
+        nodes["trueleafs"][roots]
+        & nodes["falseleafs"][roots]
+        & (nodes["truenodeids"][roots] == nodes["falsenodeids"][roots])
+    )
+    leaves = _tree_leaves(data, np.where(single, nodes["truenodeids"][roots], roots), single, nodes, members)
+    aggregate = {0: "AVERAGE", 1: "SUM", 2: "MIN", 3: "MAX"}.get(aggregate_function)
+    if aggregate is None:
         raise ValueError(f"unknown aggregate_function {aggregate_function}")
-    return _post_transform(scores, post_transform).astype(x.dtype)
+    leaf_ids = np.arange(len(leaf_targetids))
+    weights = np.asarray(leaf_weights).reshape(-1).astype(work)
+    scores, _ = _aggregate(
+        leaves, leaf_ids, np.asarray(leaf_targetids, np.int64), weights, n_targets, aggregate
+    )
+    post = {0: "NONE", 1: "SOFTMAX", 2: "LOGISTIC", 3: "SOFTMAX_ZERO", 4: "PROBIT"}.get(post_transform)
+    if post is None:
+        raise ValueError(f"unknown post_transform {post_transform}")
+    return _post_transform(scores, post).astype(x.dtype)
+
+
+_LEGACY_MODES = {
+    "BRANCH_LEQ": 0,
+    "BRANCH_LT": 1,
+    "BRANCH_GTE": 2,
+    "BRANCH_GT": 3,
+    "BRANCH_EQ": 4,
+    "BRANCH_NEQ": 5,
+    "LEAF": -1,
+}
+
+
+def _tensor_or_list(tensor: np.ndarray | None, values: Any, work: np.dtype[Any]) -> np.ndarray:
+    """A *_as_tensor attribute (double precision) when given, else the float list attribute."""
+    if tensor is not None:
+        return np.asarray(tensor).reshape(-1).astype(work)
+    return np.asarray(values if values is not None else [], dtype=np.float32).astype(work)
+
+
+def _legacy_leaves(
+    data: np.ndarray, attrs: dict[str, Any], work: np.dtype[Any]
+) -> tuple[np.ndarray, dict[tuple[int, int], int]]:
+    """Leaves reached (global node index, samples x trees) for TreeEnsembleRegressor / Classifier."""
+    tree_ids = [int(t) for t in attrs["nodes_treeids"]]
+    node_ids = [int(n) for n in attrs["nodes_nodeids"]]
+    where = {(t, n): i for i, (t, n) in enumerate(zip(tree_ids, node_ids, strict=True))}
+    modes = np.array([_LEGACY_MODES[m] for m in attrs["nodes_modes"]], dtype=np.int64)
+    count = len(modes)
+    is_leaf = modes < 0
+
+    def child(ids: Any) -> np.ndarray:
+        # Leaves point nowhere: keep their own index so that the arrays stay well formed.
+        return np.array(
+            [i if is_leaf[i] else where[(tree_ids[i], int(ids[i]))] for i in range(count)], dtype=np.int64
+        )
+
+    true_next, false_next = child(attrs["nodes_truenodeids"]), child(attrs["nodes_falsenodeids"])
+    missing = attrs.get("nodes_missing_value_tracks_true")
+    nodes = {
+        "modes": modes,
+        "splits": _tensor_or_list(attrs.get("nodes_values_as_tensor"), attrs.get("nodes_values"), work),
+        "featureids": np.asarray(attrs["nodes_featureids"], dtype=np.int64),
+        "truenodeids": true_next,
+        "falsenodeids": false_next,
+        "trueleafs": is_leaf[true_next],
+        "falseleafs": is_leaf[false_next],
+        "missing_tracks_true": np.asarray(missing or [0] * count, dtype=bool),
+    }
+    # Each tree's root is the one node of the tree that no other node points to; trees in order of appearance.
+    pointed = {
+        (tree_ids[i], int(n))
+        for i in range(count)
+        if not is_leaf[i]
+        for n in (attrs["nodes_truenodeids"][i], attrs["nodes_falsenodeids"][i])
+    }
+    roots: dict[int, int] = {}
+    for i, key in enumerate(zip(tree_ids, node_ids, strict=True)):
+        if key not in pointed and key[0] not in roots:
+            roots[key[0]] = i
+    root_index = np.array(list(roots.values()), dtype=np.int64)
+    return _tree_leaves(data, root_index, is_leaf[root_index], nodes, {}), where
+
+
+def _legacy_votes(where: dict[tuple[int, int], int], tree_ids: Any, node_ids: Any) -> np.ndarray:
+    """The global node index of every (tree id, node id) vote."""
+    return np.array(
+        [where[(int(t), int(n))] for t, n in zip(tree_ids, node_ids, strict=True)], dtype=np.int64
+    )
+
+
+@register("TreeEnsembleRegressor", 1, 3, domain=_ML)
+def tree_ensemble_regressor(
+    x: np.ndarray,
+    *,
+    aggregate_function: str,
+    base_values: tuple[float, ...] | None,
+    n_targets: int | None,
+    nodes_falsenodeids: tuple[int, ...],
+    nodes_featureids: tuple[int, ...],
+    nodes_hitrates: tuple[float, ...] | None,
+    nodes_missing_value_tracks_true: tuple[int, ...] | None,
+    nodes_modes: tuple[str, ...],
+    nodes_nodeids: tuple[int, ...],
+    nodes_treeids: tuple[int, ...],
+    nodes_truenodeids: tuple[int, ...],
+    nodes_values: tuple[float, ...] | None,
+    post_transform: str,
+    target_ids: tuple[int, ...],
+    target_nodeids: tuple[int, ...],
+    target_treeids: tuple[int, ...],
+    target_weights: tuple[float, ...] | None,
+    base_values_as_tensor: np.ndarray | None = None,
+    nodes_hitrates_as_tensor: np.ndarray | None = None,
+    nodes_values_as_tensor: np.ndarray | None = None,
+    target_weights_as_tensor: np.ndarray | None = None,
+) -> np.ndarray:
+    """TreeEnsembleRegressor-1, -3: votes of the leaves reached, aggregated, plus base values, transformed."""
+    attrs = dict(locals())
+    work = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+    data = x.astype(work).reshape(x.shape[0], -1)
+    leaves, where = _legacy_leaves(data, attrs, work)
+    weights = _tensor_or_list(target_weights_as_tensor, target_weights, work)
+    votes = _legacy_votes(where, target_treeids, target_nodeids)
+    targets = np.asarray(target_ids, dtype=np.int64)
+    n_out = n_targets if n_targets is not None else int(targets.max(initial=-1)) + 1
+    scores, voted = _aggregate(leaves, votes, targets, weights, n_out, aggregate_function)
+    base = _tensor_or_list(base_values_as_tensor, base_values, work)
+    if base.size:
+        # ONNX Runtime adds a base value only to targets some leaf voted for; the others stay 0.
+        scores = np.where(voted, scores + base.reshape(1, -1), scores)
+    return _post_transform(scores, post_transform).astype(np.float32)
