@@ -146,3 +146,12 @@ def test_not_onnx_and_truncated_files(tmp_path, tiny_mlp: onnx.ModelProto) -> No
         build_plan(cut)
     with pytest.raises(InvalidModelError, match="no such file"):
         build_plan(tmp_path / "missing.onnx")
+
+
+def test_outputs_never_alias_inputs_or_weights() -> None:
+    nodes = [helper.make_node("Identity", ["x"], ["y"], name="same")]
+    model = make_model(nodes, [X], [Y])
+    x = np.ones((2, 3), np.float32)
+    (y,) = Session(model).run(None, {"x": x})
+    y[0, 0] = 5.0
+    assert x[0, 0] == 1.0 and y.flags.writeable

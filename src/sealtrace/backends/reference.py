@@ -32,11 +32,21 @@ class ReferenceBackend:
     ) -> dict[str, Any]:
         for observer in observers:
             observer.on_run_start(plan, feeds, self)
-        outputs = execute(plan, feeds, observers, ())
+        outputs = [_owned(value) for value in execute(plan, feeds, observers, ())]
         result = dict(zip(plan.output_names, outputs, strict=True))
         for observer in observers:
             observer.on_run_end(result)
         return result
+
+
+def _owned(value: Any) -> Any:
+    """A graph output the caller may keep and modify: views (Identity of an input, Expand's
+    broadcast, a Reshape of a weight) are copied, as ONNX Runtime hands back fresh arrays."""
+    if isinstance(value, np.ndarray) and not (value.flags.owndata and value.flags.writeable):
+        return value.copy()
+    if isinstance(value, list):
+        return [_owned(v) for v in value]
+    return value
 
 
 class StepContext:

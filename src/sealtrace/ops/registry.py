@@ -36,6 +36,11 @@ class KernelContext(Protocol):
         ...
 
     @property
+    def requested_outputs(self) -> tuple[bool, ...]:
+        """Which declared outputs the graph names (an omitted optional output is an empty name)."""
+        ...
+
+    @property
     def output_info(self) -> tuple[Any, ...]:
         """Static ValueInfo (or None) of each declared output, where shape inference knew it."""
         ...
