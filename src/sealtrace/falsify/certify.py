@@ -96,6 +96,11 @@ class ConstraintValue:
     holds: bool
     source: str = ""
 
+    def value_text(self) -> str:
+        """The exact value, and a short float form when the exact one is long."""
+        text = exact_decimal(self.value)
+        return text if len(text) <= 16 else f"{text} (~{float(self.value):.6g})"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "constraint": self.constraint,

@@ -6,11 +6,14 @@ A point whose margin is below zero violates the property (as far as the torch mo
 certifier decides). Searches run in the unit cube of each region's box (``x = lower + u·width``),
 so one step size suits every input whatever its range, and many starts share one forward pass.
 
-Rounds alternate between a sign-gradient PGD (the FGSM step, iterated with a decaying step) and
-Adam, and between the regions of a property; each round takes ``batch`` starts: the first from the
-best random samples, later ones half fresh uniform points and half perturbations of the best points
-seen so far. A candidate is yielded as soon as its margin is below ``-slack`` (a little room for the
-reference interpreter's different rounding), and at the end of a round when it is below zero.
+Rounds cycle through a schedule: sign-gradient PGD (the FGSM step, iterated with a cosine-decaying
+step) and Adam, each at three step sizes (full, 1/10, 1/100: large steps cross the box, small ones
+stay inside the narrow pockets where some counterexamples hide), and through the regions of a
+property. Each round takes ``batch`` starts: a region's first from its best random samples, later
+ones half fresh uniform points and half perturbations of the best points seen so far (with a spread
+that shrinks with the step size); after one pass of the schedule every round also samples a few
+thousand more points. A candidate is yielded as soon as its margin is below ``-slack`` (a little room
+for the reference interpreter's different rounding), and at the end of a round when it is below zero.
 Everything random comes from one seeded generator, so a run is reproducible.
 """
 
@@ -45,6 +48,8 @@ class SearchSettings:
     step_size: float = 0.1
     adam_lr: float = 0.05
     slack: float = 1e-5
+    # Log-sum-exp smoothing of the margin's max/min for the gradient (0: the plain max/min).
+    temperature: float = 0.0
     # One thread is fastest for small networks on a shared machine (thread hand-offs cost more
     # than the matmuls); None keeps torch's setting.
     threads: int | None = 1
@@ -141,18 +146,31 @@ class Objective:
                 torch.as_tensor(b, dtype=dtype),
             ))
 
-    def margin(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        per_set = []
+    def margin(self, x: torch.Tensor, y: torch.Tensor, temperature: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """The margin per row, and the surrogate that gradients follow.
+
+        With ``temperature`` > 0 the surrogate replaces max and min by their log-sum-exp smoothings,
+        so one step moves every nearly-active constraint instead of only the largest one.
+        """
+        hard, soft = [], []
         for ay, ax, b in self.sets:
             if b.numel() == 0:
                 # An empty conjunction: every point of the box is a counterexample.
-                per_set.append(torch.full((x.shape[0],), -1.0, dtype=y.dtype))
+                constant = torch.full((x.shape[0],), -1.0, dtype=y.dtype)
+                hard.append(constant)
+                soft.append(constant)
                 continue
             g = y @ ay + b
             if ax is not None:
                 g = g + x @ ax
-            per_set.append(g.max(dim=1).values)
-        return torch.stack(per_set, dim=1).min(dim=1).values
+            hard.append(g.max(dim=1).values)
+            if temperature > 0:
+                soft.append(temperature * torch.logsumexp(g / temperature, dim=1))
+        hard_m = torch.stack(hard, dim=1).min(dim=1).values
+        if temperature <= 0:
+            return hard_m, hard_m
+        soft_m = -temperature * torch.logsumexp(-torch.stack(soft, dim=1) / temperature, dim=1)
+        return hard_m, soft_m
 
 
 @dataclass
@@ -216,9 +234,11 @@ class Search:
         raw = space.lo + u * space.width
         return raw + (torch.minimum(torch.maximum(raw, space.lo), space.hi) - raw).detach()
 
-    def _evaluate(self, space: _RegionSpace, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _evaluate(self, space: _RegionSpace, u: torch.Tensor, temperature: float = 0.0
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self._points(space, u)
-        return x, space.objective.margin(x, self.network(x))
+        margins, surrogate = space.objective.margin(x, self.network(x), temperature)
+        return x, margins, surrogate
 
     def _remember(self, space: _RegionSpace, u: torch.Tensor, margins: torch.Tensor, keep: int = 64) -> None:
         pool_u = torch.cat([space.elites, u.detach()])
@@ -253,6 +273,9 @@ class Search:
             self.stats.stopped_by = "no-region"
             return
         yield from self._sample()
+        # Each method at three step sizes (full, 1/10, 1/100): big steps cross the box, small ones
+        # stay inside the narrow pockets where some counterexamples hide.
+        schedule = [(method, level) for level in range(3) for method in s.methods]
         rnd = 0
         while True:
             if not self._time_left():
@@ -263,10 +286,14 @@ class Search:
                 return
             batch = s.batch if s.max_starts is None else min(s.batch, s.max_starts - self.stats.starts)
             space = self.spaces[rnd % len(self.spaces)]
-            method = s.methods[(rnd // len(self.spaces)) % len(s.methods)]
-            u0 = self._starts(space, batch, rnd)
+            method, level = schedule[(rnd // len(self.spaces)) % len(schedule)]
+            if rnd >= len(self.spaces) * len(schedule):
+                # After one full pass of the schedule, keep sampling a little each round: the best
+                # points seen seed later rounds, and narrow violated regions are found that way.
+                yield from self._sample_region(space, s.batch * 8)
+            u0 = self._starts(space, batch, rnd, level)
             self.stats.starts += batch
-            yield from self._descend(space, u0, method, rnd)
+            yield from self._descend(space, u0, method, rnd, s.step_size * 10.0**-level)
             self.stats.rounds += 1
             if self.on_progress is not None:
                 self.on_progress(self.stats)
@@ -275,50 +302,59 @@ class Search:
     def _sample(self) -> Iterator[Candidate]:
         """The cheap pass: uniform points (a quarter of them box corners), no gradients."""
         per_region = self.settings.samples // max(1, len(self.spaces))
-        chunk = 4096
         for space in self.spaces:
-            done = 0
-            while done < per_region and self._time_left():
-                n = min(chunk, per_region - done)
-                u = self._uniform(n)
-                corners = n // 4
-                if corners:
-                    u[:corners] = torch.round(u[:corners])
-                with torch.no_grad():
-                    x, margins = self._evaluate(space, u)
-                done += n
-                self.stats.samples += n
-                self._remember(space, u, margins)
-                hits = torch.nonzero(margins < 0).reshape(-1)
-                for i in hits[torch.argsort(margins[hits])].tolist():
-                    yield self._candidate(space, x[i], float(margins[i]), "sample", -1, 0)
+            yield from self._sample_region(space, per_region)
 
-    def _starts(self, space: _RegionSpace, n: int, rnd: int) -> torch.Tensor:
+    def _sample_region(self, space: _RegionSpace, count: int, chunk: int = 4096) -> Iterator[Candidate]:
+        done = 0
+        while done < count and self._time_left():
+            n = min(chunk, count - done)
+            u = self._uniform(n)
+            corners = n // 4
+            if corners:
+                u[:corners] = torch.round(u[:corners])
+            with torch.no_grad():
+                x, margins, _ = self._evaluate(space, u)
+            done += n
+            self.stats.samples += n
+            self._remember(space, u, margins)
+            hits = torch.nonzero(margins < 0).reshape(-1)
+            for i in hits[torch.argsort(margins[hits])].tolist():
+                yield self._candidate(space, x[i], float(margins[i]), "sample", -1, 0)
+
+    def _starts(self, space: _RegionSpace, n: int, rnd: int, level: int) -> torch.Tensor:
         u = self._uniform(n)
         if len(space.elites) and rnd >= len(self.spaces):
-            # Half the starts explore around the best points seen (in the first round of a region,
-            # those are the best random samples themselves).
+            # Half the starts explore around the best points seen, at a spread that shrinks with
+            # the step size; the other half are fresh.
             k = n // 2
             pick = torch.randint(len(space.elites), (k,), generator=self.generator)
-            scale = 0.02 * (1 + rnd % 5)
-            noise = torch.randn((k, self.prop.n_inputs), generator=self.generator, dtype=self.dtype) * scale
+            spread = 0.03 * 10.0 ** -level
+            noise = torch.randn((k, self.prop.n_inputs), generator=self.generator, dtype=self.dtype) * spread
             u[:k] = (space.elites[pick] + noise).clamp(0, 1)
         elif len(space.elites):
+            # A region's first round starts from its best random samples.
             k = min(n // 2, len(space.elites))
             u[:k] = space.elites[:k]
         return u
 
-    def _descend(self, space: _RegionSpace, u0: torch.Tensor, method: str, rnd: int) -> Iterator[Candidate]:
+    def _descend(self, space: _RegionSpace, u0: torch.Tensor, method: str, rnd: int, step_size: float
+                 ) -> Iterator[Candidate]:
         s = self.settings
         u = u0.clone().requires_grad_(True)
-        optimizer = torch.optim.Adam([u], lr=s.adam_lr) if method == "adam" else None
+        lr = s.adam_lr * step_size / s.step_size
+        # Adam written out: torch.optim's first use imports the compiler stack (seconds), and
+        # moments per row let a restarted start forget its history.
+        first = torch.zeros_like(u0)
+        second = torch.zeros_like(u0)
+        beta1, beta2 = 0.9, 0.999
         yielded = torch.zeros(len(u0), dtype=torch.bool)
         margins = torch.full((len(u0),), math.inf, dtype=self.dtype)
         x = u0
         for step in range(s.steps):
             if not self._time_left():
                 break
-            x, margins = self._evaluate(space, u)
+            x, margins, surrogate = self._evaluate(space, u, s.temperature)
             self.stats.steps += 1
             found = (margins.detach() < -s.slack) & ~yielded
             if bool(found.any()):
@@ -328,24 +364,28 @@ class Search:
                     yield self._candidate(space, x[i], float(margins[i].detach()), method, rnd, step)
             else:
                 idx = None
-            grad = torch.autograd.grad(margins.sum(), u)[0]
+            grad = torch.autograd.grad(surrogate.sum(), u)[0]
             # Cosine decay from the full step to 1% of it over the round.
             scale = 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * step / s.steps))
             with torch.no_grad():
-                if optimizer is None:
-                    u -= s.step_size * scale * torch.sign(grad)
+                if method == "pgd":
+                    u -= step_size * scale * torch.sign(grad)
                 else:
-                    for group in optimizer.param_groups:
-                        group["lr"] = s.adam_lr * scale
-                    u.grad = grad
-                    optimizer.step()
+                    first.mul_(beta1).add_(grad, alpha=1 - beta1)
+                    second.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                    corrected = (first / (1 - beta1 ** (step + 1))) / (
+                        (second / (1 - beta2 ** (step + 1))).sqrt() + 1e-12
+                    )
+                    u -= lr * scale * corrected
                 u.clamp_(0, 1)
                 if idx is not None:
                     # Those candidates were not accepted: their starts are spent and restart elsewhere.
                     u[idx] = self._uniform(len(idx))
                     yielded[idx] = False
+                    first[idx] = 0
+                    second[idx] = 0
         with torch.no_grad():
-            x, margins = self._evaluate(space, u)
+            x, margins, _ = self._evaluate(space, u)
         self._remember(space, u, margins)
         # End of round: points just below zero (inside the slack) still deserve certification.
         late = torch.nonzero((margins < 0) & ~yielded).reshape(-1)
