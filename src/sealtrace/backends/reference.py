@@ -32,20 +32,24 @@ class ReferenceBackend:
     ) -> dict[str, Any]:
         for observer in observers:
             observer.on_run_start(plan, feeds, self)
-        outputs = [_owned(value) for value in execute(plan, feeds, observers, ())]
+        given = {id(v) for v in feeds.values()} | {id(v) for v in plan.initializers.values()}
+        outputs = [_owned(value, given) for value in execute(plan, feeds, observers, ())]
         result = dict(zip(plan.output_names, outputs, strict=True))
         for observer in observers:
             observer.on_run_end(result)
         return result
 
 
-def _owned(value: Any) -> Any:
-    """A graph output the caller may keep and modify: views (Identity of an input, Expand's
-    broadcast, a Reshape of a weight) are copied, as ONNX Runtime hands back fresh arrays."""
-    if isinstance(value, np.ndarray) and not (value.flags.owndata and value.flags.writeable):
+def _owned(value: Any, given: set[int]) -> Any:
+    """A graph output the caller may keep and modify: views (Expand's broadcast, a Reshape of a
+    weight) and the caller's own arrays (Identity of an input) are copied, as ONNX Runtime hands
+    back fresh arrays."""
+    if isinstance(value, np.ndarray) and (
+        id(value) in given or not (value.flags.owndata and value.flags.writeable)
+    ):
         return value.copy()
     if isinstance(value, list):
-        return [_owned(v) for v in value]
+        return [_owned(v, given) for v in value]
     return value
 
 
