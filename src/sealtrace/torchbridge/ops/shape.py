@@ -393,13 +393,21 @@ def constant_of_shape(shape: Any, *, value: Any = None) -> torch.Tensor:
     return fill.reshape(()).expand(dims).clone()
 
 
-@register("Range", *reference_versions("Range"))
-def range_(start: torch.Tensor, limit: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """Range: max(ceil((limit - start) / delta), 0) elements."""
-    first, last, step = start.reshape(()).item(), limit.reshape(()).item(), delta.reshape(()).item()
+@register("Range", *reference_versions("Range"), static=(0, 1, 2))
+def range_(start: Any, limit: Any, delta: Any) -> torch.Tensor:
+    """Range: max(ceil((limit - start) / delta), 0) elements, in the dtype of ``start``.
+
+    The three scalars are shape-like (static): tensors, or folded Python numbers (an int means
+    int64, a float float32, the dtypes ONNX models use for Range).
+    """
+    dtype = start.dtype if isinstance(start, torch.Tensor) else torch.as_tensor(static_array(start)).dtype
+    if dtype == torch.float64 and not isinstance(start, torch.Tensor):
+        dtype = torch.float32
+    first, last, step = (static_array(v).reshape(-1)[0].item() for v in (start, limit, delta))
     count = max(math.ceil((last - first) / step), 0)
-    return (torch.arange(count, device=start.device, dtype=torch.float64 if start.is_floating_point()
-                         else torch.int64) * step + first).to(start.dtype)
+    device = start.device if isinstance(start, torch.Tensor) else None
+    work = torch.float64 if dtype.is_floating_point else torch.int64
+    return (torch.arange(count, device=device, dtype=work) * step + first).to(dtype)
 
 
 @register("Cast", *reference_versions("Cast"))

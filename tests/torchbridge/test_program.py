@@ -1,0 +1,65 @@
+"""``sealtrace convert``: ONNX / .seal -> torch.export program, checked against the reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sealtrace import zoo  # noqa: E402
+from sealtrace.cli import main  # noqa: E402
+from tests.conftest import require_material  # noqa: E402
+
+
+def test_convert_writes_a_loadable_program(tmp_path: Path, tiny_mlp: onnx.ModelProto,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp, model)
+    out = tmp_path / "mlp.pt2"
+    assert main(["convert", str(model), "-o", str(out), "--random-inputs"]) == 0
+    program = torch.export.load(str(out))
+    x = torch.ones(1, 4)
+    expected = np.maximum(np.ones((1, 4), np.float32) @ _weights(tiny_mlp, "w") + _weights(tiny_mlp, "b"), 0)
+    np.testing.assert_allclose(program.module()(x).detach().numpy(), expected, rtol=1e-6)
+    # Refuses to overwrite without --force; one line on stderr, exit 2.
+    capsys.readouterr()
+    assert main(["convert", str(model), "-o", str(out), "--random-inputs"]) == 2
+    assert "file exists" in capsys.readouterr().err
+    assert main(["convert", str(model), "-o", str(out), "--random-inputs", "--force"]) == 0
+    assert main(["convert", str(model), "-o", str(tmp_path / "x.pt"), "--random-inputs"]) == 2
+
+
+def _weights(model: onnx.ModelProto, name: str) -> np.ndarray:
+    return next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name == name)
+
+
+def test_convert_a_sealed_container_binds_the_program(tmp_path: Path, tiny_mlp: onnx.ModelProto) -> None:
+    model = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp, model)
+    sealed = tmp_path / "mlp.seal"
+    assert main(["seal", str(model), "-o", str(sealed)]) == 0
+    out = tmp_path / "mlp.pt2"
+    assert main(["convert", str(sealed), "-o", str(out), "--random-inputs"]) == 0
+    assert (tmp_path / "mlp.pt2.binding.json").exists()
+    assert main(["check-binding", str(out), "--container", str(sealed)]) == 0
+
+
+@pytest.mark.slow
+def test_convert_silero_needs_the_sample_rate_pinned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real = zoo.model("silero-vad")
+    path = require_material(lambda: real.path)
+    feeds = require_material(real.inputs)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, **feeds)
+    out = tmp_path / "vad.pt2"
+    capsys.readouterr()
+    assert main(["convert", str(path), "-o", str(out), "--inputs", str(inputs)]) == 2
+    assert "--fix" in capsys.readouterr().err
+    assert main(["convert", str(path), "-o", str(out), "--inputs", str(inputs), "--fix", "sr=16000"]) == 0
+    program = torch.export.load(str(out))
+    probability, _state = program.module()(torch.from_numpy(feeds["input"]), torch.from_numpy(feeds["state"]))
+    assert probability.shape == (1, 1)
