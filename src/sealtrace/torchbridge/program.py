@@ -53,7 +53,8 @@ def export_program(
     plan = load_plan(model)
     module = to_torch(plan, dtype=dtype, fixed_inputs=fixed_inputs)
     checked = check_feeds(plan, {**dict(feeds), **{k: np.asarray(v) for k, v in (fixed_inputs or {}).items()}})
-    input_names: list[str] = list(module.input_names)  # type: ignore[arg-type]  (set by to_torch)
+    # input_names is set by to_torch (GraphModule attributes are untyped).
+    input_names: list[str] = list(module.input_names)  # type: ignore[arg-type]
     args = tuple(_tensor(checked[name], dtype) for name in input_names)
     try:
         # torch.export prints the partial graph when it fails; the one-line error below says it all.
