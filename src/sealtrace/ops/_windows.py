@@ -103,20 +103,25 @@ def pad_spatial(
 ) -> Array:
     """Pad the spatial axes (2..) of ``x`` once; returns ``x`` itself when there is nothing to pad.
 
-    ``extra_first`` adds rows at the end of the first spatial axis (room for flat tap slices).
-    Negative pads crop.
+    ``extra_first`` adds rows at the end of the first spatial axis. Negative pads crop.
     """
     if not any(begin) and not any(end) and not extra_first:
         return x
-    if min(begin, default=0) < 0 or min(end, default=0) < 0:
-        crop = tuple(slice(max(-b, 0), x.shape[2 + i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begin, end, strict=True)))
-        x = x[(slice(None), slice(None), *crop)]
-        begin = [max(b, 0) for b in begin]
-        end = [max(e, 0) for e in end]
-    widths = [(0, 0), (0, 0)] + [(b, e) for b, e in zip(begin, end, strict=True)]
+    ends = list(end)
     if extra_first:
-        widths[2] = (widths[2][0], widths[2][1] + extra_first)
-    return np.pad(x, widths, mode="constant", constant_values=value)
+        ends[0] += extra_first
+    size = [s + b + e for s, b, e in zip(x.shape[2:], begin, ends, strict=True)]
+    shape = (*x.shape[:2], *size)
+    # np.full + one slice copy: much cheaper than np.pad for the small tensors pooling sees.
+    out = np.full(shape, value, dtype=x.dtype) if value != 0 else np.zeros(shape, dtype=x.dtype)
+    src: list[slice] = [slice(None), slice(None)]
+    dst: list[slice] = [slice(None), slice(None)]
+    for n, b, e in zip(x.shape[2:], begin, ends, strict=True):
+        lo, hi = max(-b, 0), n - max(-e, 0)
+        src.append(slice(lo, max(hi, lo)))
+        dst.append(slice(lo + b, max(hi, lo) + b))
+    out[tuple(dst)] = x[tuple(src)]
+    return out
 
 
 def tap_view(xp: Array, tap: Sequence[int], window: Window) -> Array:
@@ -139,7 +144,21 @@ def all_windows(xp: Array, window: Window) -> Array:
         + tuple(st * s for st, s in zip(spatial_strides, window.strides, strict=True))
     )
     assert len(shape) == 2 + 2 * rank
-    return np.lib.stride_tricks.as_strided(xp, shape=shape, strides=strides, writeable=False)
+    return strided_view(xp, shape, strides)
+
+
+def strided_view(base: Array, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> Array:
+    """A read-only view of ``base``'s memory (from element ``offset``) with the given layout."""
+    if base.flags.c_contiguous:
+        # Several times cheaper than as_strided, which matters for the many small convolutions.
+        view: Array = np.ndarray(
+            tuple(shape), base.dtype, buffer=base, offset=offset * base.itemsize, strides=tuple(strides)
+        )
+        view.flags.writeable = False
+        return view
+    if offset:
+        raise ValueError("strided_view: an offset needs a C-contiguous base")
+    return np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides, writeable=False)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from sealtrace.ops._windows import (
     flat_taps,
     pad_spatial,
     resolve_window,
+    strided_view,
 )
 from sealtrace.ops.registry import register
 
@@ -58,13 +59,14 @@ def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
     k = prod(window.kernel)
     if cg == 1 and m == c and group == c:
         return _depthwise_conv(x, w.reshape(c, k), window)
-    taps = flat_taps(x, window)
-    if taps.waste > _MAX_WASTE:
-        # Small outputs under wide kernels: the cropped columns would cost more than a strided copy.
+    if length <= _SMALL_OUTPUT or prod(window.strides) > 4 or _flat_waste(window) > _MAX_WASTE:
+        # Small outputs, wide kernels, big strides: a direct strided im2col copy is cheaper than
+        # the flat layout's cropped columns and stride phases.
         xp = pad_spatial(x, window.pads_begin, window.needed_end_pads(x.shape[2:]))
         cols = all_windows(xp, window).reshape(n, group, cg * k, length)
         y = _grouped_matmul(w.reshape(group, mg, cg * k), cols)
         return y.reshape((n, m, *out_shape))
+    taps = flat_taps(x, window)
     # im2col: every tap is a contiguous slice; copied into [N, C, K, chunk] a chunk of output
     # columns at a time (so the copy stays in cache), then one GEMM per group and chunk.
     span = taps.span
@@ -93,11 +95,11 @@ def _im2col(taps: FlatTaps, window: Window, start: int, stop: int) -> Array:
         # One source: every tap is the same slice shifted, so one strided view covers all taps.
         itemsize = source.itemsize
         tap_strides = [d * prod(taps.grid[a + 1 :]) * itemsize for a, d in enumerate(window.dilations)]
-        view = np.lib.stride_tricks.as_strided(
-            source[:, :, taps.offsets[0] + start :],
-            shape=(n, c, *window.kernel, stop - start),
-            strides=(*source.strides[:2], *tap_strides, itemsize),
-            writeable=False,
+        view = strided_view(
+            source,
+            (n, c, *window.kernel, stop - start),
+            (*source.strides[:2], *tap_strides, itemsize),
+            offset=taps.offsets[0] + start,
         )
         return view.reshape(n, c, len(taps.offsets), stop - start)
     cols = np.empty((n, c, len(taps.offsets), stop - start), dtype=source.dtype)
@@ -108,6 +110,14 @@ def _im2col(taps: FlatTaps, window: Window, start: int, stop: int) -> Array:
 
 # Largest computed-grid / output ratio the flat im2col accepts before a strided copy is cheaper.
 _MAX_WASTE = 1.3
+# Outputs this small are not worth the flat layout's setup.
+_SMALL_OUTPUT = 64
+
+
+def _flat_waste(window: Window) -> float:
+    """The computed-grid / output ratio :func:`flat_taps` would have (see ``FlatTaps.waste``)."""
+    grid = [o + (k - 1) * d // s for o, k, d, s in zip(window.out_shape, window.kernel, window.dilations, window.strides, strict=True)]
+    return prod(grid[1:]) / max(prod(window.out_shape[1:]), 1)
 
 
 def _grouped_matmul(w: Array, cols: Array) -> Array:
