@@ -38,7 +38,7 @@ class BoundedPipe:
         self,
         max_items: int = DEFAULT_PENDING_ITEMS,
         max_bytes: int = DEFAULT_PENDING_BYTES,
-        batch_items: int = 64,
+        batch_items: int = 256,
         batch_bytes: int = 1 << 20,
         latency_s: float = 0.05,
     ) -> None:
@@ -49,6 +49,7 @@ class BoundedPipe:
         self._bytes = 0
         self._new_bytes = 0
         self._flush = False
+        self._closed = False
         self._consumer_waiting = False
         self._producer_waiting = False
         self._max_items = max(1, max_items)
@@ -86,12 +87,17 @@ class BoundedPipe:
                 self._ready.notify()
 
     def get_batch(self) -> list[tuple[Any, int]]:
-        """Wait for a batch (see the class docstring) and take every item pending."""
+        """Wait for a batch (see the class docstring) and take every item pending.
+
+        Returns ``[(None, 0)]`` once the producer took the rest itself (:meth:`close_if_idle`).
+        """
         with self._ready:
             while not (
                 self._items
                 and (self._flush or len(self._items) >= self._batch_items or self._new_bytes >= self._batch_bytes)
             ):
+                if self._closed:
+                    return [(None, 0)]
                 self._consumer_waiting = True
                 woken = self._ready.wait(self._latency_s)
                 self._consumer_waiting = False
@@ -101,6 +107,19 @@ class BoundedPipe:
             self._items.clear()
             self._new_bytes = 0
             self._flush = False
+            return batch
+
+    def close_if_idle(self) -> list[tuple[Any, int]] | None:
+        """At the end of a run: if the consumer is idle (it has handled everything it took), close
+        the pipe and hand the pending items to the caller, which handles them itself, sparing a
+        thread hand-off; else None (the consumer is busy: end it with an end marker)."""
+        with self._ready:
+            if not self._consumer_waiting:
+                return None
+            self._closed = True
+            batch = list(self._items)
+            self._items.clear()
+            self._ready.notify()
             return batch
 
     def done(self, nbytes: int) -> None:
@@ -165,9 +184,14 @@ class BackgroundObserver:
         self.abort()
 
     def _stop(self, state: str) -> None:
-        self._pipe.put(None, 0, flush=True)
-        if self._thread is not None:
-            self._thread.join()
+        rest = self._pipe.close_if_idle()
+        if rest is not None:
+            # The worker has caught up and waits: finish here rather than wake it and wait.
+            self._handle_all(rest)
+        else:
+            self._pipe.put(None, 0, flush=True)
+            if self._thread is not None:
+                self._thread.join()
         self._state = state
         try:
             self._close(state == "finished")
@@ -175,17 +199,22 @@ class BackgroundObserver:
             self._error = self._error or exc
 
     def _work(self) -> None:
-        while True:
-            for item, nbytes in self._pipe.get_batch():
-                try:
-                    if item is None:
-                        return  # the producer puts nothing after the end marker
-                    if self._error is None:
-                        self._handle(item)
-                except BaseException as exc:
-                    self._error = exc
-                finally:
-                    self._pipe.done(nbytes)
+        while self._handle_all(self._pipe.get_batch()):
+            pass
+
+    def _handle_all(self, batch: list[tuple[Any, int]]) -> bool:
+        """Handle ``batch`` in order; False once the end marker (None) is reached."""
+        for item, nbytes in batch:
+            try:
+                if item is None:
+                    return False  # the producer puts nothing after the end marker
+                if self._error is None:
+                    self._handle(item)
+            except BaseException as exc:
+                self._error = exc
+            finally:
+                self._pipe.done(nbytes)
+        return True
 
     def _handle(self, item: Any) -> None:
         raise NotImplementedError
