@@ -347,3 +347,39 @@ def test_tree_ensemble_regressor_matches_onnxruntime(
             **attrs,
         )
         assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("post_transform", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"])
+@pytest.mark.parametrize("labels", ["int64", "string"])
+@pytest.mark.parametrize("with_base", [False, True])
+def test_tree_ensemble_classifier_multiclass_matches_onnxruntime(
+    post_transform: str, labels: str, with_base: bool
+) -> None:
+    rng = np.random.default_rng(len(post_transform) + 10 * with_base)
+    for trial in range(3):
+        classes = 3 + trial % 2
+        attrs = _legacy_forest(rng, features=3, outputs=classes, prefix="class")
+        if with_base:
+            attrs["base_values"] = [float(v) for v in np.round(rng.normal(size=classes), 2)]
+        if labels == "string":
+            attrs["classlabels_strings"] = [f"class{i}" for i in range(classes)]
+        else:
+            attrs["classlabels_int64s"] = [10 * i + 3 for i in range(classes)]
+        x = np.round(rng.normal(size=(12, 3)), 1).astype(np.float32)
+        got, want = both(
+            "TreeEnsembleClassifier", {"x": x}, 3, n_out=2, domain=ML, post_transform=post_transform, **attrs
+        )
+        assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_tree_ensemble_classifier_two_classes_is_refused() -> None:
+    from sealtrace.ops.ml import tree_ensemble_classifier
+
+    attrs = _legacy_forest(np.random.default_rng(0), features=2, outputs=2, prefix="class")
+    settings: dict[str, Any] = {
+        k: None
+        for k in ("base_values", "classlabels_strings", "nodes_hitrates", "nodes_missing_value_tracks_true")
+    }
+    settings.update(attrs, classlabels_int64s=(0, 1), post_transform="NONE")
+    with pytest.raises(NotImplementedError, match="3 or more classes"):
+        tree_ensemble_classifier(np.zeros((1, 2), np.float32), **settings)

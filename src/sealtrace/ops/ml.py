@@ -444,3 +444,58 @@ def tree_ensemble_regressor(
         # ONNX Runtime adds a base value only to targets some leaf voted for; the others stay 0.
         scores = np.where(voted, scores + base.reshape(1, -1), scores)
     return _post_transform(scores, post_transform).astype(np.float32)
+
+
+@register("TreeEnsembleClassifier", 1, 3, domain=_ML)
+def tree_ensemble_classifier(
+    x: np.ndarray,
+    *,
+    base_values: tuple[float, ...] | None,
+    class_ids: tuple[int, ...],
+    class_nodeids: tuple[int, ...],
+    class_treeids: tuple[int, ...],
+    class_weights: tuple[float, ...] | None,
+    classlabels_int64s: tuple[int, ...] | None,
+    classlabels_strings: tuple[str, ...] | None,
+    nodes_falsenodeids: tuple[int, ...],
+    nodes_featureids: tuple[int, ...],
+    nodes_hitrates: tuple[float, ...] | None,
+    nodes_missing_value_tracks_true: tuple[int, ...] | None,
+    nodes_modes: tuple[str, ...],
+    nodes_nodeids: tuple[int, ...],
+    nodes_treeids: tuple[int, ...],
+    nodes_truenodeids: tuple[int, ...],
+    nodes_values: tuple[float, ...] | None,
+    post_transform: str,
+    base_values_as_tensor: np.ndarray | None = None,
+    class_weights_as_tensor: np.ndarray | None = None,
+    nodes_hitrates_as_tensor: np.ndarray | None = None,
+    nodes_values_as_tensor: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """TreeEnsembleClassifier-1, -3: (top label, class scores) for three classes or more."""
+    attrs = dict(locals())
+    labels: np.ndarray = (
+        _object_array(classlabels_strings)
+        if classlabels_strings
+        else np.asarray(classlabels_int64s or (), np.int64)
+    )
+    n_classes = len(labels)
+    work = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+    data = x.astype(work).reshape(x.shape[0], -1)
+    leaves, where = _legacy_leaves(data, attrs, work)
+    weights = _tensor_or_list(class_weights_as_tensor, class_weights, work)
+    votes = _legacy_votes(where, class_treeids, class_nodeids)
+    ids = np.asarray(class_ids, dtype=np.int64)
+    scores, voted = _aggregate(leaves, votes, ids, weights, n_classes, "SUM")
+    base = _tensor_or_list(base_values_as_tensor, base_values, work)
+    if n_classes > 2:
+        # Base values count as votes: a class no leaf voted for scores its base value.
+        scores[:, : base.size] += base
+        voted[:, : base.size] = True
+        best = np.argmax(np.where(voted, scores, -np.inf), axis=1)  # first of equal maxima
+        return labels[best], _post_transform(scores, post_transform).astype(np.float32)
+    # Two classes: ONNX Runtime derives the second score from the first with conventions of its own
+    # (per weight signs, base_values length and class ids present) that the spec does not define.
+    raise NotImplementedError(
+        f"TreeEnsembleClassifier with {n_classes} class labels: only 3 or more classes are supported"
+    )
