@@ -206,3 +206,28 @@ def test_samples_and_stats() -> None:
     sequence = value_summary([np.zeros(2, np.float32), np.ones(1, np.int64)], 4)
     assert sequence["kind"] == "sequence" and sequence["length"] == 2
     assert value_summary(None, 4) == {"kind": "none", "digest": None}
+
+
+def test_plan_constants_are_summarized_once_per_plan() -> None:
+    from sealtrace.audit.recorder import plan_facts
+
+    value = np.arange(6, dtype=np.float32).reshape(2, 3)
+    nodes = [
+        helper.make_node("Constant", [], ["c"], name="const", value=numpy_helper.from_array(value)),
+        helper.make_node("Add", ["x", "c"], ["y"], name="add"),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    session = Session(model)
+    logs = []
+    for _ in range(2):
+        recorder = AuditRecorder(None)
+        session.run(None, {"x": np.ones((2, 3), np.float32)}, audit=recorder)
+        logs.append(recorder.records)
+    constant = [r["outputs"][0] for log in logs for r in log if r["type"] == "step" and r["name"] == "const"]
+    assert [c["digest"] for c in constant] == [tensor_digest(value)] * 2
+    assert constant[0]["sample"] == value.ravel().tolist()
+    assert len(plan_facts(session.plan)._constant_summaries) == 1
