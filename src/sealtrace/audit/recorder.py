@@ -88,12 +88,15 @@ class _PlanFacts:
         self._lock = threading.Lock()
         # Arrays the Plan owns (weights, constant attributes), by identity: a read-only view of
         # one (what a Constant step returns) has the same bytes in every run, like the weights.
-        self.owned: dict[int, np.ndarray] = {id(v): v for v in initializers.values() if isinstance(v, np.ndarray)}
+        # Keyed by the object that owns the memory (NumPy points every view's base at it).
+        self.owned: dict[int, Any] = {}
+        arrays = [v for v in initializers.values() if isinstance(v, np.ndarray)]
         for _path, step in walked:
             for value in step.attributes.values():
-                for array in value if isinstance(value, tuple) else (value,):
-                    if isinstance(array, np.ndarray):
-                        self.owned[id(array)] = array
+                arrays.extend(a for a in (value if isinstance(value, tuple) else (value,)) if isinstance(a, np.ndarray))
+        for array in arrays:
+            root = array if array.base is None else array.base
+            self.owned[id(root)] = root
         self._constant_summaries: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def constant_summary(self, value: Any, sample: int) -> dict[str, Any] | None:
