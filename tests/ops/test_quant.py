@@ -210,3 +210,10 @@ def test_dequantize_output_dtype_attribute() -> None:
 def test_dynamic_quantize_linear(x: np.ndarray) -> None:
     got, want = both("DynamicQuantizeLinear", {"x": x}, 11, n_out=3)
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.uint16])
+def test_quantize_nan_and_infinities(dtype: type) -> None:
+    x = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
+    got, want = both("QuantizeLinear", {"x": x, "s": np.array(1.0, np.float32), "z": np.zeros((), dtype)}, 21)
+    assert_same(got, want)

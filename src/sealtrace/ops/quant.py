@@ -97,6 +97,8 @@ def _quantize(
         y = np.rint(y)  # round half to even
         if y_zero_point is not None:
             y = y + _broadcastable(y_zero_point, x.shape, axis, block_size).astype(work)
+        # NaN quantizes to the lowest value, as ONNX Runtime does (a cast of NaN is undefined).
+        y = np.where(np.isnan(y), info.min, y)
         return np.clip(y, info.min, info.max).astype(out_dtype)
     if y_zero_point is not None:
         # A zero offset is not added at all, so that -0.0 keeps its sign (as in ONNX Runtime).

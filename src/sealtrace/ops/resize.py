@@ -2,8 +2,10 @@
 
 Resize is separable: every resized axis maps each output index to a few source indices and
 weights (computed once per axis, vectorized), and the data is gathered and blended one axis at a
-time. Coordinates are computed in float32 with the formulas ONNX Runtime uses, so that nearest
-neighbours and interpolation weights agree with it bit for bit where the spec leaves rounding open.
+time; integer-factor nearest upsampling is a plain repeat. Coordinates are computed in float32 with
+the formulas ONNX Runtime uses, so nearest neighbours and interpolation weights agree with it where
+the spec leaves rounding open, and 2-D bilinear sums its four corners in ONNX Runtime's order so
+that the outputs are bit-identical to it.
 """
 
 from __future__ import annotations
