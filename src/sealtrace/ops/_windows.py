@@ -186,11 +186,6 @@ class FlatTaps:
         """Positions of the computed grid (``span`` may round this up)."""
         return self.out_shape[0] * prod(self.grid[1:]) if self.out_shape else 1
 
-    @property
-    def waste(self) -> float:
-        """Computed grid size over the true output size (the cost of the cropped columns)."""
-        return self.span / max(prod(self.out_shape), 1)
-
     def tap(self, t: int) -> Array:
         start = self.offsets[t]
         source = self.sources[self.source_of[t]]

@@ -1,11 +1,13 @@
 """Convolution kernels: Conv, ConvTranspose, ConvInteger, QLinearConv, DeformConv, Col2Im,
 CausalConvWithState.
 
-Speed comes from doing the arithmetic in BLAS: a convolution is one im2col copy (a strided view
-of the padded input, materialized once) and one matmul per group (batched over groups). Three
-shapes get their own paths because im2col would waste work on them: 1x1 convolutions (a plain
-matmul), depthwise convolutions (a multiply-accumulate over the few kernel taps), and transposed
-convolutions (matmul, then a scatter-add of each tap into the output canvas).
+Speed comes from doing the arithmetic in BLAS. A convolution pads its input once into a flat
+canvas where every kernel tap is one contiguous slice (see ``_windows.flat_taps``); the im2col
+matrix is then a cheap copy of those slices, built a cache-sized chunk of output columns at a
+time, each chunk followed by one GEMM per group. Shapes that im2col would waste work on get their
+own paths: 1x1 convolutions (a plain matmul), tiny outputs and large strides (a direct strided
+im2col), depthwise convolutions (a multiply-accumulate over the kernel taps, no GEMM), and
+transposed convolutions (a matmul, then a scatter-add of each tap into the output canvas).
 """
 
 from __future__ import annotations
@@ -115,8 +117,9 @@ _SMALL_OUTPUT = 64
 
 
 def _flat_waste(window: Window) -> float:
-    """The computed-grid / output ratio :func:`flat_taps` would have (see ``FlatTaps.waste``)."""
-    grid = [o + (k - 1) * d // s for o, k, d, s in zip(window.out_shape, window.kernel, window.dilations, window.strides, strict=True)]
+    """The computed-grid / output ratio of :func:`flat_taps`: the share of cropped columns."""
+    geometry = zip(window.out_shape, window.kernel, window.dilations, window.strides, strict=True)
+    grid = [o + (k - 1) * d // s for o, k, d, s in geometry]
     return prod(grid[1:]) / max(prod(window.out_shape[1:]), 1)
 
 
