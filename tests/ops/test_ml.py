@@ -383,3 +383,17 @@ def test_tree_ensemble_classifier_two_classes_is_refused() -> None:
     settings.update(attrs, classlabels_int64s=(0, 1), post_transform="NONE")
     with pytest.raises(NotImplementedError, match="3 or more classes"):
         tree_ensemble_classifier(np.zeros((1, 2), np.float32), **settings)
+
+
+@pytest.mark.parametrize("aggregate_function", ["SUM", "AVERAGE", "MIN", "MAX"])
+@pytest.mark.parametrize("post_transform", ["NONE", "PROBIT"])
+def test_tree_ensemble_regressor_single_target(aggregate_function: str, post_transform: str) -> None:
+    # (onnxruntime ignores LOGISTIC / SOFTMAX for a single target; the spec does not, nor do we.)
+    rng = np.random.default_rng(1)
+    attrs = _legacy_forest(rng, features=3, outputs=1, prefix="target")
+    attrs["target_weights"] = [abs(w) / 5 for w in attrs["target_weights"]]
+    attrs["base_values"] = [0.25]
+    x = np.round(rng.normal(size=(6, 3)), 1).astype(np.float32)
+    settings = {"aggregate_function": aggregate_function, "post_transform": post_transform, **attrs}
+    got, want = both("TreeEnsembleRegressor", {"x": x}, 3, domain=ML, n_targets=1, **settings)
+    assert_same(got, want, rtol=1e-5, atol=1e-6)
