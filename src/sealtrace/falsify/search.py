@@ -2,8 +2,8 @@
 
 Every search works on a margin: for one output set (a conjunction) the largest constraint value
 ``max_k (a_k·y + c_k·x + b_k)``, for a region's disjunction of output sets the smallest of those.
-A point whose margin is below zero violates the property (as far as the torch module says; the
-certifier decides). Searches run in the unit cube of each region's box (``x = lower + u·width``),
+A point whose margin is at most zero (below zero where a constraint is strict) violates the
+property, as far as the torch module says; the certifier decides. Searches run in the unit cube of each region's box (``x = lower + u·width``),
 so one step size suits every input whatever its range, and many starts share one forward pass.
 
 Rounds cycle through a schedule: sign-gradient PGD (the FGSM step, iterated with a cosine-decaying
@@ -13,7 +13,7 @@ property. Each round takes ``batch`` starts: a region's first from its best rand
 ones half fresh uniform points and half perturbations of the best points seen so far (with a spread
 that shrinks with the step size); after one pass of the schedule every round also samples a few
 thousand more points. A candidate is yielded as soon as its margin is below ``-slack`` (a little room
-for the reference interpreter's different rounding), and at the end of a round when it is below zero.
+for the reference interpreter's different rounding), and at the end of a round when it is at most zero.
 Everything random comes from one seeded generator, so a run is reproducible.
 """
 
@@ -32,6 +32,8 @@ from sealtrace.falsify.network import BatchedNetwork
 from sealtrace.falsify.property import Box, Property, Region
 
 METHODS = ("pgd", "adam")
+# Candidates within the slack certified at the end of a round, at most.
+LATE_PER_ROUND = 8
 
 
 @dataclass(frozen=True)
@@ -387,7 +389,8 @@ class Search:
         with torch.no_grad():
             x, margins, _ = self._evaluate(space, u)
         self._remember(space, u, margins)
-        # End of round: points just below zero (inside the slack) still deserve certification.
-        late = torch.nonzero((margins < 0) & ~yielded).reshape(-1)
-        for i in late[torch.argsort(margins[late])].tolist():
+        # End of round: points inside the slack, down to a margin of exactly 0 (a tie satisfies a
+        # non-strict constraint), still deserve certification; a few per round bound the cost.
+        late = torch.nonzero((margins <= 0) & ~yielded).reshape(-1)
+        for i in late[torch.argsort(margins[late])][:LATE_PER_ROUND].tolist():
             yield self._candidate(space, x[i], float(margins[i]), method, rnd, s.steps)

@@ -277,12 +277,13 @@ def parse_vnnlib(text: str, path: str = "<vnnlib>", name: str | None = None) -> 
     asserts: list[SExpr] = []
     for expr in reader.expressions():
         normalizer.command(expr, asserts)
-    n_inputs = _count(normalizer, "X", path)
-    n_outputs = _count(normalizer, "Y", path)
     if not asserts:
         raise PropertyError("no (assert ...): the property says nothing", path)
+    # Formulas first: an error inside one is reported at its line and column.
     conjunction = SExpr(asserts[0].line, asserts[0].column, items=(SExpr(0, 0, atom="and"), *asserts))
     disjuncts = normalizer.formula(conjunction)
+    n_inputs = _count(normalizer, "X", path)
+    n_outputs = _count(normalizer, "Y", path)
 
     regions: dict[Box, list[OutputSet]] = {}
     notes: list[str] = []

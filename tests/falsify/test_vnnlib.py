@@ -1,0 +1,159 @@
+"""The VNNLIB parser: every ACAS Xu property, the subset's corners, and malformed input (line and column)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sealtrace import zoo
+from sealtrace.falsify import PropertyError, VnnlibSyntaxError, load_vnnlib, parse_vnnlib
+from tests.conftest import require_material
+
+HEADER = "".join(f"(declare-const X_{i} Real)\n" for i in range(2)) + "".join(
+    f"(declare-const Y_{j} Real)\n" for j in range(2)
+)
+BOX = "(assert (>= X_0 0))\n(assert (<= X_0 1))\n(assert (>= X_1 -1))\n(assert (<= X_1 1))\n"
+
+
+def acasxu_property(k: int) -> Path:
+    """The ACAS Xu property file (missing material fails in CI, skips elsewhere)."""
+
+    def locate() -> Path:
+        path = zoo.ACASXU_DIR / f"prop_{k}.vnnlib"
+        if not path.is_file():
+            raise zoo.MaterialMissingError(f"{path} not found")
+        return path
+
+    path: Path = require_material(locate)
+    return path
+
+
+# (regions, output sets per region, constraints per output set) of each ACAS Xu property.
+ACASXU_SHAPES = {
+    1: (1, 1, 1), 2: (1, 1, 4), 3: (1, 1, 4), 4: (1, 1, 4), 5: (1, 4, 1),
+    6: (2, 4, 1), 7: (1, 2, 3), 8: (1, 3, 2), 9: (1, 4, 1), 10: (1, 4, 1),
+}
+
+
+@pytest.mark.parametrize("k", range(1, 11))
+def test_every_acasxu_property(k: int) -> None:
+    prop = load_vnnlib(acasxu_property(k))
+    assert (prop.n_inputs, prop.n_outputs) == (5, 5)
+    regions, sets, constraints = ACASXU_SHAPES[k]
+    assert len(prop.regions) == regions
+    for region in prop.regions:
+        assert len(region.output_sets) == sets
+        assert all(len(s.constraints) == constraints for s in region.output_sets)
+        assert all(lo <= hi for lo, hi in zip(region.box.lower, region.box.upper, strict=True))
+    if k == 6:
+        return  # zoo's regex reader only knows one assert per bound; prop_6 puts its boxes in an (or ...)
+    # The box agrees with the simple regex reader zoo uses for real inputs.
+    lower, upper = zoo.acasxu_box(k)
+    np.testing.assert_array_equal([float(v) for v in prop.regions[0].box.lower], lower)
+    np.testing.assert_array_equal([float(v) for v in prop.regions[0].box.upper], upper)
+
+
+def test_acasxu_constants_are_exact_decimals() -> None:
+    prop = load_vnnlib(acasxu_property(1))
+    (constraint,) = prop.regions[0].output_sets[0].constraints
+    # (assert (>= Y_0 3.991125645861615)) -> -Y_0 + 3.991125645861615 <= 0, kept as the exact decimal
+    assert constraint.y_terms == ((0, Fraction(-1)),)
+    assert constraint.constant == Fraction("3.991125645861615")
+    assert constraint.source.endswith(":") is False and "prop_1.vnnlib:" in constraint.source
+    box = load_vnnlib(acasxu_property(1)).regions[0].box
+    assert box.upper[0] == Fraction("0.679857769")
+
+
+def test_prop6_disjunction_of_boxes_and_prop7_of_output_sets() -> None:
+    prop6 = load_vnnlib(acasxu_property(6))
+    assert prop6.regions[0].box.lower[1] == Fraction("0.11140846")
+    assert prop6.regions[1].box.upper[1] == Fraction("-0.11140846")
+    prop7 = load_vnnlib(acasxu_property(7))
+    first, second = prop7.regions[0].output_sets
+    assert [c.describe() for c in first.constraints] == ["-Y_0 + Y_3 <= 0", "-Y_1 + Y_3 <= 0", "-Y_2 + Y_3 <= 0"]
+    assert second.constraints[0].describe() == "-Y_0 + Y_4 <= 0"
+
+
+def test_terms_numbers_and_comparisons() -> None:
+    text = HEADER + BOX + """
+; every kind of term
+(assert (or
+  (and (<= (+ Y_0 (* 2 Y_1) (- 0.5)) 1e-3) (> Y_0 -2.5E+1))
+  (and (< (- Y_0 Y_1 1) (* Y_1 .5 2)) (>= (/ Y_0 4) (- X_0)))
+  (and (<= Y_0 Y_1 3))
+))
+"""
+    prop = parse_vnnlib(text)
+    (region,) = prop.regions
+    a, b, c = region.output_sets
+    assert [x.describe() for x in a.constraints] == ["Y_0 + 2*Y_1 - 0.501 <= 0", "-Y_0 - 25 < 0"]
+    assert a.constraints[0].constant == Fraction(-501, 1000)
+    assert [x.describe() for x in b.constraints] == ["Y_0 - 2*Y_1 - 1 < 0", "-0.25*Y_0 - X_0 <= 0"]
+    assert b.constraints[1].x_terms == ((0, Fraction(-1)),)
+    assert [x.describe() for x in c.constraints] == ["Y_0 - Y_1 <= 0", "Y_1 - 3 <= 0"]
+
+
+def test_bounds_take_the_tightest_and_strictness() -> None:
+    text = HEADER + BOX + "(assert (< X_0 0.5))\n(assert (>= X_0 0.25))\n(assert (<= (* 2 X_1) 1))\n(assert (<= Y_0 0))\n"
+    box = parse_vnnlib(text).regions[0].box
+    assert box.lower == (Fraction(1, 4), Fraction(-1))
+    assert box.upper == (Fraction(1, 2), Fraction(1, 2))
+    assert box.upper_strict == (True, False)
+    assert not box.contains([Fraction(1, 2), Fraction(0)])
+    assert box.contains([Fraction(1, 4), Fraction(1, 2)])
+
+
+def test_empty_disjuncts_are_dropped_with_a_note() -> None:
+    text = HEADER + BOX + "(assert (or (and (<= X_0 -1) (<= Y_0 0)) (and (<= Y_1 0)) (and (<= 1 0) (<= Y_0 0))))\n"
+    prop = parse_vnnlib(text)
+    (region,) = prop.regions
+    assert len(region.output_sets) == 1 and len(prop.notes) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "message"),
+    [
+        ("(declare-const X_0 Real)\n(assert (<= X_0 1)", 2, 1, "never closed"),
+        ("(declare-const X_0 Real))\n", 1, 25, "unbalanced"),
+        ("(declare-const X_0 Int)\n", 1, 20, "sort 'Int'"),
+        ("(declare-const Z_0 Real)\n", 1, 16, "not named X_<i> or Y_<j>"),
+        ("(declare-const X_0 Real)\n(declare-const X_0 Real)\n", 2, 16, "declared twice"),
+        ("(declare-const X_0 Real)\n(assert (<= X_0 Y_3))\n", 2, 17, "Y_3 is used but never declared"),
+        ("(declare-const X_0 Real)\n(declare-const Y_0 Real)\n(assert (<= (* X_0 Y_0) 1))\n", 3, 13, "not linear"),
+        ("(declare-const X_0 Real)\n(assert (not (<= X_0 1)))\n", 2, 10, "'not' is not supported"),
+        ("(declare-const X_0 Real)\n(assert (<= X_0 1.2.3))\n", 2, 17, "expected a number"),
+        ("(declare-const X_0 Real)\n(assert (<= X_0))\n", 2, 9, "at least two terms"),
+        ("(declare-const X_0 Real)\n  (push 1)\n", 2, 4, "command 'push'"),
+        ("X_0\n", 1, 1, "outside parentheses"),
+        ("(declare-const X_0 Real)\n(assert (<= (/ X_0 0) 1))\n", 2, 20, "division by zero"),
+        ("(declare-const X_0 Real)\n(assert (<= (% X_0 2) 1))\n", 2, 14, "'%' is not supported"),
+    ],
+)
+def test_malformed_input_names_line_and_column(text: str, line: int, column: int, message: str) -> None:
+    with pytest.raises(VnnlibSyntaxError) as info:
+        parse_vnnlib(text, "bad.vnnlib")
+    error = info.value
+    assert (error.line, error.column) == (line, column), str(error)
+    assert message in str(error)
+    assert str(error).startswith(f"bad.vnnlib:{line}:{column}: ")
+
+
+def test_semantic_errors() -> None:
+    with pytest.raises(PropertyError, match="X_1 has no lower bound"):
+        parse_vnnlib(HEADER + "(assert (<= X_0 1))(assert (>= X_0 0))(assert (<= X_1 1))(assert (<= Y_0 0))")
+    with pytest.raises(PropertyError, match="X_1 is not declared but X_2 is"):
+        parse_vnnlib("(declare-const X_0 Real)(declare-const X_2 Real)(declare-const Y_0 Real)(assert (<= Y_0 0))")
+    with pytest.raises(PropertyError, match="no \\(assert"):
+        parse_vnnlib(HEADER)
+
+
+def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(PropertyError, match="cannot read"):
+        load_vnnlib(tmp_path / "absent.vnnlib")
+    bad = tmp_path / "bad.vnnlib"
+    bad.write_bytes(b"\xff\xfe(")
+    with pytest.raises(PropertyError, match="not UTF-8"):
+        load_vnnlib(bad)
