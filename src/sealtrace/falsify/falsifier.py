@@ -121,7 +121,7 @@ def falsify(
     layout.check(prop.n_inputs, prop.n_outputs, prop.name)
     certifier = Certifier(session, prop, layout)
     if module is None:
-        from sealtrace.torchbridge.convert import to_torch
+        from sealtrace.torchbridge import to_torch
 
         module = to_torch(session.plan)
     network = BatchedNetwork(module, layout)
