@@ -135,19 +135,24 @@ def falsify(
         batching=network.mode, seed=settings.seed,
         searched_inputs=[slot.name for slot in layout.inputs if slot.start is not None],
     )
-    for candidate in search.candidates():
-        certificate = certifier.certify(candidate.x, audit, search_margin=candidate.margin, method=candidate.method)
-        if certificate.confirmed:
-            result.status = "sat"
-            result.counterexample = certificate
-            result.time_to_counterexample_s = time.perf_counter() - started
-            search.stats.stopped_by = "found"
-            break
-        result.rejected_count += 1
-        if len(result.rejected) < KEEP_REJECTED:
-            result.rejected.append(certificate)
-        if on_rejected is not None:
-            on_rejected(certificate)
+    candidates = search.candidates()
+    try:
+        for candidate in candidates:
+            certificate = certifier.certify(candidate.x, audit, search_margin=candidate.margin,
+                                            method=candidate.method)
+            if certificate.confirmed:
+                result.status = "sat"
+                result.counterexample = certificate
+                result.time_to_counterexample_s = time.perf_counter() - started
+                search.stats.stopped_by = "found"
+                break
+            result.rejected_count += 1
+            if len(result.rejected) < KEEP_REJECTED:
+                result.rejected.append(certificate)
+            if on_rejected is not None:
+                on_rejected(certificate)
+    finally:
+        candidates.close()  # restores torch's thread count and records the search's time now
     result.total_s = time.perf_counter() - started
     return result
 

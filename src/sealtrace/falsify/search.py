@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,7 +258,7 @@ class Search:
         self.stats.candidates += 1
         return Candidate(x.detach().numpy().copy(), space.index, margin, method, rnd, step)
 
-    def candidates(self) -> Iterator[Candidate]:
+    def candidates(self) -> Generator[Candidate, None, None]:
         """Yield candidates, best first within a batch, until the budgets run out or the caller stops."""
         previous_threads = torch.get_num_threads()
         if self.settings.threads is not None:
