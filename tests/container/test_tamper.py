@@ -162,3 +162,24 @@ def test_unknown_format_version_is_refused(signed: bytes) -> None:
     with pytest.raises(ContainerFormatError, match="version 2 is not supported"):
         open_container(assemble(header, area, version=2))
     assert PREAMBLE_SIZE == 48
+
+
+def test_countersigning_keeps_the_digest_and_adds_a_trusted_signature(
+    signed: bytes, tmp_path: Path, keys: dict[str, Path]
+) -> None:
+    from sealtrace.cli import main
+    from sealtrace.container import add_signatures
+
+    (tmp_path / "a.seal").write_bytes(signed)
+    ids = add_signatures(tmp_path / "a.seal", tmp_path / "ab.seal", [keys["mallory"], keys["alice"]])
+    assert len(ids) == 2  # alice had signed already
+    report = verify_container(tmp_path / "ab.seal", trust=[keys["mallory.pub"]], require_signature=True)
+    assert report.digest == verify_container(signed).digest
+    assert main(["sign", str(tmp_path / "a.seal"), "--key", str(keys["mallory"])]) == 0  # in place
+    assert verify_container(tmp_path / "a.seal", trust=[keys["mallory.pub"]], require_signature=True).ok
+    data = bytearray(signed)
+    data[-1] ^= 1
+    (tmp_path / "bad.seal").write_bytes(bytes(data))
+    with pytest.raises(IntegrityError):
+        add_signatures(tmp_path / "bad.seal", tmp_path / "never.seal", keys["mallory"])  # never signs a bad one
+    assert not (tmp_path / "never.seal").exists()

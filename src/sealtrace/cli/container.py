@@ -1,4 +1,4 @@
-"""``sealtrace seal | verify | inspect | unseal | keygen | manifest create|verify``."""
+"""``sealtrace seal | sign | verify | inspect | unseal | keygen | manifest create|verify``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from sealtrace.cli import app
 from sealtrace.container import (
     IntegrityError,
     Mismatch,
+    add_signatures,
     describe_container,
     seal_model,
     unseal,
@@ -63,6 +64,16 @@ def seal(model: str, output: str, sign: tuple[str, ...], force: bool) -> None:
     )
     for key in info.signed_by:
         click.echo(f"signed by key {key}")
+
+
+@app.command(name="sign")
+@click.argument("container", type=click.Path(dir_okay=False))
+@click.option("--key", "keys", multiple=True, required=True, type=click.Path(dir_okay=False), metavar="KEY.pem", help="Private key to sign with; repeat for several.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write here instead of replacing CONTAINER.")
+def sign_command(container: str, keys: tuple[str, ...], output: str | None) -> None:
+    """Verify CONTAINER and add signatures (its digest, and so its content, is unchanged)."""
+    signed_by = add_signatures(container, output or container, list(keys), force=output is None)
+    click.echo(f"{output or container}: signed by {', '.join(signed_by)}")
 
 
 @app.command()

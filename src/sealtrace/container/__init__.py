@@ -1,6 +1,7 @@
 """Sealed containers: one ``.seal`` file whose digest commits to every byte that affects execution.
 
-- :func:`seal_model` writes a container from an ONNX file or proto (optionally signed);
+- :func:`seal_model` writes a container from an ONNX file or proto (optionally signed), and
+  :func:`add_signatures` countersigns an existing one;
 - :func:`open_container` reads one strictly; :func:`verify_container` hashes every tensor and names
   each that differs; :func:`load_verified_model` / :func:`load_sealed_plan` give back what runs;
 - :func:`unseal` writes the ONNX model back; :func:`describe_container` shows the header;
@@ -18,7 +19,7 @@ from sealtrace.container.verify import (
     load_verified_model,
     verify_container,
 )
-from sealtrace.container.writer import ContainerInfo, seal_model
+from sealtrace.container.writer import ContainerInfo, add_signatures, seal_model
 
 __all__ = [
     "MAGIC",
@@ -32,6 +33,7 @@ __all__ = [
     "UnsealResult",
     "VerifiedModel",
     "VerifyReport",
+    "add_signatures",
     "describe_container",
     "is_container",
     "load_sealed_plan",

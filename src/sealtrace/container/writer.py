@@ -227,3 +227,34 @@ def _external_files(locations: list[str], base: Path) -> list[dict[str, Any]]:
             raise SealingError(f"{file}: cannot read external data ({exc.strerror})") from None
         found.append({"path": location.replace("\\", "/").removeprefix("./"), "sha256": digest.hexdigest(), "size": size})
     return found
+
+
+def add_signatures(
+    source: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    sign_with: KeySource | Sequence[KeySource],
+    *,
+    force: bool = False,
+) -> tuple[str, ...]:
+    """Verify ``source``, then write it to ``out_path`` with one more signature per key (a key that
+    already signed is not added twice). The data area is copied unchanged; the container digest,
+    which the signatures cover, stays the same. Returns the key ids of all signatures."""
+    from sealtrace.container.format import SignatureEntry, open_container
+    from sealtrace.container.verify import verify_container
+
+    keys: list[KeySource] = list(sign_with) if isinstance(sign_with, (list, tuple)) else [sign_with]  # type: ignore[list-item]
+    with open_container(source) as container:
+        verify_container(container)
+        present = {s.key_id for s in container.signatures}
+        added = [s for s in sign(container.digest, keys) if s.key_id not in present]
+        signatures: list[SignatureEntry] = [*container.signatures, *added]
+        header = canonical_json({"container": container.body, "signatures": [s.to_json() for s in signatures]})
+        data = container.buffer[container.data_start :]
+        with atomic_output(out_path, force=force) as f:
+            f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), bytes.fromhex(container.digest)))
+            f.write(header)
+            _pad(f, PREAMBLE_SIZE + len(header), align(PREAMBLE_SIZE + len(header)))
+            for start in range(0, len(data), 16 << 20):
+                f.write(data[start : start + (16 << 20)])
+        data.release()
+    return tuple(s.key_id for s in signatures)
