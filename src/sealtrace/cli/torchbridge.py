@@ -116,3 +116,97 @@ def _pinned(items: tuple[str, ...], plan: object) -> dict[str, np.ndarray]:
                 value = np.full(shape, value, dtype=dtype)
         pinned[name] = value
     return pinned
+
+
+@app.command("export-parity")
+@click.argument("factory", metavar="PACKAGE.MODULE:FACTORY")
+@click.option("--input-shape", "shapes", multiple=True, required=True, metavar="NAME=1x3x224x224",
+              help="A keyword input of the module's forward and its shape (repeatable).")
+@click.option("--input-dtype", "dtypes", multiple=True, metavar="NAME=int64", help="Dtype of an input (default float32).")
+@click.option("--int-high", type=int, default=2, show_default=True, help="Integer inputs are drawn from [0, N).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--backends", default="reference,onnxruntime", show_default=True, metavar="A,B")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-4).")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance (default 1e-3).")
+@click.option("--optimize", is_flag=True, help="Check the exporter's optimized model (fuses some leaves away).")
+@click.option("--report", "reports", multiple=True, metavar="OUT.json|.md|.html",
+              help="Write a report per backend (OUT.<backend>.md when several backends).")
+@click.option("--force", is_flag=True, help="Overwrite existing report files.")
+def export_parity(
+    factory: str,
+    shapes: tuple[str, ...],
+    dtypes: tuple[str, ...],
+    int_high: int,
+    seed: int,
+    backends: str,
+    atol: float | None,
+    rtol: float | None,
+    optimize: bool,
+    reports: tuple[str, ...],
+    force: bool,
+) -> None:
+    """Export a PyTorch module (FACTORY() builds it) to ONNX and compare it leaf module call by call.
+
+    Exit 0 when every leaf call and graph output is within tolerance on every backend, 1 when not.
+    """
+    _torch()
+    import importlib
+
+    import torch
+    from rich.console import Console
+
+    from sealtrace.parity import Tolerance, ToleranceTable
+    from sealtrace.parity.report import FORMATS, write_report
+    from sealtrace.torchbridge.export_parity import check_export
+
+    module_name, sep, attr = factory.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"{factory}: expected PACKAGE.MODULE:FACTORY")
+    try:
+        build = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"{factory}: cannot import ({exc})") from None
+    model = build()
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"{factory}() returned {type(model).__name__}, not a torch.nn.Module")
+    kinds = parse_assignments(dtypes, "--input-dtype")
+    generator = torch.Generator().manual_seed(seed)
+    kwargs = {}
+    for name, text in parse_assignments(shapes, "--input-shape").items():
+        try:
+            shape = [int(d) for d in text.lower().split("x")]
+        except ValueError:
+            raise InputError(f"--input-shape {name}={text}: expected sizes like 1x3x224x224") from None
+        dtype = getattr(torch, kinds.pop(name, "float32"), None)
+        if not isinstance(dtype, torch.dtype):
+            raise InputError(f"--input-dtype {name}: unknown torch dtype")
+        if dtype.is_floating_point:
+            kwargs[name] = torch.randn(shape, generator=generator).to(dtype)
+        else:
+            kwargs[name] = torch.randint(0, int_high, shape, generator=generator).to(dtype)
+    if kinds:
+        raise InputError(f"--input-dtype for input(s) without --input-shape: {', '.join(kinds)}")
+    names = [b.strip() for b in backends.split(",") if b.strip()]
+    for path in reports:
+        if not path.endswith(FORMATS):
+            raise InputError(f"--report {path}: the file name must end in {', '.join(FORMATS)}")
+    default = Tolerance()
+    table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
+    result = check_export(model, (), kwargs=kwargs, backends=names, tolerance=table, optimize=optimize)
+    console = Console()
+    console.print(f"{len(result.calls)} leaf module calls, {len(result.unmapped)} without an ONNX value")
+    for backend, report in result.reports.items():
+        origin = report.drift_origin
+        console.print(
+            f"{backend}: {len(report.exceeding)} leaf call(s) over tolerance"
+            + (f"; drift starts at {origin.name} ({origin.op_type})" if origin else ""),
+            markup=False,
+        )
+        for path in reports:
+            target = Path(path)
+            if len(result.reports) > 1:
+                target = target.with_name(f"{target.stem}.{backend}{target.suffix}")
+            write_report(report, target, overwrite=force)
+            console.print(f"wrote {target}", markup=False)
+    if not result.passed:
+        raise CheckFailedError("the ONNX export differs from PyTorch beyond tolerance")
