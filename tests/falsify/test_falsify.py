@@ -178,3 +178,13 @@ def test_empty_output_set_means_every_point(toy_file: Path, tmp_path: Path) -> N
     prop = Property.unsafe(Box.of([0, 0], [1, 1]), [OutputSet(())], 2)
     result = falsify(toy_file, prop, FAST, cache_dir=tmp_path)
     assert result.certified and result.stats.samples > 0 and result.stats.starts == 0
+
+
+def test_exact_decimal() -> None:
+    from sealtrace.falsify.certify import exact_decimal
+
+    assert exact_decimal(Fraction(1, 8)) == "0.125"
+    assert exact_decimal(Fraction(-3, 40)) == "-0.075"
+    assert exact_decimal(Fraction(5)) == "5"
+    assert exact_decimal(Fraction(1, 3)) == "1/3"
+    assert exact_decimal(Fraction(float(np.float32(0.1)))) == "0.100000001490116119384765625"
