@@ -14,7 +14,7 @@ import onnx
 from onnx import ModelProto, TensorProto
 
 from sealtrace import __version__
-from sealtrace.container.atomic import atomic_output
+from sealtrace.container.atomic import OutputExistsError, atomic_output
 from sealtrace.container.chunks import chunk_ranges, default_workers
 from sealtrace.container.errors import SealingError
 from sealtrace.container.format import (
@@ -25,7 +25,9 @@ from sealtrace.container.format import (
     GRAPH_ENCODING,
     GRAPH_SECTION,
     MAGIC,
+    MAX_CHUNK_SIZE,
     MAX_HEADER_SIZE,
+    MIN_CHUNK_SIZE,
     PREAMBLE,
     PREAMBLE_SIZE,
     Entry,
@@ -67,11 +69,21 @@ def seal_model(
     private keys (PEM paths or key objects). The output is written atomically and an existing file
     is only replaced with ``force``.
     """
+    if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE or chunk_size & (chunk_size - 1):
+        raise SealingError(f"chunk size {chunk_size} must be a power of two in [{MIN_CHUNK_SIZE}, {MAX_CHUNK_SIZE}]")
+    if Path(out_path).exists() and not force:
+        # Checked again when the file is put in place; failing here saves the work before it.
+        raise OutputExistsError(f"{out_path}: already exists (use --force to overwrite)")
     proto, source = _load(model)
+    name = source["file_name"] or "model"
     try:
         plan = build_plan(proto)
     except SealtraceError as exc:
-        raise SealingError(f"cannot seal {source['file_name'] or 'model'}: its Plan cannot be built: {exc}") from None
+        raise SealingError(f"cannot seal {name}: its Plan cannot be built: {exc}") from None
+    try:
+        plan_digest = plan.digest
+    except (TypeError, ValueError) as exc:
+        raise SealingError(f"cannot seal {name}: its Plan digest cannot be computed ({exc})") from None
     model_info = _model_info(proto)
     # A model read from a file is ours to strip in place; a caller's proto is left untouched.
     stripped, weights = strip_weights(proto, in_place=not isinstance(model, ModelProto))
@@ -96,7 +108,7 @@ def seal_model(
         "sealtrace_version": __version__,
         "alignment": ALIGNMENT,
         "chunk_size": chunk_size,
-        "plan_digest": plan.digest,
+        "plan_digest": plan_digest,
         "model": model_info,
         "source": source,
         "sections": [e.to_json() for e in entries if e.kind == "section"],
@@ -123,7 +135,7 @@ def seal_model(
     return ContainerInfo(
         path=str(out_path),
         digest=digest,
-        plan_digest=plan.digest,
+        plan_digest=plan_digest,
         tensors=len(weights),
         tensor_bytes=sum(len(v) for v in views[1:]),
         size=size,
