@@ -59,3 +59,11 @@ def test_wrong_input_exits_1(mlp_log: Path, tmp_path: Path, capsys: pytest.Captu
     np.save(tmp_path / "x.npy", MLP_INPUT["x"] * 2)
     assert main(["audit", "verify", str(mlp_log), "--input", f"x={tmp_path / 'x.npy'}"]) == 1
     assert "input 'x'" in capsys.readouterr().err
+
+
+def test_show_on_a_damaged_log_shows_the_verified_prefix(mlp_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = mlp_log.read_bytes().splitlines(keepends=True)
+    mlp_log.write_bytes(b"".join([*lines[:3], b'{"type":"step","foo":1}\n', b"garbage\n"]))
+    assert main(["audit", "show", str(mlp_log)]) == 0
+    out = capsys.readouterr().out
+    assert "NOT VERIFIED: line 4" in out and "MatMul" in out and "Add" in out

@@ -78,13 +78,17 @@ def show(log: str, limit: int | None) -> None:
     from sealtrace.audit.show import format_stats, step_rows
     from sealtrace.audit.verify import verify_lines
 
-    lines = read_lines(log)
-    result = verify_lines(lines, log)
-    records = [line.record for line in lines if line.record is not None]
+    result = verify_lines(read_lines(log), log)
+    # Only the verified prefix is shown: past the first bad line nothing can be trusted (or parsed).
+    records = result.records
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=200)  # piped: a table folded to 80 columns is unreadable
-    status = "chain intact" if result.chain_intact else f"NOT VERIFIED: {result.problems[0]}"
+    status = (
+        "chain intact"
+        if result.chain_intact
+        else f"NOT VERIFIED: {result.problems[0]}; showing the {len(records)} record(s) before it"
+    )
     header = records[0] if records and records[0].get("type") == "header" else None
     if header is not None:
         model = header["model"]
