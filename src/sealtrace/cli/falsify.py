@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -11,6 +12,9 @@ from rich.table import Table
 
 from sealtrace.cli import app
 from sealtrace.errors import InputError
+
+if TYPE_CHECKING:  # the falsify package imports torch: only load it when a falsify verb runs
+    from sealtrace.falsify.instances import BenchSummary
 
 
 @app.command()
@@ -118,6 +122,8 @@ def falsify_bench(
 
     from sealtrace.falsify import SearchSettings
     from sealtrace.falsify.instances import (
+        Instance,
+        InstanceResult,
         markdown_table,
         read_instances,
         run_instances,
@@ -136,11 +142,11 @@ def falsify_bench(
     ) as progress:
         task = progress.add_task("falsify", total=len(instances), sat=0)
 
-        def started(instance: object) -> None:
-            progress.update(task, description=getattr(instance, "name", ""))
+        def started(instance: Instance) -> None:
+            progress.update(task, description=instance.name)
 
-        def finished(result: object) -> None:
-            if getattr(result, "result", "") == "sat":
+        def finished(result: InstanceResult) -> None:
+            if result.result == "sat":
                 found["sat"] += 1
             progress.update(task, advance=1, sat=found["sat"])
 
@@ -170,10 +176,7 @@ def falsify_bench(
             console.print(f"[red]error[/red] {r.instance.name}: {r.error}", markup=True)
 
 
-def _summary_markdown(summary: object) -> str:
-    from sealtrace.falsify.instances import BenchSummary
-
-    assert isinstance(summary, BenchSummary)
+def _summary_markdown(summary: BenchSummary) -> str:
     of = f" of {summary.expected_sat} expected" if summary.expected_sat is not None else ""
     median = f"{summary.median_sat_s:.2f} s" if summary.median_sat_s is not None else "-"
     worst = f"{summary.max_sat_s:.2f} s" if summary.max_sat_s is not None else "-"
