@@ -21,7 +21,7 @@ def test_demo_runs(tmp_path: Path) -> None:
                           check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
-    for phrase in ("predicted 0 deg (upright) on both", "integrity check failed", "MISMATCH tensor",
+    for phrase in ("predicted 0 deg (upright) on both", "integrity check failed", "mismatch(es): tensor '",
                    "chain intact", "signature valid", "steps compared", "demo complete"):
         assert phrase in out, phrase
     assert (tmp_path / "out" / "demo" / "parity.html").is_file()
