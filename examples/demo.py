@@ -34,11 +34,11 @@ ANGLES = ("0", "90", "180", "270")
 def sh(*args: str, expect: int = 0) -> str:
     """Run a sealtrace command, echo it and its output, check its exit code."""
     console.print(f"\n[bold cyan]$ sealtrace {shlex.join(args)}[/bold cyan]")
-    env = {**os.environ, "COLUMNS": str(max(console.width, 120))}
+    env = {**os.environ, "COLUMNS": str(console.width)}
     done = subprocess.run([SEALTRACE, *args], capture_output=True, text=True, check=False, env=env)
     text = (done.stdout + done.stderr).rstrip()
     if text:
-        console.print(text, markup=False)
+        print(text, flush=True)  # as the command printed it (already wrapped to the terminal)
     if done.returncode != expect:
         console.print(f"[red]exit {done.returncode}, expected {expect}[/red]")
         raise SystemExit(1)
