@@ -188,3 +188,26 @@ def test_exact_decimal() -> None:
     assert exact_decimal(Fraction(5)) == "5"
     assert exact_decimal(Fraction(1, 3)) == "1/3"
     assert exact_decimal(Fraction(float(np.float32(0.1)))) == "0.100000001490116119384765625"
+
+
+class FixedShapeToy(torch.nn.Module):
+    """The toy network written for exactly one input of shape [1, 2] (no leading batch)."""
+
+    def __init__(self, data_dependent: bool = False) -> None:
+        super().__init__()
+        self.w = torch.tensor([[1.0, 1.0], [1.0, -1.0]])
+        self.data_dependent = data_dependent
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.data_dependent and bool(x.sum() > 100):  # python control flow on a value: vmap refuses it
+            return x
+        return torch.relu(x.reshape(1, 2) @ self.w)
+
+
+@pytest.mark.parametrize(("data_dependent", "mode"), [(False, "vmap"), (True, "loop")])
+def test_modules_without_a_leading_batch(toy_file: Path, violated_file: Path, tmp_path: Path,
+                                         data_dependent: bool, mode: str) -> None:
+    result = falsify(toy_file, load_vnnlib(violated_file), FAST, module=FixedShapeToy(data_dependent),
+                     cache_dir=tmp_path)
+    assert result.batching == mode
+    assert result.certified
