@@ -24,6 +24,18 @@ _BY_ONNX: dict[int, torch.dtype] = {
     onnx.TensorProto.BOOL: torch.bool,
     onnx.TensorProto.COMPLEX64: torch.complex64,
     onnx.TensorProto.COMPLEX128: torch.complex128,
+    onnx.TensorProto.FLOAT8E4M3FN: torch.float8_e4m3fn,
+    onnx.TensorProto.FLOAT8E4M3FNUZ: torch.float8_e4m3fnuz,
+    onnx.TensorProto.FLOAT8E5M2: torch.float8_e5m2,
+    onnx.TensorProto.FLOAT8E5M2FNUZ: torch.float8_e5m2fnuz,
+}
+# ml_dtypes names of the types NumPy lacks (torch converts them through float32).
+_ML_DTYPES = {
+    torch.bfloat16: "bfloat16",
+    torch.float8_e4m3fn: "float8_e4m3fn",
+    torch.float8_e4m3fnuz: "float8_e4m3fnuz",
+    torch.float8_e5m2: "float8_e5m2",
+    torch.float8_e5m2fnuz: "float8_e5m2fnuz",
 }
 _TO_ONNX = {v: k for k, v in _BY_ONNX.items()}
 
@@ -68,8 +80,8 @@ def to_numpy(value: Any) -> Any:
     t = value.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    if t.dtype == torch.bfloat16:
+    if t.dtype in _ML_DTYPES:
         import ml_dtypes
 
-        return t.float().numpy().astype(ml_dtypes.bfloat16)
+        return t.float().numpy().astype(getattr(ml_dtypes, _ML_DTYPES[t.dtype]))
     return t.numpy()

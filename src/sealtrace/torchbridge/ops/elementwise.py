@@ -23,10 +23,30 @@ def _legacy(b: torch.Tensor, a: torch.Tensor, broadcast: int | None, axis: int |
     return b.reshape([*b.shape, *([1] * trailing)]) if trailing > 0 else b
 
 
+# torch implements few kernels for uint16/32/64: compute those in int64 and cast back (exact for
+# uint16/uint32 and for uint64 values below 2**63).
+_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
+
+
+def widened(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``fn`` applied to int64 copies of unsigned inputs, its integer result cast back."""
+
+    def apply(*xs: torch.Tensor) -> torch.Tensor:
+        original = xs[0].dtype
+        if original not in _UNSIGNED:
+            return fn(*xs)
+        result = fn(*(x.to(torch.int64) for x in xs))
+        return result.to(original) if result.dtype == torch.int64 else result
+
+    return apply
+
+
 def _binary(op_type: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    wide = widened(fn)
+
     def translate(a: torch.Tensor, b: torch.Tensor, broadcast: int | None = None, axis: int | None = None,
                   **_: Any) -> torch.Tensor:
-        return fn(a, _legacy(b, a, broadcast, axis))
+        return wide(a, _legacy(b, a, broadcast, axis))
 
     translate.__name__ = translate.__qualname__ = op_type.lower()
     register(op_type, *reference_versions(op_type))(translate)
@@ -56,8 +76,10 @@ _binary("BitwiseXor", torch.bitwise_xor)
 
 
 def _unary(op_type: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    wide = widened(fn)
+
     def translate(x: torch.Tensor, **_: Any) -> torch.Tensor:
-        return fn(x)
+        return wide(x)
 
     translate.__name__ = translate.__qualname__ = op_type.lower()
     register(op_type, *reference_versions(op_type))(translate)
@@ -69,8 +91,20 @@ _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "Sign": torch.sign, "Sin": torch.sin, "Cos": torch.cos, "Tan": torch.tan, "Asin": torch.asin,
     "Acos": torch.acos, "Atan": torch.atan, "Sinh": torch.sinh, "Cosh": torch.cosh, "Asinh": torch.asinh,
     "Acosh": torch.acosh, "Atanh": torch.atanh, "Erf": torch.erf, "IsNaN": torch.isnan,
-    "Not": torch.logical_not, "BitwiseNot": torch.bitwise_not,
+    "Not": torch.logical_not,
 }
+# BitwiseNot of an unsigned value is not the int64 one's: flip within the type's own width.
+_UNSIGNED_MAX = {torch.uint8: 0xFF, torch.uint16: 0xFFFF, torch.uint32: 0xFFFFFFFF}
+
+
+@register("BitwiseNot", *reference_versions("BitwiseNot"))
+def bitwise_not(x: torch.Tensor) -> torch.Tensor:
+    """BitwiseNot."""
+    if x.dtype in _UNSIGNED_MAX and x.dtype != torch.uint8:
+        return (_UNSIGNED_MAX[x.dtype] - x.to(torch.int64)).to(x.dtype)
+    return torch.bitwise_not(x)
+
+
 for _name, _fn in _UNARY.items():
     _unary(_name, _fn)
 
@@ -99,22 +133,27 @@ def pow_(a: torch.Tensor, b: torch.Tensor, broadcast: int | None = None, axis: i
 @register("Mod", *reference_versions("Mod"))
 def mod(a: torch.Tensor, b: torch.Tensor, *, fmod: int = 0) -> torch.Tensor:
     """Mod: fmod=1 truncates (sign of A), fmod=0 floors (sign of B)."""
-    return torch.fmod(a, b) if fmod else torch.remainder(a, b)
+    return widened(torch.fmod if fmod else torch.remainder)(a, b)
 
 
 @register("BitShift", *reference_versions("BitShift"))
 def bit_shift(a: torch.Tensor, b: torch.Tensor, *, direction: str) -> torch.Tensor:
     """BitShift LEFT / RIGHT."""
     if direction == "LEFT":
-        return torch.bitwise_left_shift(a, b)
-    return torch.bitwise_right_shift(a, b)
+        shifted = widened(torch.bitwise_left_shift)(a, b)
+        if a.dtype in _UNSIGNED:  # bits shifted past the type's width are dropped
+            shifted = widened(torch.bitwise_and)(shifted, torch.tensor(_UNSIGNED_MAX.get(a.dtype, -1)).to(a.dtype))
+        return shifted
+    return widened(torch.bitwise_right_shift)(a, b)
 
 
 def _variadic(op_type: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], mean: bool = False) -> None:
+    wide = widened(fn)
+
     def translate(*xs: torch.Tensor, **_: Any) -> torch.Tensor:
         result = xs[0]
         for x in xs[1:]:
-            result = fn(result, x)
+            result = wide(result, x)
         if mean:
             result = result / len(xs)
         if len(xs) == 1:

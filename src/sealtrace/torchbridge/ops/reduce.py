@@ -27,11 +27,28 @@ def _reduce(x: torch.Tensor, axes: list[int] | None, keepdims: int, noop: int, f
     return fn(x, dims, bool(keepdims))
 
 
+def _empty_result(x: torch.Tensor, d: list[int], k: bool, lowest: bool) -> torch.Tensor:
+    """Max (min) over an empty set: the identity of the reduction, -inf (+inf) or the type's bound."""
+    shape = [1 if i in d else n for i, n in enumerate(x.shape)] if k else [n for i, n in enumerate(x.shape) if i not in d]
+    if x.dtype == torch.bool:
+        fill: Any = not lowest
+    elif x.is_floating_point():
+        fill = -float("inf") if lowest else float("inf")
+    else:
+        info = torch.iinfo(x.dtype)
+        fill = info.min if lowest else info.max
+    return torch.full(shape, fill, dtype=x.dtype, device=x.device)
+
+
 def _amax(x: torch.Tensor, d: list[int], k: bool) -> torch.Tensor:
+    if any(x.shape[i] == 0 for i in d):
+        return _empty_result(x, d, k, lowest=True)
     return torch.amax(x, dim=d, keepdim=k)
 
 
 def _amin(x: torch.Tensor, d: list[int], k: bool) -> torch.Tensor:
+    if any(x.shape[i] == 0 for i in d):
+        return _empty_result(x, d, k, lowest=False)
     return torch.amin(x, dim=d, keepdim=k)
 
 

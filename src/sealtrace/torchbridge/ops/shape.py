@@ -394,12 +394,14 @@ def constant_of_shape(shape: Any, *, value: Any = None) -> torch.Tensor:
 
 
 @register("Range", *reference_versions("Range"), static=(0, 1, 2))
-def range_(start: Any, limit: Any, delta: Any) -> torch.Tensor:
+def range_(start: Any, limit: Any, delta: Any, **_: Any) -> torch.Tensor:
     """Range: max(ceil((limit - start) / delta), 0) elements, in the dtype of ``start``.
 
     The three scalars are shape-like (static): tensors, or folded Python numbers (an int means
     int64, a float float32, the dtypes ONNX models use for Range).
     """
+    # Range-27's stash_type (the precision of the accumulation) needs nothing here: every element
+    # is computed directly as start + i * delta in double precision.
     dtype = start.dtype if isinstance(start, torch.Tensor) else torch.as_tensor(static_array(start)).dtype
     if dtype == torch.float64 and not isinstance(start, torch.Tensor):
         dtype = torch.float32
@@ -412,14 +414,35 @@ def range_(start: Any, limit: Any, delta: Any) -> torch.Tensor:
 
 @register("Cast", *reference_versions("Cast"))
 def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up", **_: Any) -> torch.Tensor:
-    """Cast to the ONNX element type ``to`` (string targets are not supported)."""
-    return x.to(torch_dtype(int(to)))
+    """Cast to the ONNX element type ``to`` (string and 4-bit targets are not supported).
+
+    float8 targets follow the spec's table: with ``saturate`` (the default) values beyond the
+    type's range, infinities included, become its largest value; without it they become inf where
+    the type has one, else NaN.
+    """
+    target = torch_dtype(int(to))
+    if target in _FLOAT8 and x.is_floating_point():
+        top = torch.finfo(target).max
+        if saturate:
+            x = torch.clamp(x, -top, top)
+        else:
+            # Values that round past the largest finite one: beyond top + half its last step.
+            below = (torch.tensor(top).to(target).view(torch.uint8) - 1).view(target).float().item()
+            beyond = torch.abs(x.float()) >= top + (top - below) / 2
+            overflow = float("inf") if target == torch.float8_e5m2 else float("nan")
+            x = torch.where(beyond, torch.copysign(torch.full_like(x, overflow), x), x)
+    return x.to(target)
+
+
+_FLOAT8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
 
 
 @register("CastLike", *reference_versions("CastLike"))
-def cast_like(x: torch.Tensor, like: torch.Tensor, **_: Any) -> torch.Tensor:
+def cast_like(x: torch.Tensor, like: torch.Tensor, *, saturate: int = 1, **_: Any) -> torch.Tensor:
     """CastLike: X in the dtype of the second input."""
-    return x.to(like.dtype)
+    from sealtrace.torchbridge.dtypes import onnx_elem_type
+
+    return cast(x, to=onnx_elem_type(like.dtype), saturate=saturate)
 
 
 @register("Constant", *reference_versions("Constant"))
@@ -444,9 +467,9 @@ def constant(**attrs: Any) -> torch.Tensor:
 def eye_like(x: torch.Tensor, *, dtype: int | None = None, k: int = 0) -> torch.Tensor:
     """EyeLike: ones on the k-th diagonal, shaped like X."""
     target = torch_dtype(dtype) if dtype else x.dtype
-    rows, cols = x.shape
-    return torch.eye(rows, cols + abs(k), dtype=target, device=x.device)[:, max(-k, 0): max(-k, 0) + cols] if k < 0 \
-        else torch.eye(rows, cols + k, dtype=target, device=x.device)[:, k: k + cols]
+    rows = torch.arange(x.shape[0], device=x.device).reshape(-1, 1)
+    cols = torch.arange(x.shape[1], device=x.device).reshape(1, -1)
+    return (cols - rows == k).to(target)
 
 
 @register("Trilu", *reference_versions("Trilu"), static=(1,))
@@ -469,11 +492,12 @@ def depth_to_space(x: torch.Tensor, *, blocksize: int, mode: str = "DCR") -> tor
 
 
 @register("SpaceToDepth", *reference_versions("SpaceToDepth"))
-def space_to_depth(x: torch.Tensor, *, blocksize: int) -> torch.Tensor:
-    """SpaceToDepth."""
+def space_to_depth(x: torch.Tensor, *, blocksize: int, mode: str = "DCR") -> torch.Tensor:
+    """SpaceToDepth (DCR; CRD from version 28)."""
     n, c, h, w = x.shape
     b = blocksize
-    y = x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    order = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = x.reshape(n, c, h // b, b, w // b, b).permute(order)
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
@@ -546,8 +570,9 @@ def top_k(x: torch.Tensor, k: Any, *, axis: int = -1, largest: int = 1, sorted: 
     """TopK-10+: ties keep the lower index first, as the spec asks (a stable sort)."""
     count = ints(k)[0]
     a = _axis(axis, x.dim())
-    order = torch.sort(x, dim=a, descending=bool(largest), stable=True).indices.narrow(a, 0, count)
-    return torch.gather(x, a, order), order
+    keys = x.to(torch.int64) if x.dtype in (torch.uint16, torch.uint32, torch.uint64) else x
+    order = torch.sort(keys, dim=a, descending=bool(largest), stable=True).indices.narrow(a, 0, count)
+    return torch.gather(keys, a, order).to(x.dtype), order
 
 
 def _arg(x: torch.Tensor, axis: int, keepdims: int, select_last_index: int, largest: bool) -> torch.Tensor:
