@@ -153,6 +153,7 @@ def main() -> None:
             "included). Limit 1.10 (wall), goal 1.05.",
             "",
             facts_markdown(int(os.environ.get("OPENBLAS_NUM_THREADS", os.cpu_count() or 1))),
+            "",
             f"Hash threads: {default_hash_threads()} (plus the log writer thread).",
             "",
             "| model | plain ms | audited ms | wall ratio | best-run ratio | CPU ratio | steps | MB hashed/run "
