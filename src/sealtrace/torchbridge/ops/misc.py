@@ -1,0 +1,202 @@
+"""Smaller ops torch expresses directly: CumProd, Compress, ReverseSequence, CenterCropPad,
+window functions, integer matmul/conv, DynamicQuantizeLinear, BitCast, AffineGrid, Col2Im."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
+
+from sealtrace.torchbridge.dtypes import torch_dtype
+from sealtrace.torchbridge.registry import ints, reference_versions, register
+
+
+@register("CumProd", *reference_versions("CumProd"), static=(1,))
+def cum_prod(x: torch.Tensor, axis: Any, *, exclusive: int = 0, reverse: int = 0) -> torch.Tensor:
+    """CumProd with ``exclusive`` and ``reverse``."""
+    a = ints(axis)[0]
+    a = a + x.dim() if a < 0 else a
+    y = x.flip(a) if reverse else x
+    if exclusive:
+        ones = torch.ones_like(y.narrow(a, 0, 1))
+        y = torch.cat([ones, y.narrow(a, 0, y.shape[a] - 1)], dim=a)
+    out = torch.cumprod(y, dim=a).to(x.dtype)
+    return out.flip(a) if reverse else out
+
+
+@register("Compress", *reference_versions("Compress"))
+def compress(x: torch.Tensor, condition: torch.Tensor, *, axis: int | None = None) -> torch.Tensor:
+    """Compress: the slices where ``condition`` is true (a shorter condition selects fewer)."""
+    flat = x.reshape(-1) if axis is None else x
+    a = 0 if axis is None else (axis + x.dim() if axis < 0 else axis)
+    keep = torch.nonzero(condition.reshape(-1)[: flat.shape[a]].to(torch.bool)).reshape(-1)
+    return flat.index_select(a, keep)
+
+
+@register("ReverseSequence", *reference_versions("ReverseSequence"))
+def reverse_sequence(x: torch.Tensor, sequence_lens: torch.Tensor, *, batch_axis: int = 1, time_axis: int = 0
+                     ) -> torch.Tensor:
+    """ReverseSequence: reverse the first sequence_lens[b] steps of every batch entry."""
+    steps = x.shape[time_axis]
+    index = torch.arange(steps, device=x.device).reshape(1, -1).repeat(x.shape[batch_axis], 1)
+    lens = sequence_lens.to(torch.int64).reshape(-1, 1)
+    reversed_index = torch.where(index < lens, lens - 1 - index, index)  # [batch, time]
+    shape = [1] * x.dim()
+    shape[batch_axis], shape[time_axis] = x.shape[batch_axis], steps
+    order = reversed_index if batch_axis < time_axis else reversed_index.T
+    return torch.gather(x, time_axis, order.reshape(shape).expand(x.shape))
+
+
+@register("CenterCropPad", *reference_versions("CenterCropPad"), static=(1,))
+def center_crop_pad(x: torch.Tensor, shape: Any, *, axes: tuple[int, ...] | None = None) -> torch.Tensor:
+    """CenterCropPad: crop or zero-pad each chosen axis around its centre."""
+    sizes = ints(shape)
+    chosen = [a + x.dim() if a < 0 else a for a in axes] if axes else list(range(x.dim()))
+    for axis, size in zip(chosen, sizes, strict=True):
+        dim = x.shape[axis]
+        if size < dim:
+            x = x.narrow(axis, (dim - size) // 2, size)
+        elif size > dim:
+            before = (size - dim) // 2
+            pads = [0, 0] * (x.dim() - 1 - axis) + [before, size - dim - before]
+            x = F.pad(x, pads)
+    return x
+
+
+def _window(size: Any, output_datatype: int, periodic: int, coefficients: tuple[float, ...]) -> torch.Tensor:
+    n = ints(size)[0]
+    denominator = n if periodic else n - 1
+    k = torch.arange(n, dtype=torch.float64)
+    w = torch.zeros(n, dtype=torch.float64)
+    for i, c in enumerate(coefficients):
+        w = w + ((-1) ** i) * c * torch.cos(2 * math.pi * i * k / denominator)
+    return w.to(torch_dtype(output_datatype))
+
+
+@register("HannWindow", *reference_versions("HannWindow"), static=(0,))
+def hann_window(size: Any, *, output_datatype: int = 1, periodic: int = 1) -> torch.Tensor:
+    """HannWindow."""
+    return _window(size, output_datatype, periodic, (0.5, 0.5))
+
+
+@register("HammingWindow", *reference_versions("HammingWindow"), static=(0,))
+def hamming_window(size: Any, *, output_datatype: int = 1, periodic: int = 1) -> torch.Tensor:
+    """HammingWindow (alpha 25/46)."""
+    return _window(size, output_datatype, periodic, (25 / 46, 1 - 25 / 46))
+
+
+@register("BlackmanWindow", *reference_versions("BlackmanWindow"), static=(0,))
+def blackman_window(size: Any, *, output_datatype: int = 1, periodic: int = 1) -> torch.Tensor:
+    """BlackmanWindow."""
+    return _window(size, output_datatype, periodic, (0.42, 0.5, 0.08))
+
+
+def _zero_point(v: torch.Tensor | None, x: torch.Tensor, per_row_axis: int) -> Any:
+    if v is None:
+        return 0
+    v = v.to(torch.int64)
+    if v.dim() == 0 or v.numel() == 1:
+        return v.reshape(())
+    shape = [1] * x.dim()
+    shape[per_row_axis] = -1
+    return v.reshape(shape)
+
+
+@register("MatMulInteger", *reference_versions("MatMulInteger"))
+def matmul_integer(a: torch.Tensor, b: torch.Tensor, a_zero_point: torch.Tensor | None = None,
+                   b_zero_point: torch.Tensor | None = None) -> torch.Tensor:
+    """MatMulInteger: (A - a_zp) @ (B - b_zp) in int32 (a_zp per row, b_zp per column)."""
+    aa = a.to(torch.int64) - _zero_point(a_zero_point, a, a.dim() - 2 if a.dim() >= 2 else 0)
+    bb = b.to(torch.int64) - _zero_point(b_zero_point, b, b.dim() - 1)
+    return torch.matmul(aa, bb).to(torch.int32)
+
+
+@register("ConvInteger", *reference_versions("ConvInteger"))
+def conv_integer(x: torch.Tensor, w: torch.Tensor, x_zero_point: torch.Tensor | None = None,
+                 w_zero_point: torch.Tensor | None = None, **attrs: Any) -> torch.Tensor:
+    """ConvInteger: the convolution of zero-point-shifted integers, exact in float64, as int32."""
+    from sealtrace.torchbridge.ops.nn import conv
+
+    xx = x.to(torch.float64) - (0 if x_zero_point is None else x_zero_point.to(torch.float64).reshape(()))
+    ww = w.to(torch.float64)
+    if w_zero_point is not None:
+        ww = ww - (w_zero_point.to(torch.float64).reshape(-1, *([1] * (w.dim() - 1)))
+                   if w_zero_point.numel() > 1 else w_zero_point.to(torch.float64).reshape(()))
+    return torch.round(conv(xx, ww, None, **attrs)).to(torch.int32)
+
+
+@register("DynamicQuantizeLinear", *reference_versions("DynamicQuantizeLinear"))
+def dynamic_quantize_linear(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DynamicQuantizeLinear: uint8 with a scale and zero point from the data's range (incl. 0)."""
+    low = torch.clamp(x.min(), max=0).float()
+    high = torch.clamp(x.max(), min=0).float()
+    scale = (high - low) / 255
+    zero_point = torch.clamp(torch.round(0 - low / scale), 0, 255) if float(scale) != 0 else torch.tensor(0.0)
+    y = torch.clamp(torch.round(x.float() / scale) + zero_point, 0, 255) if float(scale) != 0 \
+        else torch.clamp(zero_point + torch.zeros_like(x, dtype=torch.float32), 0, 255)
+    return y.to(torch.uint8), scale.to(x.dtype), zero_point.to(torch.uint8)
+
+
+@register("AffineGrid", *reference_versions("AffineGrid"), static=(1,))
+def affine_grid(theta: torch.Tensor, size: Any, *, align_corners: int = 0) -> torch.Tensor:
+    """AffineGrid (2-D and 3-D)."""
+    return F.affine_grid(theta, ints(size), align_corners=bool(align_corners))
+
+
+@register("Col2Im", *reference_versions("Col2Im"), static=(1, 2))
+def col2im(x: torch.Tensor, image_shape: Any, block_shape: Any, *, dilations: tuple[int, ...] | None = None,
+           pads: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Col2Im for 2-D images (torch.nn.functional.fold)."""
+    image, block = ints(image_shape), ints(block_shape)
+    if len(image) != 2:
+        raise ValueError("Col2Im is translated for 2-D images only")
+    p = list(pads) if pads else [0, 0, 0, 0]
+    if p[0] != p[2] or p[1] != p[3]:
+        raise ValueError("Col2Im with asymmetric pads is not translated")
+    return F.fold(x, tuple(image), tuple(block), dilation=tuple(dilations or (1, 1)), padding=(p[0], p[1]),
+                  stride=tuple(strides or (1, 1)))
+
+
+_GRID_MODES = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest", "cubic": "bicubic",
+               "bicubic": "bicubic"}
+
+
+@register("GridSample", *reference_versions("GridSample"))
+def grid_sample(x: torch.Tensor, grid: torch.Tensor, *, align_corners: int = 0, mode: str = "linear",
+                padding_mode: str = "zeros") -> torch.Tensor:
+    """GridSample for 2-D (and 3-D linear/nearest) inputs via torch.nn.functional.grid_sample."""
+    if x.dim() not in (4, 5) or (x.dim() == 5 and mode in ("cubic", "bicubic")):
+        raise ValueError(f"GridSample {mode} on a {x.dim()}-D input is not translated")
+    return F.grid_sample(x, grid.to(x.dtype), mode=_GRID_MODES[mode], padding_mode=padding_mode,
+                         align_corners=bool(align_corners))
+
+
+@register("MaxUnpool", *reference_versions("MaxUnpool"), static=(2,))
+def max_unpool(x: torch.Tensor, indices: torch.Tensor, output_shape: Any = None, *,
+               kernel_shape: tuple[int, ...], pads: tuple[int, ...] | None = None,
+               strides: tuple[int, ...] | None = None) -> torch.Tensor:
+    """MaxUnpool: scatter X to the flat positions ``indices`` of the shape the attributes infer;
+    an explicit ``output_shape`` then holds that result in its top-left corner (ONNX's test data)."""
+    rank = len(kernel_shape)
+    s = list(strides) if strides else [1] * rank
+    p = list(pads) if pads else [0] * (2 * rank)
+    spatial = [(d - 1) * st - p[i] - p[i + rank] + k
+               for i, (d, st, k) in enumerate(zip(x.shape[2:], s, kernel_shape, strict=True))]
+    inferred = [*x.shape[:2], *spatial]
+    flat = torch.zeros(math.prod(inferred), dtype=x.dtype, device=x.device)
+    y = flat.scatter(0, indices.to(torch.int64).reshape(-1), x.reshape(-1)).reshape(inferred)
+    if output_shape is None or ints(output_shape) == inferred:
+        return y
+    shape = ints(output_shape)
+    window = tuple(slice(0, min(i, o)) for i, o in zip(inferred, shape, strict=True))
+    out = torch.zeros(shape, dtype=x.dtype, device=x.device)
+    out[window] = y[window]
+    return out
+
+
+@register("BitCast", *reference_versions("BitCast"))
+def bit_cast(x: torch.Tensor, *, to: int) -> torch.Tensor:
+    """BitCast between types of the same width (torch's view)."""
+    return x.view(torch_dtype(int(to)))
