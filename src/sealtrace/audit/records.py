@@ -26,6 +26,7 @@ from sealtrace.digest import canonical_dtype, canonical_json, tensor_digest
 AUDIT_FORMAT = "sealtrace.audit.v1"
 GENESIS = "0" * 64
 DEFAULT_SAMPLE = 8
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # The fields a record's digest leaves out: the digest itself and the signature over the run digest.
 _UNHASHED = ("digest", "chain_head", "signature")
@@ -114,13 +115,13 @@ def stats_of(array: np.ndarray) -> dict[str, Any] | None:
                 return {"min": None, "max": None, "mean": None, "nan": nan, "inf": inf}
             lo, hi = np.minimum.reduce(array, axis=None), np.maximum.reduce(array, axis=None)
         # Pairwise summation in the tensor's own precision (float16 widened): fast and stable enough
-        # for a summary; the digest, not the mean, is what identifies the tensor. Finite values
-        # whose float32 sum overflows (masks of -3.4e38) are summed again in float64.
-        with np.errstate(over="ignore", invalid="ignore"):
-            total = float(np.add.reduce(array, axis=None, dtype=np.float32 if array.itemsize < 4 else None))
-            if not math.isfinite(total):
-                total = float(np.add.reduce(array, axis=None, dtype=np.float64))
-        mean = total / array.size
+        # for a summary; the digest, not the mean, is what identifies the tensor. Where the sum
+        # could overflow that precision (masks of -3.4e38), it is taken in float64 instead.
+        bound = max(-float(lo), float(hi)) * array.size
+        wide = array.itemsize < 8 and bound >= _FLOAT32_MAX
+        accumulate = np.float64 if wide else (np.float32 if array.itemsize < 4 else None)
+        with np.errstate(over="ignore"):  # only a float64 sum near 1.8e308 can still overflow
+            mean = float(np.add.reduce(array, axis=None, dtype=accumulate)) / array.size
     else:
         mean = float(np.add.reduce(array, axis=None, dtype=np.float64)) / array.size
     as_py = float if kind == "f" else int
