@@ -65,3 +65,25 @@ def test_index_is_json(mlp_path: Path, tmp_path: Path) -> None:
     index = json.loads((tmp_path / "cap" / "index.json").read_text())
     assert index["format"] == "sealtrace.capture.v1"
     assert {e["source"] for e in index["values"]} == {"input", "step"}
+
+
+def test_failed_run_leaves_an_incomplete_index(tmp_path: Path) -> None:
+    from sealtrace.errors import KernelError
+    from tests.audit.test_recorder import _failing_model
+
+    feeds = {"x": np.ones((2, 3), np.float32), "shape": np.array([4, 4], np.int64)}
+    with pytest.raises(KernelError):
+        Session(_failing_model()).run(None, feeds, capture=tmp_path / "cap")
+    captured = CapturedRun.open(tmp_path / "cap")
+    assert not captured.complete
+    assert captured.keys() == ["x", "shape", "r"]
+
+
+def test_capture_memory_is_bounded(tmp_path: Path) -> None:
+    from tests.audit.test_recorder import _big_chain
+
+    size = 1 << 18  # 1 MiB per tensor
+    store = CaptureStore(tmp_path / "cap", max_pending_bytes=2 << 20)
+    Session(_big_chain(12, size)).run(None, {"v0": np.zeros(size, np.float32)}, capture=store)
+    assert 0 < store.peak_pending_bytes <= 2 << 20
+    np.testing.assert_array_equal(CapturedRun.open(tmp_path / "cap").load("v12"), np.full(size, 12, np.float32))
