@@ -54,7 +54,9 @@ class TorchBackend:
         for observer in observers:
             observer.on_run_start(plan, feeds, self)
         tensors = {name: self._tensor(value) for name, value in feeds.items()}
-        with torch.no_grad():
+        # The device context makes tensors that translations create (indices, fills) land on the
+        # run's device too.
+        with torch.no_grad(), self.device:
             outputs = self._execute(plan, tensors, observers, ())
         result = {name: to_numpy(value) for name, value in zip(plan.output_names, outputs, strict=True)}
         for observer in observers:
