@@ -49,6 +49,7 @@ class OnnxRuntimeBackend:
         self.per_op = per_op
         self._sessions: dict[tuple[int, bool], tuple[Plan, ort.InferenceSession]] = {}
         self._tmp: list[tempfile.TemporaryDirectory[str]] = []
+        self._running_per_op = False
 
     @property
     def version(self) -> str:
@@ -56,7 +57,8 @@ class OnnxRuntimeBackend:
 
     @property
     def per_step(self) -> bool:
-        return bool(self.per_op)
+        """Whether the current (or last) run reports every step: per-op mode."""
+        return bool(self.per_op if self.per_op is not None else self._running_per_op)
 
     def describe(self, per_op: bool) -> dict[str, Any]:
         """Settings that shape the numbers, for audit headers and reports."""
@@ -104,6 +106,7 @@ class OnnxRuntimeBackend:
         observers: Sequence[StepObserver] = (),
     ) -> dict[str, Any]:
         per_op = self.per_op if self.per_op is not None else bool(observers)
+        self._running_per_op = per_op
         session = self.session_for(plan, per_op)
         for observer in observers:
             observer.on_run_start(plan, feeds, self)
