@@ -9,16 +9,24 @@ import numpy as np
 
 from sealtrace import __version__
 from sealtrace.backends.base import StepEvent, StepObserver
+from sealtrace.backends.threads import blas_threads
 from sealtrace.errors import KernelError, SealtraceError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan.model import Plan, Step
 
 
 class ReferenceBackend:
-    """Faithful, deterministic NumPy execution of a Plan, reporting every step to observers."""
+    """Faithful, deterministic NumPy execution of a Plan, reporting every step to observers.
+
+    ``threads`` is how many threads NumPy's BLAS may use during a run (default 1, see
+    :mod:`sealtrace.backends.threads`; None leaves BLAS as the environment configured it).
+    """
 
     name = "reference"
     per_step = True
+
+    def __init__(self, threads: int | None = 1) -> None:
+        self.threads = threads
 
     @property
     def version(self) -> str:
@@ -33,7 +41,8 @@ class ReferenceBackend:
         for observer in observers:
             observer.on_run_start(plan, feeds, self)
         given = {id(v) for v in feeds.values()} | {id(v) for v in plan.initializers.values()}
-        outputs = [_owned(value, given) for value in execute(plan, feeds, observers, ())]
+        with blas_threads(self.threads):
+            outputs = [_owned(value, given) for value in execute(plan, feeds, observers, ())]
         result = dict(zip(plan.output_names, outputs, strict=True))
         for observer in observers:
             observer.on_run_end(result)
