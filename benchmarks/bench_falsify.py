@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 import tempfile
 import time
@@ -68,11 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r.instance.name:45s} {r.result:8s} {r.time_s:7.2f} s certified={r.certified}"  # type: ignore[attr-defined]
               f" expected={r.instance.expected}", flush=True)  # type: ignore[attr-defined]
 
+    load_before = os.getloadavg()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as cache:
         results = run_instances(instances, timeout_s=args.timeout, settings=SearchSettings(seed=args.seed),
                                 cache_dir=cache, on_result=progress)
     wall = time.perf_counter() - started
+    load_after = os.getloadavg()
     summary = summarize(results)
     missed = [r.instance.name for r in results if r.instance.expected == "sat" and r.result != "sat"]
     machine = machine_line()
@@ -86,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         f"`python benchmarks/bench_falsify.py --timeout {args.timeout:g} --seed {args.seed}"
         + (" --only-sat" if args.only_sat else "") + (f" --limit {args.limit}" if args.limit else "") + "`",
         "",
-        f"- machine: {machine}; torch search on 1 thread",
+        f"- machine: {machine}; torch search on 1 thread; load average (1 min) {load_before[0]:.1f} at the "
+        f"start, {load_after[0]:.1f} at the end (a shared machine)",
         f"- budget: {args.timeout:g} s per instance (VNN-COMP allows 116 s); total wall {wall:.0f} s",
         "- time: in-process wall seconds per instance, from reading the files to the certified answer "
         "(parse, seal (cached), verify, convert, search, audited reference run); interpreter start-up excluded",
