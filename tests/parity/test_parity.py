@@ -34,6 +34,7 @@ class AlteredBackend(ReferenceBackend):
     name = "altered"
 
     def __init__(self, step_name: str, alter: Callable[[Any], Any]) -> None:
+        super().__init__()
         self.step_name = step_name
         self.alter = alter
 
