@@ -27,7 +27,6 @@ KNOWN_GAPS = {
     r"^test_(quantizelinear_e4m3fn|quantizelinear_e5m2|dequantizelinear_e4m3fn_zero_point)$":
         "float8 quantization is not translated",
     r"string": "torch has no string tensors",
-    r"^test_identity_(opt|sequence)$": "optional and sequence values are not translated",
     r"^test_training_dropout": "training-mode Dropout is random",
     r"^test_batchnorm_.*training_mode$": "BatchNormalization in training mode is not translated",
     r"^test_maxpool_with_argmax": "MaxPool's Indices output is not translated",
@@ -61,11 +60,15 @@ def _module_runner(model: Any) -> Callable[[Any, list[Any]], list[Any]]:
     check_supported(plan)
     module = to_torch(plan)
 
+    def tensor(value: Any) -> Any:
+        if isinstance(value, list):  # a sequence
+            return [tensor(v) for v in value]
+        return None if value is None else from_numpy(np.asarray(value))
+
     def run(_model: Any, inputs: list[Any]) -> list[Any]:
         feeds = {i.name: v for i, v in zip(plan.inputs, inputs, strict=False)}
         with torch.no_grad():
-            result = module(*(None if feeds[n] is None else from_numpy(np.asarray(feeds[n]))
-                              for n in module.input_names))
+            result = module(*(tensor(feeds[n]) for n in module.input_names))
         return [to_numpy(r) for r in (result if isinstance(result, tuple) else (result,))]
 
     return run
@@ -78,4 +81,4 @@ def test_node_conformance(runner: Callable[[Any], Any]) -> None:
     unexpected = [(r.name, r.message[:200]) for r in results if r.status == "failed" and not _known(r.name)]
     assert not unexpected, unexpected[:20]
     passed = sum(r.status == "passed" for r in results)
-    assert passed >= 1300, passed  # guards against translations silently dropping out
+    assert passed >= 1490, passed  # guards against translations silently dropping out

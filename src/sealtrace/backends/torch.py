@@ -66,6 +66,8 @@ class TorchBackend:
     def _tensor(self, value: Any) -> Any:
         if value is None or isinstance(value, torch.Tensor):
             return value
+        if isinstance(value, list):  # a sequence
+            return [self._tensor(v) for v in value]
         return from_numpy(value).to(self.device)
 
     def _initializers(self, plan: Plan) -> dict[str, torch.Tensor]:

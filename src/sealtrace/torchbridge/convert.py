@@ -30,10 +30,11 @@ import torch
 from torch import fx
 
 from sealtrace.backends.reference import StepContext
-from sealtrace.errors import InputError, SealtraceError
+from sealtrace.errors import InputError, UnsupportedError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan import ModelSource, Plan, Step, build_plan
 from sealtrace.torchbridge.dtypes import from_numpy
+from sealtrace.torchbridge.ops.sequence import sequence_construct
 from sealtrace.torchbridge.registry import Translation
 from sealtrace.torchbridge.steps import check_supported, translation_for
 
@@ -239,7 +240,14 @@ class _Converter:
         node = self.nodes.get(name)
         if node is not None:
             return node
-        node = self._buffer(name, self.known[name])
+        value = self.known[name]
+        if isinstance(value, list):  # a known sequence: built from its elements at run time
+            items = tuple(self._buffer(f"{name}_{i}", v) for i, v in enumerate(value))
+            node = self.graph.call_function(sequence_construct, items)
+        elif value is None:  # an empty optional
+            return None  # type: ignore[return-value]
+        else:
+            node = self._buffer(name, value)
         self.nodes[name] = node
         return node
 
@@ -250,7 +258,11 @@ class _Converter:
         if cached is not None:
             return cached
         attr = self._attr_name(hint)
-        self.root.register_buffer(attr, self._tensor(value))
+        try:
+            tensor = self._tensor(value)
+        except ValueError as exc:  # strings, 4-bit types: nothing torch can hold
+            raise UnsupportedError([f"value {hint!r}: {exc}"]) from None
+        self.root.register_buffer(attr, tensor)
         self.onnx_names[attr] = hint
         node = self.graph.get_attr(attr)
         self._buffers[id(value)] = node
@@ -402,8 +414,8 @@ class _Converter:
             if isinstance(value, np.ndarray):
                 kwargs[key] = self._buffer(f"{step.name}_{key}", value)
             elif isinstance(value, onnx.TypeProto) or (isinstance(value, tuple) and value and
-                                                       not isinstance(value[0], (int, float, str))):
-                raise SealtraceError(f"{step.name!r} ({step.op_type}): attribute {key!r} has no torch form")
+                                                       isinstance(value[0], onnx.TypeProto)):
+                continue  # types (Optional's) are carried by the values themselves
             else:
                 kwargs[key] = value
         if step.op_type in ("Cast",) and self.dtype is not None and kwargs.get("to") == onnx.TensorProto.FLOAT:
@@ -524,8 +536,9 @@ def host_tensor(value: Any) -> torch.Tensor:
 
 
 def _output(result: Any, index: int) -> Any:
-    """Output ``index`` of a node's result (a tuple when the node has several outputs)."""
-    if isinstance(result, (tuple, list)):
+    """Output ``index`` of a node's result (a tuple when the node has several outputs; a list
+    is one sequence value)."""
+    if isinstance(result, tuple):
         return result[index]
     return result
 

@@ -74,7 +74,10 @@ _NUMPY_OK = {
 
 
 def to_numpy(value: Any) -> Any:
-    """A tensor as a NumPy array (bfloat16 as ml_dtypes' bfloat16); other values unchanged."""
+    """A tensor as a NumPy array (bfloat16 and float8 as ml_dtypes' types), a sequence (list) as a
+    list of arrays; other values (None, an empty optional) unchanged."""
+    if isinstance(value, list):
+        return [to_numpy(v) for v in value]
     if not isinstance(value, torch.Tensor):
         return value
     t = value.detach()

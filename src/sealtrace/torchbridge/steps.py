@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import onnx
 import torch
 
 import sealtrace.torchbridge.ops  # noqa: F401  (registers every translation)
@@ -55,6 +56,9 @@ def tensor_attributes(step: Step, device: torch.device | None = None) -> dict[st
     for key, value in step.attributes.items():
         if isinstance(value, Plan) or (isinstance(value, tuple) and value and isinstance(value[0], Plan)):
             continue
+        if isinstance(value, onnx.TypeProto) or (isinstance(value, tuple) and value and
+                                                 isinstance(value[0], onnx.TypeProto)):
+            continue  # types (Optional's) are carried by the values themselves
         if isinstance(value, np.ndarray):
             tensor = from_numpy(value)
             attrs[key] = tensor.to(device) if device is not None else tensor
@@ -67,6 +71,7 @@ def call_translation(translation: Translation, step: Step, args: list[Any], attr
     """Run one translation and return its outputs as a list, one entry per declared output."""
     extra = {"n_outputs": len(step.outputs)} if translation.n_outputs else {}
     result = translation.fn(*args, **attrs, **extra)
-    if isinstance(result, (tuple, list)):
+    # Several outputs are a tuple; a list is one sequence value.
+    if isinstance(result, tuple):
         return list(result)
     return [result]
