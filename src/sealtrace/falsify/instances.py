@@ -128,7 +128,7 @@ def run_instances(
             outcome = falsify(instance.network, prop, run_settings, cache_dir=cache_dir)
             cex = outcome.counterexample
             result = InstanceResult(
-                instance, outcome.status, outcome.total_s, outcome.certified, budget,
+                instance, outcome.status, time.perf_counter() - started, outcome.certified, budget,
                 outcome.time_to_counterexample_s, cex.run_digest if cex else None, outcome.rejected_count,
             )
         except SealtraceError as exc:
