@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ENGINES = ("reference", "onnxruntime", "onnx.reference")
+ENGINES = ("reference:1", "reference:2", "onnxruntime:1", "onnxruntime:2", "onnx.reference")
 
 
 def measure(key: str, engine: str, repeats: int, threads: int, budget_s: float) -> dict[str, float]:
@@ -37,10 +37,14 @@ def measure(key: str, engine: str, repeats: int, threads: int, budget_s: float) 
     path = str(real.path) if real else str(zoo.acasxu_networks()[0])
     feeds = real.inputs() if real else zoo.acasxu_inputs(1, 1)[0]
     baseline = psutil.Process().memory_info().rss
-    if engine == "reference":
-        session = Session(path)
+    kind, _, count = engine.partition(":")
+    threads = int(count) if count else threads
+    if kind == "reference":
+        from sealtrace.backends.reference import ReferenceBackend
+
+        session = Session(path, backend=ReferenceBackend(threads=threads))
         run = lambda: session.run(None, feeds)  # noqa: E731
-    elif engine == "onnxruntime":
+    elif kind == "onnxruntime":
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -106,30 +110,32 @@ def main() -> None:
 
     keys = args.models.split(",") if args.models else [m.key for m in zoo.MODELS] + ["acasxu"]
     rows = []
-    ratios_ort: list[float] = []
-    ratios_onnxref: list[float] = []
-    mem_ratios: list[float] = []
+    ratios: dict[str, list[float]] = {"1": [], "2": [], "onnx.reference": [], "memory": []}
     for key in keys:
-        results = {engine: run_child(key, engine, args) for engine in ENGINES}
-        ref, ort_, oref = (results[e] for e in ENGINES)
+        r = {engine: run_child(key, engine, args) for engine in ENGINES}
         cells = [key]
-        for r in (ref, ort_, oref):
-            cells.append(f"{r['median_s'] * 1000:.2f}" if r else "n/a")
-        if ref and ort_:
-            ratios_ort.append(ref["median_s"] / ort_["median_s"])
-            cells.append(f"{ratios_ort[-1]:.2f}x")
-        else:
-            cells.append("n/a")
-        if ref and oref:
-            ratios_onnxref.append(oref["median_s"] / ref["median_s"])
-            cells.append(f"{ratios_onnxref[-1]:.1f}x")
+        for engine in ENGINES:
+            cells.append(f"{r[engine]['median_s'] * 1000:.2f}" if r[engine] else "n/a")
+        for n in ("1", "2"):
+            ref, ort_ = r[f"reference:{n}"], r[f"onnxruntime:{n}"]
+            if ref and ort_:
+                ratios[n].append(ref["median_s"] / ort_["median_s"])
+                cells.append(f"{ratios[n][-1]:.2f}x")
+            else:
+                cells.append("n/a")
+        best_ref = min((r[e]["median_s"] for e in ("reference:1", "reference:2") if r[e]), default=None)
+        oref = r["onnx.reference"]
+        if best_ref and oref:
+            ratios["onnx.reference"].append(oref["median_s"] / best_ref)
+            cells.append(f"{ratios['onnx.reference'][-1]:.1f}x")
         else:
             cells.append("n/a (failed or timed out)")
-        for r in (ref, ort_):
-            cells.append(f"{r['peak_mb']:.1f}" if r else "n/a")
-        if ref and ort_ and ort_["peak_mb"] > 0:
-            mem_ratios.append(ref["peak_mb"] / max(ort_["peak_mb"], 1e-3))
-            cells.append(f"{mem_ratios[-1]:.2f}x")
+        ref_mem, ort_mem = r["reference:1"], r["onnxruntime:1"]
+        for m in (ref_mem, ort_mem):
+            cells.append(f"{m['peak_mb']:.1f}" if m else "n/a")
+        if ref_mem and ort_mem and ort_mem["peak_mb"] > 0:
+            ratios["memory"].append(ref_mem["peak_mb"] / max(ort_mem["peak_mb"], 1e-3))
+            cells.append(f"{ratios['memory'][-1]:.2f}x")
         else:
             cells.append("n/a")
         rows.append(cells)
@@ -138,24 +144,27 @@ def main() -> None:
     def geomean(values: list[float]) -> str:
         return f"{math.exp(sum(map(math.log, values)) / len(values)):.2f}x" if values else "n/a"
 
-    header = ["model", "reference ms", "onnxruntime ms", "onnx.reference ms", "ref/ORT",
-              "onnx.reference/ref", "ref peak MB", "ORT peak MB", "ref/ORT memory"]
+    header = ["model", "reference 1T ms", "reference 2T ms", "ORT 1T ms", "ORT 2T ms", "onnx.reference ms",
+              "ref/ORT 1T", "ref/ORT 2T", "onnx.reference/ref", "ref peak MB", "ORT peak MB", "ref/ORT memory"]
     lines = [
         "## Reference interpreter latency and memory",
         "",
         "Command: `python benchmarks/bench_reference.py` (part of `make bench`). Median of up to "
-        f"{args.repeats} runs after a warm-up, each engine in its own process; peak memory is the RSS "
-        "high-water mark above the process baseline after imports (model load + runs).",
+        f"{args.repeats} runs after a warm-up, each engine in its own process. 1T/2T: the reference "
+        "backend's BLAS threads (`ReferenceBackend(threads=N)`; the default is 1) and ORT's "
+        "intra_op_num_threads. onnx.reference is `onnx.reference.ReferenceEvaluator` (its NumPy BLAS "
+        "left at the environment's thread count). Peak memory is the RSS high-water mark above the "
+        "process baseline after imports (model load + runs), at 1 thread.",
         "",
         facts_markdown(args.threads),
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
-        *("| " + " | ".join(r) + " |" for r in rows),
+        *("| " + " | ".join(c) + " |" for c in rows),
         "",
-        f"Geometric mean: reference/ORT latency {geomean(ratios_ort)} (target <= 2x), "
-        f"onnx.reference/reference {geomean(ratios_onnxref)} (target >= 10x), "
-        f"reference/ORT peak memory {geomean(mem_ratios)} (target <= 2x).",
+        f"Geometric means: reference/ORT latency {geomean(ratios['1'])} at 1 thread, {geomean(ratios['2'])} "
+        f"at 2 threads (target <= 2x); onnx.reference/reference {geomean(ratios['onnx.reference'])} "
+        f"(target >= 10x); reference/ORT peak memory {geomean(ratios['memory'])} (target <= 2x).",
         "",
     ]
     text = "\n".join(lines)
