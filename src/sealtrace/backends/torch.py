@@ -16,6 +16,7 @@ import torch
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.errors import BackendError, KernelError, SealtraceError
 from sealtrace.plan.model import Plan, Step
+from sealtrace.torchbridge.control import run_scan
 from sealtrace.torchbridge.dtypes import from_numpy, to_numpy
 from sealtrace.torchbridge.steps import call_translation, check_supported, tensor_attributes, translation_for
 
@@ -130,6 +131,16 @@ class TorchBackend:
             return self._execute(sub, {c: env[c] for c in sub.captures}, observers, (*path, step.name, branch, "0"))
         if step.op_type == "Loop":
             return self._loop(step, args, env, observers, path)
+        if step.op_type == "Scan":
+            body: Plan = step.attributes["body"]
+            captured = {c: env[c] for c in body.captures}
+
+            def run_body(t: int, feeds: list[Any]) -> list[Any]:
+                named = {**captured, **dict(zip(body.input_names, feeds, strict=True))}
+                return self._execute(body, named, observers, (*path, step.name, "body", str(t)))
+
+            n_state = len(args) - int(step.attributes["num_scan_inputs"])
+            return run_scan(run_body, args, n_state, len(body.outputs) - n_state, step.attributes)
         translation = translation_for(step)
         assert translation is not None  # check_supported ran first
         return call_translation(translation, step, args, self._attrs(step))

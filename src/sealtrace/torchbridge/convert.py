@@ -33,6 +33,7 @@ from sealtrace.backends.reference import StepContext
 from sealtrace.errors import InputError, UnsupportedError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan import ModelSource, Plan, Step, build_plan
+from sealtrace.torchbridge.control import run_scan
 from sealtrace.torchbridge.dtypes import from_numpy
 from sealtrace.torchbridge.ops.sequence import sequence_construct
 from sealtrace.torchbridge.registry import Translation
@@ -92,6 +93,29 @@ class LoopModule(torch.nn.Module):
         if iteration == 0 and self.n_scan:
             raise ValueError("a Loop that runs no iteration has empty scan outputs of unknown shape")
         result = (*state, *(torch.stack(values) for values in scans))
+        return result if len(result) != 1 else result[0]
+
+
+class ScanModule(torch.nn.Module):
+    """ONNX Scan (versions 9+): the body as a submodule, called once per scanned step."""
+
+    def __init__(self, body: torch.nn.Module, n_values: int, n_state: int, n_scan_out: int,
+                 attrs: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.body = body
+        self.n_values = n_values
+        self.n_state = n_state
+        self.n_scan_out = n_scan_out
+        self.attrs = dict(attrs)
+
+    def forward(self, *args: Any) -> Any:
+        values, captures = args[: self.n_values], args[self.n_values :]
+
+        def call(_t: int, feeds: list[Any]) -> Sequence[Any]:
+            result = self.body(*feeds, *captures)
+            return result if isinstance(result, tuple) else (result,)
+
+        result = tuple(run_scan(call, values, self.n_state, self.n_scan_out, self.attrs))
         return result if len(result) != 1 else result[0]
 
 
@@ -292,6 +316,8 @@ class _Converter:
                 self._if(step)
             elif step.op_type == "Loop":
                 self._loop(step)
+            elif step.op_type == "Scan":
+                self._scan(step)
             elif step.op_type == "Constant":
                 value = as_outputs(step.kernel.fn(**step.attributes))[0]
                 # Weights stored as Constant nodes (older exporters) become parameters; scalars fold.
@@ -471,6 +497,17 @@ class _Converter:
         cond_arg = bool(np.asarray(self.known[cond]).reshape(-1)[0]) if cond and cond in self.known else (
             self._materialize(cond) if cond else None)
         self._call_module(step, loop, [trip_arg, cond_arg, *(self._materialize(s) for s in state),
+                                       *(self._materialize(c) for c in captures)])
+
+    def _scan(self, step: Step) -> None:
+        body: Plan = step.attributes["body"]
+        captures = [c for c in body.captures if c not in self.known]
+        module = self._submodule(body, [*body.input_names, *captures])
+        n_state = len(step.inputs) - int(step.attributes["num_scan_inputs"])
+        attrs = {k: step.attributes.get(k) for k in
+                 ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions")}
+        scan = ScanModule(module, len(step.inputs), n_state, len(body.outputs) - n_state, attrs)
+        self._call_module(step, scan, [*(self._materialize(v) for v in step.inputs),
                                        *(self._materialize(c) for c in captures)])
 
     def _submodule(self, plan: Plan, inputs: list[str]) -> fx.GraphModule:

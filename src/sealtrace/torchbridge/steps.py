@@ -20,7 +20,7 @@ from sealtrace.torchbridge.dtypes import from_numpy
 from sealtrace.torchbridge.registry import Translation, lookup
 
 # Control flow is handled by the executors themselves, not by a translation.
-CONTROL_FLOW = ("If", "Loop")
+CONTROL_FLOW = ("If", "Loop", "Scan")
 
 
 def translation_for(step: Step) -> Translation | None:
@@ -35,6 +35,8 @@ def unsupported_steps(plan: Plan) -> list[str]:
         where = "/".join((*path, step.name))
         if step.domain not in ("", "ai.onnx"):
             problems.append(f"{where!r} ({step.domain}::{step.op_type}): no torch translation for domain {step.domain!r}")
+        elif step.op_type == "Scan" and step.since_version < 9:
+            problems.append(f"{where!r} (Scan-8): the batched Scan of opset 8 has no torch translation")
         elif step.op_type in CONTROL_FLOW:
             continue
         elif translation_for(step) is None:
