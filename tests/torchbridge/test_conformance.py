@@ -31,6 +31,7 @@ KNOWN_GAPS = {
     r"^test_batchnorm_.*training_mode$": "BatchNormalization in training mode is not translated",
     r"^test_maxpool_with_argmax": "MaxPool's Indices output is not translated",
     r"^test_range_bfloat16": "torch.arange has no bfloat16 kernel",
+    r"^test_dft_inverse(_opset19)?$": "the expected data holds NumPy's FFT rounding noise (2e-7) where torch gives 0",
     r"^test_col2im_5d$": "Col2Im is translated for 2-D images only (torch's fold)",
     r"^test_resize_downsample_scales_(linear|cubic)_align_corners$":
         "the expected data is wrong (the reference interpreter excludes these cases too)",
@@ -81,4 +82,4 @@ def test_node_conformance(runner: Callable[[Any], Any]) -> None:
     unexpected = [(r.name, r.message[:200]) for r in results if r.status == "failed" and not _known(r.name)]
     assert not unexpected, unexpected[:20]
     passed = sum(r.status == "passed" for r in results)
-    assert passed >= 1510, passed  # guards against translations silently dropping out
+    assert passed >= 1520, passed  # guards against translations silently dropping out
