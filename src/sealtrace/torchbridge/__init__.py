@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sealtrace.torchbridge.convert import IfModule, LoopModule, load_plan, to_torch
+from sealtrace.torchbridge.convert import IfModule, LoopModule, ScanModule, load_plan, to_torch
 from sealtrace.torchbridge.registry import registered_translations
 from sealtrace.torchbridge.steps import unsupported_steps
 
@@ -28,6 +28,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "IfModule",
     "LoopModule",
+    "ScanModule",
     "load_plan",
     "registered_translations",
     "to_torch",
