@@ -37,7 +37,11 @@ def tensor_bytes(array: np.ndarray) -> bytes | memoryview:
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
     array = np.ascontiguousarray(array)
-    return array.tobytes() if not array.size else memoryview(array).cast("B")  # type: ignore[arg-type]
+    if not array.size:
+        return b""
+    # A uint8 view works for every fixed-size dtype, ml_dtypes' bfloat16/float8/int4 included,
+    # which the buffer protocol cannot describe.
+    return memoryview(array.reshape(-1).view(np.uint8))
 
 
 def tensor_digest(array: np.ndarray) -> str:

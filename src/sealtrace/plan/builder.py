@@ -90,13 +90,51 @@ def _infer_value_info(model: ModelProto) -> dict[str, ValueInfo]:
     """Static dtypes and shapes from onnx shape inference, where it succeeds."""
     infos: dict[str, ValueInfo] = {}
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(_without_large_weights(model), strict_mode=False, data_prop=True)
     except Exception:  # inference is best effort; the Plan does not depend on it
         inferred = model
     graph = inferred.graph
     for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
         infos[vi.name] = value_info_from_type(vi.name, vi.type)
     return infos
+
+
+_LARGE_WEIGHT = 4096  # elements; larger initializers carry no shape information inference needs
+
+
+def _without_large_weights(model: ModelProto) -> ModelProto:
+    """A copy for shape inference in which large initializers are typed graph inputs instead.
+
+    Shape inference serializes the whole model; for a 1 GB model that copy dominates building the
+    Plan. Only small initializers (shape tensors, axes) feed its data propagation.
+    """
+    graph = model.graph
+    if not any(_numel(t) > _LARGE_WEIGHT for t in graph.initializer):
+        return model
+    light = ModelProto(ir_version=model.ir_version)
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    lg = light.graph
+    lg.name = graph.name
+    lg.node.extend(graph.node)
+    lg.value_info.extend(graph.value_info)
+    lg.output.extend(graph.output)
+    declared = {vi.name for vi in graph.input}
+    lg.input.extend(graph.input)
+    for tensor in graph.initializer:
+        if _numel(tensor) > _LARGE_WEIGHT:
+            if tensor.name not in declared:
+                lg.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+        else:
+            lg.initializer.append(tensor)
+    return light
+
+
+def _numel(tensor: onnx.TensorProto) -> int:
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    return count
 
 
 def value_info_from_type(name: str, tp: TypeProto) -> ValueInfo:
