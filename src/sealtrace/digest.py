@@ -41,7 +41,7 @@ def tensor_bytes(array: np.ndarray) -> bytes | memoryview:
         return b""
     # A uint8 view works for every fixed-size dtype, ml_dtypes' bfloat16/float8/int4 included,
     # which the buffer protocol cannot describe.
-    return memoryview(array.reshape(-1).view(np.uint8))
+    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
 
 
 def tensor_digest(array: np.ndarray) -> str:
