@@ -43,4 +43,22 @@ def get_backend(name: str) -> Backend:
     return factory()
 
 
-__all__ = ["BACKENDS", "Backend", "StepEvent", "StepObserver", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "StepEvent", "StepObserver", "get_backend", "make_backend"]
+
+
+def make_backend(name: str, threads: int | None = None) -> Backend:
+    """A backend by name with its thread count set (None: the backend's default)."""
+    if threads is None:
+        return get_backend(name)
+    if name == "reference":
+        from sealtrace.backends.reference import ReferenceBackend
+
+        return ReferenceBackend(threads=threads)
+    if name == "onnxruntime":
+        from sealtrace.backends.onnxruntime import OnnxRuntimeBackend
+
+        return OnnxRuntimeBackend(threads=threads)
+    backend = get_backend(name)
+    if hasattr(backend, "threads"):
+        backend.threads = threads
+    return backend

@@ -11,6 +11,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from sealtrace.backends import make_backend
 from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds, write_npz_atomically
@@ -41,6 +42,13 @@ def _summary(array: Any, count: int = 6) -> str:
 @click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N", help="Values of each tensor the audit log shows (default 8).")
 @click.option("--sign-log", "sign_log", type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign the audit log's run digest with this key.")
 @click.option("--capture", "capture_dir", type=click.Path(file_okay=False), metavar="DIR", help="Store every intermediate tensor in DIR (.npy files).")
+@click.option("--trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
+              help="A sealed MODEL must carry a valid signature by one of these keys.")
+@click.option("--require-signature", is_flag=True, help="Refuse a sealed MODEL that no trusted key signed.")
+@click.option("--container", "source_container", type=click.Path(dir_okay=False), metavar="MODEL.seal",
+              help="MODEL is a derived artifact: run it only if bound to this container (docs/binding.md).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Threads: the reference backend's BLAS (default 1), ORT's intra-op pool.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --out file, audit log or capture directory.")
 def run(
     model: str,
@@ -55,9 +63,16 @@ def run(
     sample: int | None,
     sign_log: str | None,
     capture_dir: str | None,
+    trust: tuple[str, ...],
+    require_signature: bool,
+    source_container: str | None,
+    threads: int | None,
     force: bool,
 ) -> None:
-    """Run MODEL on a backend and print a summary of its outputs."""
+    """Run MODEL (ONNX, a sealed .seal container, or a bound artifact) and summarize its outputs.
+
+    A container is verified before a single op runs; a failing one exits 1 naming what changed.
+    """
     if (sample is not None or sign_log) and not audit_path:
         raise InputError("--sample and --sign-log need --audit LOG.jsonl")
     if out_path:
@@ -65,7 +80,10 @@ def run(
             raise InputError(f"--out {out_path}: the file name must end in .npz")
         if Path(out_path).exists() and not force:
             raise InputError(f"--out {out_path}: file exists (use --force to overwrite)")
-    session = Session(model, backend=backend)
+    session = Session(
+        model, backend=make_backend(backend, threads), trust=trust, require_signature=require_signature,
+        container=source_container,
+    )
     feeds = gather_feeds(session.plan, input_files, npz_files, random_inputs, seed, dims)
     audit = capture = None
     if audit_path or capture_dir:
