@@ -19,12 +19,15 @@ from tests.conftest import require_material  # noqa: E402
 TOLERANCE = 1e-4
 
 # Per-step parity uses the default tolerance (atol 1e-4, rtol 1e-3), except where float32
-# summation order alone moves intermediate values further: the reference and ONNX Runtime drift
-# apart there just as much (magika's LayerNorm over byte embeddings cancels, ppocr-det's deep
-# convolutions reach 1e3). No step may be born there: the local errors stay within tolerance.
+# summation order alone moves intermediate values further. For magika and ppocr-det the reference
+# and ONNX Runtime drift apart just as much (magika's LayerNorm over byte embeddings cancels,
+# ppocr-det's deep convolutions reach 1e3); in ppocr-rec activations reach 250 and elements near
+# zero among them differ by up to 4e-4. test_no_step_is_born_in_torch checks that the torch side
+# adds no error of its own at any step.
 STEP_TOLERANCE = {
     "magika": Tolerance(atol=1e-2, rtol=1e-3),
     "ppocr-det": Tolerance(atol=2e-2, rtol=1e-3),
+    "ppocr-rec": Tolerance(atol=1e-3, rtol=1e-3),
 }
 
 
@@ -72,6 +75,18 @@ def test_real_model_parity_reference_vs_torch_per_step(key: str) -> None:
     ]
     compared = [s for s in report.steps if s.status != "not-compared"]
     assert len(compared) == len(report.steps)  # the torch backend reports every step, subgraphs too
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["magika", "ppocr-rec"])
+def test_no_step_is_born_in_torch(key: str) -> None:
+    # At the default tolerance, steps may exceed only by inheriting: re-run alone on the torch
+    # side's inputs, the reference kernel lands within tolerance of what torch computed.
+    real = zoo.model(key)
+    path = require_material(lambda: real.path)
+    feeds = require_material(real.inputs)
+    report = check_parity(path, feeds, ["reference", "torch"], local=True)
+    assert not report.born_here, [(s.name, s.op_type) for s in report.born_here[:5]]
 
 
 @pytest.mark.slow
