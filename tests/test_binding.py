@@ -136,3 +136,17 @@ def test_audit_header_names_both_digests(sealed: dict[str, Path], tmp_path: Path
     assert model["container_digest"] == session.origin.container_digest
     assert model["sha256"] == session.origin.sha256
     assert model["kind"] == "artifact"
+
+
+def test_ort_only_artifact_runs_on_ort_and_is_refused_by_the_reference(sealed: dict[str, Path], tmp_path: Path) -> None:
+    from sealtrace import build_plan
+    from sealtrace.errors import UnsupportedError
+
+    fused = tmp_path / "net.all.onnx"
+    compile_onnxruntime(sealed["seal"], fused, level="all")
+    if not build_plan(fused, require_kernels=False).unsupported:
+        pytest.skip("ORT wrote no ORT-only operators for this model")
+    bound = Session(fused, backend="onnxruntime", container=sealed["seal"])
+    np.testing.assert_allclose(bound.run(None, FEEDS)[0], Session(sealed["seal"]).run(None, FEEDS)[0], atol=1e-5)
+    with pytest.raises(UnsupportedError):
+        Session(fused, container=sealed["seal"])

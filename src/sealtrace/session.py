@@ -55,7 +55,11 @@ def _origin_of(model: ModelSource | Plan) -> ModelOrigin:
 
 
 def open_model(
-    model: ModelSource | Plan, *, trust: Sequence[Any] = (), require_signature: bool = False
+    model: ModelSource | Plan,
+    *,
+    trust: Sequence[Any] = (),
+    require_signature: bool = False,
+    require_kernels: bool = True,
 ) -> tuple[Plan, ModelOrigin]:
     """The Plan of an ONNX model or of a sealed container (verified first), and where it came from.
 
@@ -68,7 +72,7 @@ def open_model(
         return plan, origin
     if trust or require_signature:
         raise InputError("trust= and require_signature= apply to sealed containers (.seal) only")
-    plan = model if isinstance(model, Plan) else build_plan(model)
+    plan = model if isinstance(model, Plan) else build_plan(model, require_kernels=require_kernels)
     return plan, _origin_of(model)
 
 
@@ -109,6 +113,8 @@ class Session:
         this container, signed by a ``trust`` key where asked; a different backend version is
         refused under ``strict``).
         """
+        self.backend = get_backend(backend) if isinstance(backend, str) else backend
+        require_kernels = bool(getattr(self.backend, "needs_kernels", True))
         if container is not None:
             from sealtrace.binding import check_binding
 
@@ -118,7 +124,7 @@ class Session:
                 model, container, trust=trust, require_signature=require_signature, strict=strict,
                 current_backend_version=_backend_version(backend),
             ).record
-            self.plan = build_plan(model)
+            self.plan = build_plan(model, require_kernels=require_kernels)
             self.origin = ModelOrigin(
                 "artifact",
                 path=os.fspath(model),
@@ -127,8 +133,9 @@ class Session:
                 binding_digest=record.digest,
             )
         else:
-            self.plan, self.origin = open_model(model, trust=trust, require_signature=require_signature)
-        self.backend = get_backend(backend) if isinstance(backend, str) else backend
+            self.plan, self.origin = open_model(
+                model, trust=trust, require_signature=require_signature, require_kernels=require_kernels
+            )
 
     def get_inputs(self) -> list[ValueInfo]:
         """The inputs a run must feed (weights excluded), like InferenceSession.get_inputs()."""

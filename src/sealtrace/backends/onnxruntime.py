@@ -40,6 +40,8 @@ class OnnxRuntimeBackend:
     """ONNX Runtime on the CPU, optimized or per-op (see the module docstring)."""
 
     name = "onnxruntime"
+    # ORT executes the ONNX model itself: steps without a NumPy kernel (com.microsoft ops) are fine.
+    needs_kernels = False
 
     def __init__(self, threads: int | None = None, optimization: str = "all", per_op: bool | None = None) -> None:
         if optimization not in _LEVELS:

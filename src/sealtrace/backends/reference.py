@@ -10,7 +10,7 @@ import numpy as np
 from sealtrace import __version__
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.backends.threads import blas_threads
-from sealtrace.errors import KernelError, SealtraceError
+from sealtrace.errors import KernelError, SealtraceError, UnsupportedError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan.model import Plan, Step
 
@@ -38,6 +38,8 @@ class ReferenceBackend:
         feeds: Mapping[str, Any],
         observers: Sequence[StepObserver] = (),
     ) -> dict[str, Any]:
+        if plan.unsupported:
+            raise UnsupportedError(list(plan.unsupported))
         for observer in observers:
             observer.on_run_start(plan, feeds, self)
         given = {id(v) for v in feeds.values()} | {id(v) for v in plan.initializers.values()}

@@ -57,8 +57,14 @@ def _parse(data: bytes, where: str) -> ModelProto:
     return model
 
 
-def build_plan(source: ModelSource) -> Plan:
-    """Compile an ONNX model into a :class:`Plan`, checking everything before any op runs."""
+def build_plan(source: ModelSource, *, require_kernels: bool = True) -> Plan:
+    """Compile an ONNX model into a :class:`Plan`, checking everything before any op runs.
+
+    Every node without a NumPy kernel is listed in one UnsupportedError. ``require_kernels=False``
+    is for backends that execute the ONNX model themselves (ONNX Runtime, e.g. on its own
+    optimized models with com.microsoft operators): such steps are kept, listed in
+    ``plan.unsupported``, and the reference backend refuses the Plan when asked to run it.
+    """
     model = load_model(source)
     if model.functions:
         # Model-local functions are expanded so every step maps to one registered kernel.
@@ -70,8 +76,9 @@ def build_plan(source: ModelSource) -> Plan:
     value_info = _infer_value_info(model)
     builder = _GraphBuilder(opsets, value_info, ir_version=model.ir_version)
     plan = builder.build(model.graph, outer_scope=frozenset())
-    if builder.unsupported:
+    if builder.unsupported and require_kernels:
         raise UnsupportedError(builder.unsupported)
+    plan.unsupported = tuple(builder.unsupported)
     plan.source = model
     return plan
 

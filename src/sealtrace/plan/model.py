@@ -127,6 +127,8 @@ class Plan:
     # The ONNX model the Plan was built from (top-level Plans only); backends that execute ONNX
     # themselves (onnxruntime) need it. Not part of the digest: the canonical form covers it.
     source: Any = field(default=None, repr=False)
+    # Nodes without a NumPy kernel, when the Plan was built for a backend that needs none.
+    unsupported: tuple[str, ...] = ()
 
     @property
     def input_names(self) -> list[str]:
