@@ -34,6 +34,7 @@ class TorchBackend:
         self.threads = threads
         self._weights: dict[int, tuple[Plan, dict[str, torch.Tensor]]] = {}
         self._attributes: dict[int, tuple[Step, dict[str, Any]]] = {}
+        self._constants: dict[int, tuple[Step, list[Any]]] = {}
 
     @property
     def version(self) -> str:
@@ -141,6 +142,17 @@ class TorchBackend:
 
             n_state = len(args) - int(step.attributes["num_scan_inputs"])
             return run_scan(run_body, args, n_state, len(body.outputs) - n_state, step.attributes)
+        if step.op_type == "Constant":
+            # A Constant's value never changes: make its tensor once (translations never write
+            # into their inputs, so sharing it between runs is safe).
+            cached = self._constants.get(id(step))
+            if cached is None or cached[0] is not step:
+                cached = (step, self._call(step, args))
+                self._constants[id(step)] = cached
+            return cached[1]
+        return self._call(step, args)
+
+    def _call(self, step: Step, args: list[Any]) -> list[Any]:
         translation = translation_for(step)
         assert translation is not None  # check_supported ran first
         return call_translation(translation, step, args, self._attrs(step))

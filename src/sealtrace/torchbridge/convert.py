@@ -70,11 +70,10 @@ class LoopModule(torch.nn.Module):
         self.always_running = always_running
 
     def forward(self, trip_count: Any, cond: Any, *args: Any) -> Any:
+        # trip_count and cond arrive as Python values when known at conversion time, else as tensors.
         state, captures = list(args[: self.n_state]), args[self.n_state :]
-        max_trips = None if trip_count is None else int(trip_count) if not isinstance(trip_count, torch.Tensor) \
-            else int(trip_count.reshape(-1)[0])
-        running = True if cond is None else bool(cond) if not isinstance(cond, torch.Tensor) \
-            else bool(cond.reshape(-1)[0])
+        max_trips = None if trip_count is None else int(_scalar(trip_count))
+        running = True if cond is None else bool(_scalar(cond))
         scans: list[list[torch.Tensor]] = []
         iteration = 0
         while running and (max_trips is None or iteration < max_trips):
@@ -94,6 +93,10 @@ class LoopModule(torch.nn.Module):
             raise ValueError("a Loop that runs no iteration has empty scan outputs of unknown shape")
         result = (*state, *(torch.stack(values) for values in scans))
         return result if len(result) != 1 else result[0]
+
+
+def _scalar(value: Any) -> Any:
+    return value.reshape(-1)[0] if isinstance(value, torch.Tensor) else value
 
 
 class ScanModule(torch.nn.Module):
@@ -207,7 +210,6 @@ class _Converter:
         self.onnx_names: dict[str, str] = {}
         self._attr_names: set[str] = set()
         self._buffers: dict[int, fx.Node] = {}
-        self._submodules = 0
 
     # -- values ---------------------------------------------------------------------------------
 
@@ -515,7 +517,6 @@ class _Converter:
         return sub.build(inputs, plan.output_names, single_output_unwrapped=False)
 
     def _call_module(self, step: Step, module: torch.nn.Module, args: list[Any]) -> None:
-        self._submodules += 1
         name = self._attr_name(f"{step.op_type.lower()}_{step.name}")
         self.root.add_module(name, module)
         node = self.graph.call_module(name, tuple(args))
