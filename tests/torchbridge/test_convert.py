@@ -107,8 +107,10 @@ def test_input_model_file_is_not_modified(tmp_path) -> None:  # type: ignore[no-
 
 def test_all_unsupported_ops_are_listed_in_one_error() -> None:
     # Ops the reference interpreter runs but torch has no translation for, one inside an If branch.
-    branch = helper.make_graph([helper.make_node("Unique", ["x"], ["u"], name="unique_in_branch")], "then", [],
-                               [float_info("u")])
+    branch = helper.make_graph(
+        [helper.make_node("MaxRoiPool", ["img", "rois"], ["u"], name="roipool_in_branch", pooled_shape=[1, 1])],
+        "then", [], [float_info("u")],
+    )
     nodes = [
         helper.make_node("Relu", ["x"], ["y"], name="fine"),
         helper.make_node("NonZero", ["y"], ["nz"], name="fine_too"),
@@ -118,7 +120,8 @@ def test_all_unsupported_ops_are_listed_in_one_error() -> None:
     model = make_model(
         nodes,
         [float_info("x", [4]), float_info("boxes", [1, 3, 4]), float_info("scores", [1, 1, 3]),
-         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []), float_info("img", [1, 1, 4, 4]),
+         float_info("rois", [1, 5])],
         [float_info("z"), helper.make_tensor_value_info("selected", TensorProto.INT64, None),
          helper.make_tensor_value_info("nz", TensorProto.INT64, None)],
     )
@@ -128,7 +131,7 @@ def test_all_unsupported_ops_are_listed_in_one_error() -> None:
     problems = info.value.problems
     assert len(problems) == 3  # both branches hold an unsupported node
     assert any("'nms' (NonMaxSuppression-11)" in p for p in problems)
-    assert any("branching/then_branch/unique_in_branch" in p for p in problems)
+    assert any("branching/then_branch/roipool_in_branch" in p for p in problems)
     with pytest.raises(UnsupportedError):
         get_backend("torch").run(build_plan(model), {})
 

@@ -200,3 +200,23 @@ def max_unpool(x: torch.Tensor, indices: torch.Tensor, output_shape: Any = None,
 def bit_cast(x: torch.Tensor, *, to: int) -> torch.Tensor:
     """BitCast between types of the same width (torch's view)."""
     return x.view(torch_dtype(int(to)))
+
+
+@register("Unique", *reference_versions("Unique"), n_outputs=True)
+def unique(x: torch.Tensor, *, n_outputs: int, axis: int | None = None, sorted: int = 1) -> Any:
+    """Unique: values (or slices), first-occurrence indices, inverse indices, counts; sorted or in
+    order of first occurrence."""
+    source = x.reshape(-1) if axis is None else x
+    dim = 0 if axis is None else (axis + x.dim() if axis < 0 else axis)
+    values, inverse, counts = torch.unique(source, sorted=True, return_inverse=True, return_counts=True, dim=dim)
+    inverse = inverse.reshape(-1)
+    positions = torch.arange(inverse.numel(), device=x.device)
+    first = torch.full((counts.numel(),), inverse.numel(), dtype=torch.int64, device=x.device)
+    first = first.scatter_reduce(0, inverse, positions, "amin")
+    if not sorted:
+        order = torch.argsort(first, stable=True)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel(), device=x.device)
+        values, first, counts, inverse = values.index_select(dim, order), first[order], counts[order], rank[inverse]
+    outputs = (values, first.to(torch.int64), inverse.to(torch.int64), counts.to(torch.int64))
+    return outputs[:n_outputs] if n_outputs > 1 else values
