@@ -69,3 +69,27 @@ def test_conv_net_gradients_match_finite_differences() -> None:
         fd = central_difference(score, x, direction)
         ad = float((grad * direction).sum())
         assert abs(fd - ad) <= 1e-5 * max(1.0, abs(ad)), (fd, ad)
+
+
+@pytest.mark.slow
+def test_gradients_through_an_lstm_inside_if() -> None:
+    # Silero VAD: STFT-like Conv, Pow/Sqrt magnitude, LSTM inside If branches (pinned sample rate).
+    real = zoo.model("silero-vad")
+    path = require_material(lambda: real.path)
+    feeds = require_material(real.inputs)
+    module = to_torch(path, dtype=torch.float64, fixed_inputs={"sr": feeds["sr"]})
+    state = torch.from_numpy(feeds["state"].astype(np.float64))
+    x = torch.from_numpy(feeds["input"].astype(np.float64))
+
+    def score(v: torch.Tensor) -> torch.Tensor:
+        return module(v, state)[0].sum()
+
+    xg = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(score(xg), xg)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        direction = torch.from_numpy(rng.standard_normal(x.shape))
+        fd = central_difference(score, x, direction)
+        ad = float((grad * direction).sum())
+        # The magnitude sqrt(re^2 + im^2) is sharply curved near zero: a looser bound than ACAS Xu's.
+        assert abs(fd - ad) <= 1e-3 * max(1.0, abs(ad)), (fd, ad)
