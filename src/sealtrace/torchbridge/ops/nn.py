@@ -7,6 +7,7 @@ backends agree on every output size.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,18 @@ from sealtrace.ops.pool import _avg_counts
 from sealtrace.torchbridge.registry import reference_versions, register
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+@functools.lru_cache(maxsize=4096)
+def _geometry(spatial: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...] | None,
+              dilations: tuple[int, ...] | None, pads: tuple[int, ...] | None, auto_pad: str, ceil_mode: bool
+              ) -> Window:
+    """resolve_window, remembered per shape: a model calls it with the same few shapes every run."""
+    return resolve_window(spatial, kernel, strides, dilations, pads, auto_pad, ceil_mode)
+
+
+def _tuple(values: Any) -> tuple[int, ...] | None:
+    return None if values is None else tuple(int(v) for v in values)
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 _MAX_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 
@@ -51,8 +64,8 @@ def conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, aut
          dilations: tuple[int, ...] | None = None, group: int = 1, kernel_shape: tuple[int, ...] | None = None,
          pads: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None) -> torch.Tensor:
     """Conv (1-D to 3-D), with auto_pad and asymmetric pads."""
-    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
-    window = resolve_window(list(x.shape[2:]), kernel, strides, dilations, pads, auto_pad)
+    kernel = tuple(kernel_shape) if kernel_shape else tuple(w.shape[2:])
+    window = _geometry(tuple(x.shape[2:]), kernel, _tuple(strides), _tuple(dilations), _tuple(pads), auto_pad, False)
     return _conv_nd(x, w, b, window, group)
 
 
@@ -85,8 +98,8 @@ def conv_transpose(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = No
 
 def _window(x: torch.Tensor, kernel_shape: Sequence[int], strides: Any, dilations: Any, pads: Any, auto_pad: str,
             ceil_mode: int) -> Window:
-    return resolve_window(list(x.shape[2:]), list(kernel_shape), strides, dilations, pads, auto_pad or "NOTSET",
-                          bool(ceil_mode))
+    return _geometry(tuple(x.shape[2:]), tuple(kernel_shape), _tuple(strides), _tuple(dilations), _tuple(pads),
+                     auto_pad or "NOTSET", bool(ceil_mode))
 
 
 def _padded_for(x: torch.Tensor, window: Window, value: float) -> torch.Tensor:
