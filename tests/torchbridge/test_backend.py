@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from sealtrace import Session, zoo  # noqa: E402
 from sealtrace.backends import get_backend  # noqa: E402

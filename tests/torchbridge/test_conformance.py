@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from sealtrace.backends.torch import TorchBackend  # noqa: E402
 from sealtrace.conformance.runner import collect_cases, run_case  # noqa: E402

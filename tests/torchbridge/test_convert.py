@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from sealtrace.backends import get_backend  # noqa: E402
 from sealtrace.errors import UnsupportedError  # noqa: E402

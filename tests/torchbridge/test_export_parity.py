@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 pytest.importorskip("onnxscript")
 
 from sealtrace.cli import main  # noqa: E402

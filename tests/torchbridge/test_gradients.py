@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from sealtrace import zoo  # noqa: E402
 from sealtrace.backends import get_backend  # noqa: E402

@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from sealtrace import zoo  # noqa: E402
 from sealtrace.cli import main  # noqa: E402
