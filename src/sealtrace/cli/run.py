@@ -36,7 +36,7 @@ def _summary(array: Any, count: int = 6) -> str:
 @click.option("--random-inputs", is_flag=True, help="Draw inputs not given by file at random.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random-inputs.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE", help="Size of a named dynamic dimension.")
-@click.option("--backend", default="reference", show_default=True, help="reference | onnxruntime")
+@click.option("--backend", default="reference", show_default=True, help="reference | onnxruntime | torch")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the outputs to a .npz file.")
 @click.option("--audit", "audit_path", type=click.Path(dir_okay=False), metavar="LOG.jsonl", help="Record the run as a hash-chained audit log.")
 @click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N", help="Values of each tensor the audit log shows (default 8).")
