@@ -255,7 +255,8 @@ def acasxu_networks() -> list[Path]:
     return paths
 
 
-_BOUND = re.compile(r"\(assert\s+\(([<>]=)\s+X_(\d+)\s+([-+0-9.eE]+)\)\)")
+# Input bounds `(<= X_i c)` / `(>= X_i c)`, top-level or inside a disjunction of boxes (prop_6).
+_BOUND = re.compile(r"\(([<>]=)\s+X_(\d+)\s+([-+0-9.eE]+)\)")
 
 
 def acasxu_box(prop: int = 1) -> tuple[np.ndarray, np.ndarray]:
