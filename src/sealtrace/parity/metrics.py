@@ -128,20 +128,21 @@ _ULP_INT: dict[int, type[np.signedinteger[Any]]] = {2: np.int16, 4: np.int32, 8:
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:
-    """Largest number of representable floats between a and b, elementwise (NaNs ignored)."""
+    """Largest number of representable floats between a and b, elementwise (non-finite ignored)."""
     itype = _ULP_INT.get(a.dtype.itemsize)
     if itype is None or a.dtype.kind != "f":
         return 0
-    ia = a.view(itype).astype(np.int64)
-    ib = b.view(itype).astype(np.int64)
-    # Map sign-magnitude to a monotonic integer line so -0.0 and +0.0 are neighbours.
-    low = np.int64(np.iinfo(itype).min)
-    ia = np.where(ia < 0, low - ia, ia)
-    ib = np.where(ib < 0, low - ib, ib)
     finite = np.isfinite(a) & np.isfinite(b)
     if not finite.any():
         return 0
-    return int(np.abs(ia[finite] - ib[finite]).max())
+    ia = a.view(itype)[finite] if not finite.all() else a.view(itype).reshape(-1)
+    ib = b.view(itype)[finite] if not finite.all() else b.view(itype).reshape(-1)
+    # Map sign-magnitude onto a monotonic integer line (-0.0 and +0.0 become neighbours); the
+    # mapped values still fit the same width, and the difference is taken in int64.
+    low = itype(np.iinfo(itype).min)
+    ia = np.where(ia < 0, low - ia, ia)
+    ib = np.where(ib < 0, low - ib, ib)
+    return int(np.abs(np.subtract(ia, ib, dtype=np.int64)).max())
 
 
 def compare_values(name: str, a: Any, b: Any, tol: Tolerance) -> ValueDiff:
@@ -178,31 +179,38 @@ def _compare_floats(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> 
     if a.size and np.array_equal(a, b, equal_nan=True):
         # Bit-for-bit equal is the common case for shape and indexing steps: skip the arithmetic.
         return ValueDiff(name, str(a.dtype), a.shape, max_ulp=0 if a.dtype.kind == "f" else None, cosine=1.0)
-    a64 = a.astype(np.float64).reshape(-1)
-    b64 = b.astype(np.float64).reshape(-1)
+    # Work in the values' own precision where it is float32 or float64 (a float64 copy of every
+    # tensor doubled parity's memory and time); sums accumulate in float64.
+    work = a.dtype if a.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    fa = np.asarray(a, dtype=work).reshape(-1)
+    fb = np.asarray(b, dtype=work).reshape(-1)
     if a.dtype.kind == "c":
-        a64, b64 = np.abs(a64), np.abs(b64)
-    finite_a, finite_b = np.isfinite(a64), np.isfinite(b64)
+        fa, fb = np.abs(a).reshape(-1).astype(np.float64), np.abs(b).reshape(-1).astype(np.float64)
+    finite_a, finite_b = np.isfinite(fa), np.isfinite(fb)
     nan_mismatch = inf_mismatch = 0
     if not (finite_a.all() and finite_b.all()):
-        nan_mismatch = int(np.count_nonzero(np.isnan(a64) != np.isnan(b64)))
-        inf_a, inf_b = np.isinf(a64), np.isinf(b64)
-        inf_mismatch = int(np.count_nonzero((inf_a != inf_b) | (inf_a & inf_b & (np.sign(a64) != np.sign(b64)))))
+        nan_mismatch = int(np.count_nonzero(np.isnan(fa) != np.isnan(fb)))
+        inf_a, inf_b = np.isinf(fa), np.isinf(fb)
+        inf_mismatch = int(np.count_nonzero((inf_a != inf_b) | (inf_a & inf_b & (np.sign(fa) != np.sign(fb)))))
         finite = finite_a & finite_b
-        a64, b64 = a64[finite], b64[finite]
-    if a64.size == 0:
+        fa, fb = fa[finite], fb[finite]
+    if fa.size == 0:
         return ValueDiff(name, str(a.dtype), a.shape, nan_mismatch=nan_mismatch, inf_mismatch=inf_mismatch,
                          exceeds=bool(nan_mismatch or inf_mismatch))
-    diff = np.abs(a64 - b64)
+    diff = fa - fb
+    np.abs(diff, out=diff)
     max_abs = float(diff.max())
-    scale = np.abs(b64)
-    exceeds = bool(nan_mismatch or inf_mismatch or (diff > tol.atol + tol.rtol * scale).any())
+    scale = np.abs(fb)
+    bound = scale * work.type(tol.rtol)
+    bound += work.type(tol.atol)
+    exceeds = bool(nan_mismatch or inf_mismatch or np.greater(diff, bound).any())
+    del bound
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = diff / scale
     rel[scale == 0] = 0.0
     rel[(scale == 0) & (diff > 0)] = np.inf
-    norm = float(np.sqrt(np.dot(a64, a64) * np.dot(b64, b64)))
-    cosine = float(np.dot(a64, b64) / norm) if norm > 0 else (1.0 if max_abs == 0 else 0.0)
+    norm = float(np.sqrt(float(np.dot(fa, fa)) * float(np.dot(fb, fb))))
+    cosine = float(np.dot(fa, fb) / norm) if norm > 0 else (1.0 if max_abs == 0 else 0.0)
     layout = None
     # A flipped layout scrambles values (cosine far from 1); rounding noise does not. Only the
     # former is worth the permutation search.
@@ -215,10 +223,10 @@ def _compare_floats(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> 
         str(a.dtype),
         a.shape,
         max_abs=max_abs,
-        mean_abs=float(diff.mean()),
+        mean_abs=float(diff.mean(dtype=np.float64)),
         max_rel=float(rel.max()),
         max_ulp=ulp_distance(a, b) if a.dtype.kind == "f" else None,
-        cosine=cosine,
+        cosine=min(1.0, cosine),
         nan_mismatch=nan_mismatch,
         inf_mismatch=inf_mismatch,
         exceeds=exceeds,
