@@ -162,12 +162,22 @@ def main() -> None:
              f"{rss_big['peak_mib']:.0f} MiB for {gb:.2f} GB (interpreter + imports: {rss_big['before_mib']:.0f} MiB)")
         )  # fmt: skip
         load = os.getloadavg()[0]
-        print(f"Container seal/verify on {platform.machine()}, {cpus} CPU(s), Python {platform.python_version()}, "
-              f"load average {load:.1f} at the end\n")  # fmt: skip
-        print("| measure | result |")
-        print("|---|---|")
-        for name, value in rows:
-            print(f"| {name} | {value} |")
+        lines = [
+            "## Containers: seal and verify throughput",
+            "",
+            f"Command: `python benchmarks/bench_container.py --repeat {args.repeat}`. {platform.machine()}, "
+            f"{cpus} CPU(s), Python {platform.python_version()}, load average {load:.1f} at the end.",
+            "",
+            "| measure | result |",
+            "|---|---|",
+            *(f"| {name} | {value} |" for name, value in rows),
+            "",
+        ]
+        text = "\n".join(lines)
+        print(text)
+        results = Path(__file__).resolve().parent / "results"
+        results.mkdir(exist_ok=True)
+        (results / "container.md").write_text(text)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
