@@ -9,69 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import helper
 
-import sealtrace
 from sealtrace.errors import KernelError
 from sealtrace.ops import lookup
+from tests.ops.exactop import assert_identical, check, run
 
 F32, I64, I32 = np.float32, np.int64, np.int32
 INT64_MAX, INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-
-
-def _model(
-    op: str, inputs: dict[str, Any], outputs: dict[str, Any], opset: int, **attrs: Any
-) -> onnx.ModelProto:
-    names = [n if v is not None else "" for n, v in inputs.items()]
-    while names and not names[-1]:
-        names.pop()
-    node = helper.make_node(op, names, list(outputs), **attrs)
-    graph_inputs = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-        for n, v in inputs.items()
-        if v is not None
-    ]
-    graph_outputs = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(d)), None)
-        for n, d in outputs.items()
-    ]
-    graph = helper.make_graph([node], "single", graph_inputs, graph_outputs)
-    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _feeds(inputs: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in inputs.items() if v is not None}
-
-
-def run(op: str, inputs: dict[str, Any], outputs: dict[str, Any], opset: int, **attrs: Any) -> list[Any]:
-    """Run one node on the reference backend."""
-    return sealtrace.Session(_model(op, inputs, outputs, opset, **attrs)).run(None, _feeds(inputs))
-
-
-def assert_same(got: list[Any], want: list[Any]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        g, w = np.asarray(g), np.asarray(w)
-        assert (g.dtype, g.shape) == (w.dtype, w.shape)
-        np.testing.assert_array_equal(g, w)
-
-
-def check(op: str, inputs: dict[str, Any], outputs: dict[str, Any], opset: int, **attrs: Any) -> list[Any]:
-    """Run one node on the reference backend and on onnxruntime; outputs must be identical."""
-    import onnxruntime as ort
-
-    model = _model(op, inputs, outputs, opset, **attrs)
-    got = sealtrace.Session(model).run(None, _feeds(inputs))
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    assert_same(got, session.run(None, _feeds(inputs)))
-    return got
 
 
 X = np.arange(60, dtype=F32).reshape(3, 4, 5)
@@ -337,21 +284,21 @@ def test_one_hot_v9_negative_indices_are_off() -> None:
     # OneHot-9 says indices outside [0, depth) give all-off rows (onnxruntime wraps them anyway).
     inputs = {"i": np.array([0, -1, 2], I64), "n": np.array(3, I64), "v": np.array([0, 1], F32)}
     (y,) = run("OneHot", inputs, {"y": F32}, 9)
-    assert_same([y], [np.array([[1, 0, 0], [0, 0, 0], [0, 0, 1]], F32)])
+    assert_identical([y], [np.array([[1, 0, 0], [0, 0, 0], [0, 0, 1]], F32)])
 
 
 def test_one_hot_float_indices_and_depth() -> None:
     inputs = {"i": np.array([0.0, -1.7, 2.9], F32), "n": np.array(3.0, F32), "v": np.array([2, 5], I32)}
     (y,) = run("OneHot", inputs, {"y": I32}, 11)
-    assert_same([y], [np.array([[5, 2, 2], [2, 2, 5], [2, 2, 5]], I32)])
+    assert_identical([y], [np.array([[5, 2, 2], [2, 2, 5], [2, 2, 5]], I32)])
 
 
 def test_top_k_v1_attribute_and_stable_ties() -> None:
     x = np.array([1, 5, 5, 2, 5, 1], F32)
     values, indices = run("TopK", {"x": x}, {"v": F32, "i": I64}, 1, k=4)
-    assert_same([values, indices], [np.array([5, 5, 5, 2], F32), np.array([1, 2, 4, 3], I64)])
+    assert_identical([values, indices], [np.array([5, 5, 5, 2], F32), np.array([1, 2, 4, 3], I64)])
     values, indices = run("TopK", {"x": x, "k": np.array([3], I64)}, {"v": F32, "i": I64}, 24, largest=0)
-    assert_same([values, indices], [np.array([1, 1, 2], F32), np.array([0, 5, 3], I64)])
+    assert_identical([values, indices], [np.array([1, 1, 2], F32), np.array([0, 5, 3], I64)])
 
 
 def test_top_k_nan_counts_as_largest() -> None:
@@ -364,7 +311,7 @@ def test_top_k_nan_counts_as_largest() -> None:
 def test_unique_unsorted_keeps_first_occurrence_order() -> None:
     x = np.array([2, 1, 1, 3, 4, 3], F32)
     y, first, inverse, counts = run("Unique", {"x": x}, UNIQUE_OUT, 11, sorted=0)
-    assert_same(
+    assert_identical(
         [y, first, inverse, counts],
         [
             np.array([2, 1, 3, 4], F32),
@@ -385,7 +332,7 @@ def test_unique_strings() -> None:
 def test_gather_elements_and_scatter_keep_dtype() -> None:
     data = np.arange(6, dtype=np.float16).reshape(2, 3)
     (y,) = run("GatherElements", {"x": data, "i": np.array([[1], [0]], I64)}, {"y": np.float16}, 13, axis=1)
-    assert_same([y], [np.array([[1], [3]], np.float16)])
+    assert_identical([y], [np.array([[1], [3]], np.float16)])
     (y,) = run(
         "ScatterND",
         {"d": data, "i": np.array([[0, 0], [0, 0]], I64), "u": np.array([2, 3], np.float16)},
@@ -399,7 +346,7 @@ def test_gather_elements_and_scatter_keep_dtype() -> None:
 def test_cum_sum_small_int_and_exclusive_reverse() -> None:
     x = np.array([1, 2, 3], np.int8)
     (y,) = run("CumSum", {"x": x, "a": np.array(0, I64)}, {"y": np.int8}, 14, exclusive=1, reverse=1)
-    assert_same([y], [np.array([5, 3, 0], np.int8)])
+    assert_identical([y], [np.array([5, 3, 0], np.int8)])
     (y,) = run(
         "CumProd",
         {"x": np.array([1, 2, 3], np.uint32), "a": np.array(0, I32)},
@@ -407,7 +354,7 @@ def test_cum_sum_small_int_and_exclusive_reverse() -> None:
         26,
         exclusive=1,
     )
-    assert_same([y], [np.array([1, 1, 2], np.uint32)])
+    assert_identical([y], [np.array([1, 1, 2], np.uint32)])
 
 
 def test_tensor_scatter_linear_overflow_is_an_error() -> None:
@@ -422,14 +369,14 @@ def test_slice_is_a_view() -> None:
         X, np.array([1], I64), np.array([INT64_MIN], I64), np.array([2], I64), np.array([-2], I64)
     )
     assert np.shares_memory(out, X)
-    assert_same([out], [X[:, :, 1::-2]])
+    assert_identical([out], [X[:, :, 1::-2]])
 
 
 def test_scatters_never_write_into_inputs() -> None:
     data = D.copy()
     run("ScatterElements", {"d": data, "i": np.array([[0]], I64), "u": np.array([[9]], F32)}, {"y": F32}, 18)
     run("ScatterND", {"d": data, "i": np.array([[0]], I64), "u": np.ones((1, 4), F32)}, {"y": F32}, 18)
-    assert_same([data], [D])
+    assert_identical([data], [D])
 
 
 def _top_k_by_definition(x: np.ndarray, k: int, largest: int) -> np.ndarray:
@@ -457,8 +404,8 @@ def test_top_k_selection_matches_definition(rows: int, n: int, data: st.DataObje
     assert kernel is not None
     got_values, got_indices = kernel.fn(x.T, np.array([k], I64), axis=0, largest=largest, sorted=1)
     want = _top_k_by_definition(x, k, largest)
-    assert_same([got_indices.T], [want])
-    assert_same([got_values.T], [np.take_along_axis(x, want, axis=-1)])
+    assert_identical([got_indices.T], [want])
+    assert_identical([got_values.T], [np.take_along_axis(x, want, axis=-1)])
 
 
 def test_element_indices_larger_than_data_are_rejected() -> None:

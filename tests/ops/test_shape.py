@@ -16,59 +16,9 @@ from onnx import helper, numpy_helper
 import sealtrace
 from sealtrace.errors import UnsupportedError
 from sealtrace.ops import lookup
+from tests.ops.exactop import assert_identical, check, node_model, run
 
 F32, I64, I32 = np.float32, np.int64, np.int32
-
-
-def _model(
-    op: str, inputs: dict[str, Any], outputs: dict[str, Any], opset: int, **attrs: Any
-) -> onnx.ModelProto:
-    names = [n if v is not None else "" for n, v in inputs.items()]
-    while names and not names[-1]:
-        names.pop()
-    node = helper.make_node(op, names, list(outputs), **attrs)
-    graph_inputs = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-        for n, v in inputs.items()
-        if v is not None
-    ]
-    graph_outputs = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(d)), None)
-        for n, d in outputs.items()
-    ]
-    graph = helper.make_graph([node], "single", graph_inputs, graph_outputs)
-    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _feeds(inputs: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in inputs.items() if v is not None}
-
-
-def run(op: str, inputs: dict[str, Any], outputs: dict[str, Any], opset: int, **attrs: Any) -> list[Any]:
-    """Run one node on the reference backend."""
-    return sealtrace.Session(_model(op, inputs, outputs, opset, **attrs)).run(None, _feeds(inputs))
-
-
-def assert_same(got: list[Any], want: list[Any]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        g, w = np.asarray(g), np.asarray(w)
-        assert (g.dtype, g.shape) == (w.dtype, w.shape)
-        np.testing.assert_array_equal(g, w)
-
-
-def check(op: str, inputs: dict[str, Any], outputs: dict[str, Any], opset: int, **attrs: Any) -> list[Any]:
-    """Run one node on the reference backend and on onnxruntime; outputs must be identical."""
-    import onnxruntime as ort
-
-    model = _model(op, inputs, outputs, opset, **attrs)
-    got = sealtrace.Session(model).run(None, _feeds(inputs))
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    assert_same(got, session.run(None, _feeds(inputs)))
-    return got
 
 
 X = np.arange(24, dtype=F32).reshape(2, 3, 4)
@@ -243,12 +193,12 @@ def test_matches_onnxruntime(
 
 def test_reshape_v1_shape_attribute() -> None:
     (y,) = run("Reshape", {"x": X}, {"y": F32}, 1, shape=[0, -1])
-    assert_same([y], [X.reshape(2, 12)])
+    assert_identical([y], [X.reshape(2, 12)])
 
 
 def test_squeeze_unsqueeze_v1_attributes() -> None:
     (y,) = run("Squeeze", {"x": X.reshape(1, 2, 3, 1, 4)}, {"y": F32}, 1, axes=[0, 3])
-    assert_same([y], [X])
+    assert_identical([y], [X])
     (y,) = run("Unsqueeze", {"x": X}, {"y": F32}, 1, axes=[0, 4])
     assert y.shape == (1, 2, 3, 4, 1)
 
@@ -256,11 +206,11 @@ def test_squeeze_unsqueeze_v1_attributes() -> None:
 def test_split_v1_sizes_from_input_or_attribute() -> None:
     sizes = np.array([1, 3], F32)  # Split-1 types its sizes input like the data
     a, b = run("Split", {"x": X, "s": sizes}, {"a": F32, "b": F32}, 1, axis=2)
-    assert_same([a, b], [X[..., :1], X[..., 1:]])
+    assert_identical([a, b], [X[..., :1], X[..., 1:]])
     a, b = run("Split", {"x": X}, {"a": F32, "b": F32}, 1, axis=2, split=[3, 1])
-    assert_same([a, b], [X[..., :3], X[..., 3:]])
+    assert_identical([a, b], [X[..., :3], X[..., 3:]])
     a, b = run("Split", {"x": X}, {"a": F32, "b": F32}, 2, axis=1, split=[2, 1])
-    assert_same([a, b], [X[:, :2], X[:, 2:]])
+    assert_identical([a, b], [X[:, :2], X[:, 2:]])
 
 
 def test_split_18_uneven_num_outputs() -> None:
@@ -272,7 +222,7 @@ def test_split_18_uneven_num_outputs() -> None:
 
 def test_pad_v1_paddings_attribute() -> None:
     (y,) = run("Pad", {"x": X[0]}, {"y": F32}, 1, paddings=[0, 2, 0, 1], mode="edge")
-    assert_same([y], [np.pad(X[0], ((0, 0), (2, 1)), mode="edge")])
+    assert_identical([y], [np.pad(X[0], ((0, 0), (2, 1)), mode="edge")])
     (y,) = run("Pad", {"x": X[0]}, {"y": F32}, 2, pads=[1, 0, 0, 0], value=-1.0)
     assert y[0].tolist() == [-1.0] * 4
 
@@ -291,46 +241,46 @@ def test_concat_v1_defaults_to_axis_1() -> None:
 
 def test_tile_v1_one_axis() -> None:
     (y,) = run("Tile", {"x": X, "t": np.array([3], I64), "a": np.array([1], I64)}, {"y": F32}, 1)
-    assert_same([y], [np.tile(X, (1, 3, 1))])
+    assert_identical([y], [np.tile(X, (1, 3, 1))])
 
 
 def test_transpose_flatten_depth_to_space_v1() -> None:
     (y,) = run("Transpose", {"x": X}, {"y": F32}, 1)
-    assert_same([y], [X.T])
+    assert_identical([y], [X.T])
     (y,) = run("Flatten", {"x": X}, {"y": F32}, 1, axis=2)
     assert y.shape == (6, 4)
     x = np.arange(32, dtype=F32).reshape(1, 8, 2, 2)
     (d2s,) = run("DepthToSpace", {"x": x}, {"y": F32}, 1, blocksize=2)
     (s2d,) = run("SpaceToDepth", {"x": d2s}, {"y": F32}, 1, blocksize=2)
-    assert_same([s2d], [x])
+    assert_identical([s2d], [x])
 
 
 def test_space_to_depth_28_crd_inverts_depth_to_space_crd() -> None:
     x = np.arange(96, dtype=F32).reshape(2, 8, 2, 3)
     (d2s,) = run("DepthToSpace", {"x": x}, {"y": F32}, 28, blocksize=2, mode="CRD")
     (s2d,) = run("SpaceToDepth", {"x": d2s}, {"y": F32}, 28, blocksize=2, mode="CRD")
-    assert_same([s2d], [x])
+    assert_identical([s2d], [x])
 
 
 def test_constant_v1_and_sparse() -> None:
     (y,) = run("Constant", {}, {"y": I32}, 1, value=numpy_helper.from_array(np.array([3, 4], I32)))
-    assert_same([y], [np.array([3, 4], I32)])
+    assert_identical([y], [np.array([3, 4], I32)])
     sparse = helper.make_sparse_tensor(
         numpy_helper.from_array(np.array([5, 6], F32)), numpy_helper.from_array(np.array([1, 4], I64)), [2, 3]
     )
     (y,) = run("Constant", {}, {"y": F32}, 11, sparse_value=sparse)
-    assert_same([y], [np.array([[0, 5, 0], [0, 6, 0]], F32)])
+    assert_identical([y], [np.array([[0, 5, 0], [0, 6, 0]], F32)])
 
 
 def test_dropout_old_versions() -> None:
     (y, m) = run("Dropout", {"x": X}, {"y": F32, "m": F32}, 6, is_test=1)
-    assert_same([y, m], [X, np.ones_like(X)])
+    assert_identical([y, m], [X, np.ones_like(X)])
     (y, m) = run("Dropout", {"x": X}, {"y": F32, "m": np.bool_}, 10, ratio=0.9)
-    assert_same([y, m], [X, np.ones(X.shape, bool)])
+    assert_identical([y, m], [X, np.ones(X.shape, bool)])
     # Training mode (is_test=0) drops at random, but from a fixed seed: runs are bit-identical.
     first = run("Dropout", {"x": X + 1}, {"y": F32, "m": F32}, 6, ratio=0.5)
     second = run("Dropout", {"x": X + 1}, {"y": F32, "m": F32}, 6, ratio=0.5)
-    assert_same(first, second)
+    assert_identical(first, second)
     assert set(np.unique(first[1])) <= {0.0, 1.0}
     np.testing.assert_array_equal(first[0], (X + 1) * first[1] * 2)
 
@@ -340,7 +290,7 @@ def test_dropout_training_is_seeded_and_scaled() -> None:
     inputs = {"x": x, "r": np.array(0.25, F32), "t": np.array(True)}
     y, mask = run("Dropout", inputs, {"y": F32, "m": np.bool_}, 13, seed=3)
     expected_mask = np.random.RandomState(3).uniform(0, 1.0, x.shape) >= 0.25
-    assert_same([mask], [expected_mask])
+    assert_identical([mask], [expected_mask])
     np.testing.assert_allclose(y, np.where(expected_mask, F32(1 / 0.75), 0))
     assert y.dtype == F32
 
@@ -371,7 +321,7 @@ def test_identity_passes_sequences_through() -> None:
     except UnsupportedError:
         pytest.skip("SequenceConstruct kernel not available")
     assert isinstance(out, list) and len(out) == 2
-    assert_same(out, [X, X[0]])
+    assert_identical(out, [X, X[0]])
 
 
 # --- views: metadata-only kernels share memory with their input ------------------------------
@@ -398,11 +348,11 @@ def test_kernels_never_write_into_inputs() -> None:
     run("Pad", {"x": x, "p": np.array([1, 1, 1, 1, 1, 1], I64)}, {"y": F32}, 13, mode="reflect")
     run("Trilu", {"x": x}, {"y": F32}, 14)
     run("Dropout", {"x": x, "r": np.array(0.5, F32), "t": np.array(True)}, {"y": F32}, 13)
-    assert_same([x], [before])
+    assert_identical([x], [before])
 
 
 def test_constant_output_cannot_corrupt_the_plan() -> None:
-    model = _model("Constant", {}, {"y": I64}, 13, value=numpy_helper.from_array(np.array([1, 2], I64)))
+    model = node_model("Constant", {}, {"y": I64}, 13, value=numpy_helper.from_array(np.array([1, 2], I64)))
     session = sealtrace.Session(model)
     (first,) = session.run(None, {})
     first[0] = 99  # the caller's copy: the Plan's attribute is untouched
