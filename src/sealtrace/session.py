@@ -22,9 +22,10 @@ from sealtrace.plan.feeds import check_feeds
 class ModelOrigin:
     """Where a session's model came from; audit logs link runs to it.
 
-    ``kind`` is 'onnx' (a plain ONNX file), 'proto' (an in-memory ModelProto or bytes), 'plan' or
-    'container' (a verified .seal file). ``sha256`` is the file's (or serialized proto's) digest;
-    ``container_digest`` is set for containers only.
+    ``kind`` is 'onnx' (a plain ONNX file), 'proto' (an in-memory ModelProto or bytes), 'plan',
+    'container' (a verified .seal file) or 'artifact' (a derived model bound to a container).
+    ``sha256`` is the file's (or serialized proto's, or the artifact's bound) digest;
+    ``container_digest`` is the container's, for containers and bound artifacts.
     """
 
     kind: str
