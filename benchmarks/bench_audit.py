@@ -26,22 +26,6 @@ TARGET = 1.10  # the issue's limit; the goal is 1.05
 SHA256_BYTES_PER_S = 1.8e9  # one core with SHA-NI (hashlib/OpenSSL), measured on the benchmark host
 
 
-def real_models(wanted: list[str] | None) -> list[tuple[str, str, dict[str, Any]]]:
-    """(key, model path, feeds) for the real models of sealtrace.zoo (and one ACAS Xu network)."""
-    from sealtrace import zoo
-
-    found = []
-    for real in zoo.MODELS:
-        if wanted is None or real.key in wanted:
-            try:
-                found.append((real.key, str(real.path), real.inputs()))
-            except zoo.MaterialMissingError as exc:
-                print(f"{real.key}: skipped ({exc})", file=sys.stderr)
-    if wanted is None or "acasxu" in wanted:
-        found.append(("acasxu", str(zoo.acasxu_networks()[0]), zoo.acasxu_inputs(1, 1)[0]))
-    return found
-
-
 def measure(path: str, feeds: dict[str, Any], repeats: int, budget_s: float, logs: Path) -> dict[str, Any]:
     """Alternate plain and audited runs; return medians, the ratio and what one log holds."""
     from sealtrace import Session
@@ -115,13 +99,14 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from machine import facts_markdown
+    from sealtrace import zoo
     from sealtrace.audit.recorder import default_hash_threads
 
     wanted = args.models.split(",") if args.models else None
     rows = []
     ratios = []
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
-        for key, path, feeds in real_models(wanted):
+        for key, path, feeds in zoo.benchmark_cases(wanted):
             logs = Path(tmp) / key
             logs.mkdir()
             try:

@@ -24,22 +24,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-def real_models(wanted: list[str] | None) -> list[tuple[str, str, dict[str, Any]]]:
-    """(key, model path, feeds) for the real models of sealtrace.zoo (and one ACAS Xu network)."""
-    from sealtrace import zoo
-
-    found = []
-    for real in zoo.MODELS:
-        if wanted is None or real.key in wanted:
-            try:
-                found.append((real.key, str(real.path), real.inputs()))
-            except zoo.MaterialMissingError as exc:
-                print(f"{real.key}: skipped ({exc})", file=sys.stderr)
-    if wanted is None or "acasxu" in wanted:
-        found.append(("acasxu", str(zoo.acasxu_networks()[0]), zoo.acasxu_inputs(1, 1)[0]))
-    return found
-
-
 def runners(path: str, feeds: dict[str, Any], threads: int) -> dict[str, Callable[[], Any]]:
     """One zero-argument callable per runtime, each running the model once on ``feeds``."""
     import numpy as np
@@ -114,9 +98,11 @@ def main() -> None:
     parser.add_argument("--models", default=None, help="comma-separated keys (default: all real models + acasxu)")
     parser.add_argument("--out", default=str(HERE / "results" / "torch.md"))
     args = parser.parse_args()
+    from sealtrace import zoo
+
     wanted = args.models.split(",") if args.models else None
     rows = []
-    for key, path, feeds in real_models(wanted):
+    for key, path, feeds in zoo.benchmark_cases(wanted):
         result = measure(path, feeds, args.threads, args.repeats, args.budget)
         rows.append((key, result))
         print(f"{key}: " + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in result.items()), file=sys.stderr, flush=True)

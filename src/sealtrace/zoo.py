@@ -279,3 +279,22 @@ def acasxu_inputs(prop: int = 1, count: int = 4, seed: int = 0) -> list[dict[str
     rng = np.random.default_rng(seed)
     points = [(lower + upper) / 2] + [rng.uniform(lower, upper) for _ in range(count - 1)]
     return [{"input": p.astype(np.float32).reshape(1, 1, 1, 5)} for p in points]
+
+
+def benchmark_cases(wanted: list[str] | None = None) -> list[tuple[str, str, dict[str, np.ndarray]]]:
+    """(key, model path, real inputs) of every real model and of one ACAS Xu network ('acasxu').
+
+    ``wanted`` picks keys; a model whose material is not installed is skipped with a note on stderr.
+    """
+    import sys
+
+    found = []
+    for real in MODELS:
+        if wanted is None or real.key in wanted:
+            try:
+                found.append((real.key, str(real.path), real.inputs()))
+            except MaterialMissingError as exc:
+                print(f"{real.key}: skipped ({exc})", file=sys.stderr)
+    if wanted is None or "acasxu" in wanted:
+        found.append(("acasxu", str(acasxu_networks()[0]), acasxu_inputs(1, 1)[0]))
+    return found
