@@ -296,9 +296,15 @@ def check_binding(
     current_backend_version: str | None = None,
     raise_on_failure: bool = True,
 ) -> BindingCheck:
-    """Check that ``artifact`` is unmodified and bound to ``container``; say which check failed."""
+    """Check that ``artifact`` is unmodified and bound to ``container``; say which check failed.
+
+    The version of the tool that made the artifact (the record's backend) is compared with the one
+    installed here; ``current_backend_version`` overrides that lookup.
+    """
     path = Path(artifact)
     record = read_binding(path)
+    if current_backend_version is None:
+        current_backend_version = installed_version(record.backend)
     failures: list[str] = []
     warnings: list[str] = []
     model = _load_onnx(path) if record.artifact_digest_scope == "onnx-without-binding" else None
@@ -331,6 +337,21 @@ def check_binding(
     if failures and raise_on_failure:
         raise BindingCheckError(str(path), failures)
     return check
+
+
+def installed_version(tool: str) -> str | None:
+    """The installed version of a tool that makes artifacts (None: a tool sealtrace cannot see)."""
+    if tool == "onnxruntime":
+        import onnxruntime
+
+        return str(onnxruntime.__version__)
+    if tool == "torch":
+        try:
+            import torch
+        except ImportError:
+            return "not installed"
+        return str(torch.__version__)
+    return None
 
 
 def compile_onnxruntime(

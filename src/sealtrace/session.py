@@ -77,16 +77,6 @@ def open_model(
     return plan, _origin_of(model)
 
 
-def _backend_version(backend: str | Backend) -> str | None:
-    """The version a bound ONNX Runtime artifact is compared with (None: nothing to compare)."""
-    name = backend if isinstance(backend, str) else backend.name
-    if name != "onnxruntime":
-        return None
-    import onnxruntime
-
-    return str(onnxruntime.__version__)
-
-
 class Session:
     """Compile a model once into a Plan and run it on a backend.
 
@@ -122,8 +112,7 @@ class Session:
             if not isinstance(model, (str, os.PathLike)):
                 raise InputError("container= needs the artifact's file path")
             record = check_binding(
-                model, container, trust=trust, require_signature=require_signature, strict=strict,
-                current_backend_version=_backend_version(backend),
+                model, container, trust=trust, require_signature=require_signature, strict=strict
             ).record
             self.plan = build_plan(model, require_kernels=require_kernels)
             self.origin = ModelOrigin(

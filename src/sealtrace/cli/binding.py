@@ -7,7 +7,7 @@ import json
 import click
 
 from sealtrace.binding import bind as bind_artifact
-from sealtrace.binding import check_binding, compile_onnxruntime, read_binding, sidecar_path
+from sealtrace.binding import check_binding, compile_onnxruntime, sidecar_path
 from sealtrace.cli import app
 from sealtrace.errors import InputError
 
@@ -64,10 +64,9 @@ def check_binding_command(
     """Exit 0 when ARTIFACT is unmodified and bound to CONTAINER, 1 when not (saying which check failed)."""
     if require_signature and not trust:
         raise InputError("--require-signature needs at least one --trust KEY.pub")
-    current = _installed_version(read_binding(artifact).backend)
     result = check_binding(
         artifact, container, trust=trust, require_signature=require_signature, strict=strict,
-        current_backend_version=current, raise_on_failure=False,
+        raise_on_failure=False,
     )
     if as_json:
         click.echo(json.dumps({"artifact": artifact, "ok": result.ok, "failures": result.failures,
@@ -83,17 +82,3 @@ def check_binding_command(
                 click.echo(f"FAILED: {failure}", err=True)
         raise click.exceptions.Exit(1)
 
-
-def _installed_version(backend: str) -> str | None:
-    """The installed version of the tool that made an artifact, to compare with its binding."""
-    if backend == "onnxruntime":
-        import onnxruntime
-
-        return str(onnxruntime.__version__)
-    if backend == "torch":
-        try:
-            import torch
-        except ImportError:
-            return "not installed"
-        return str(torch.__version__)
-    return None
