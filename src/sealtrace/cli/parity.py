@@ -10,7 +10,7 @@ from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity
-from sealtrace.parity.report import FORMATS, _fmt, write_report
+from sealtrace.parity.report import FORMATS, format_number, write_report
 from sealtrace.session import open_model
 
 
@@ -88,7 +88,7 @@ def parity(
         for s in worst:
             w = s.worst
             assert w is not None
-            table_out.add_row(str(s.position), s.name, s.op_type, s.status, _fmt(w.max_abs), _fmt(w.max_rel),
+            table_out.add_row(str(s.position), s.name, s.op_type, s.status, format_number(w.max_abs), format_number(w.max_rel),
                               "-" if w.max_ulp is None else str(w.max_ulp))
         console.print(table_out)
     for path in reports:
@@ -134,7 +134,7 @@ def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json
             shown.add_column(column)
         for e in report.differing[:20]:
             shown.add_row(str(e.position), e.key, e.step, e.op_type, e.status,
-                          _fmt(e.diff.max_abs if e.diff else None), _fmt(e.diff.max_rel if e.diff else None))
+                          format_number(e.diff.max_abs if e.diff else None), format_number(e.diff.max_rel if e.diff else None))
         if report.differing:
             console.print(shown)
     if not report.passed:

@@ -18,7 +18,7 @@ from typing import Any
 
 from sealtrace.backends import Backend, StepEvent, get_backend
 from sealtrace.backends.reference import ReferenceBackend, StepContext
-from sealtrace.errors import BackendError, InputError
+from sealtrace.errors import InputError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.parity.metrics import ToleranceTable, ValueDiff, compare_values
 from sealtrace.plan import ModelSource, Plan, build_plan
@@ -297,7 +297,4 @@ def _backend(spec: str | Backend, optimized: bool) -> Backend:
         from sealtrace.backends.onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend(per_op=not optimized)
-    try:
-        return get_backend(spec)
-    except BackendError:
-        raise
+    return get_backend(spec)

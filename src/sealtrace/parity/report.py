@@ -19,7 +19,8 @@ def report_json(report: DriftReport) -> str:
     return json.dumps(report.to_json(), sort_keys=True, indent=2, allow_nan=False) + "\n"
 
 
-def _fmt(x: float | None) -> str:
+def format_number(x: float | None) -> str:
+    """A metric as reports show it: 3 significant digits, "-" when absent."""
     if x is None:
         return "-"
     if math.isinf(x) or math.isnan(x):
@@ -64,8 +65,8 @@ def report_markdown(report: DriftReport) -> str:
         local = max((d.max_abs for d in s.local), default=None) if s.local else None
         lines.append(
             f"| {s.position} | `{'/'.join((*s.path, s.name))}` | {s.op_type} | {s.status} | "
-            f"{_fmt(w.max_abs if w else None)} | {_fmt(w.max_rel if w else None)} | "
-            f"{w.max_ulp if w and w.max_ulp is not None else '-'} | {_fmt(w.cosine if w else None)} | {_fmt(local)} |"
+            f"{format_number(w.max_abs if w else None)} | {format_number(w.max_rel if w else None)} | "
+            f"{w.max_ulp if w and w.max_ulp is not None else '-'} | {format_number(w.cosine if w else None)} | {format_number(local)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -101,7 +102,7 @@ def _plot_svg(report: DriftReport, width: int = 900, height: int = 260) -> str:
     parts.append(f'<polyline points="{points}" fill="none" stroke="#3366cc" stroke-width="1.5"/>')
     for i, (s, e) in enumerate(zip(steps, errors, strict=True)):
         color = "#cc3333" if s.exceeds else "#3366cc"
-        title = html.escape(f"#{s.position} {s.name} ({s.op_type}): max abs {_fmt(s.worst.max_abs if s.worst else None)}")
+        title = html.escape(f"#{s.position} {s.name} ({s.op_type}): max abs {format_number(s.worst.max_abs if s.worst else None)}")
         parts.append(f'<circle cx="{x(i):.1f}" cy="{y(e):.1f}" r="2.5" fill="{color}"><title>{title}</title></circle>')
     ty = y(atol)
     parts.append(
@@ -149,10 +150,10 @@ def report_html(report: DriftReport) -> str:
         css = "origin" if s is origin else ("exceeds" if s.exceeds else "")
         rows.append(
             f'<tr class="{css}"><td>{s.position}</td><td><code>{html.escape("/".join((*s.path, s.name)))}</code></td>'
-            f"<td>{html.escape(s.op_type)}</td><td>{s.status}</td><td>{_fmt(w.max_abs if w else None)}</td>"
-            f"<td>{_fmt(w.max_rel if w else None)}</td>"
-            f"<td>{w.max_ulp if w and w.max_ulp is not None else '-'}</td><td>{_fmt(w.cosine if w else None)}</td>"
-            f"<td>{_fmt(local)}</td><td>{'' if s.layout is None else html.escape(str(list(s.layout)))}</td></tr>"
+            f"<td>{html.escape(s.op_type)}</td><td>{s.status}</td><td>{format_number(w.max_abs if w else None)}</td>"
+            f"<td>{format_number(w.max_rel if w else None)}</td>"
+            f"<td>{w.max_ulp if w and w.max_ulp is not None else '-'}</td><td>{format_number(w.cosine if w else None)}</td>"
+            f"<td>{format_number(local)}</td><td>{'' if s.layout is None else html.escape(str(list(s.layout)))}</td></tr>"
         )
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>sealtrace parity report</title>"
