@@ -19,12 +19,18 @@ class StepEvent:
 
     ``path`` is empty for top-level steps; for a step inside a subgraph it names the enclosing
     node, the graph attribute and, for loops, the iteration: ('loop_1', 'body', '3').
+
+    ``constant`` marks a step whose inputs are all weights (or outputs of other such steps), which
+    a backend evaluated once and reuses: its ``outputs`` are then the same read-only arrays on
+    every run of that backend instance, so an observer may cache per-array work (a digest, a
+    summary) by identity, holding a reference to the array.
     """
 
     path: tuple[str, ...]
     step: Step
     inputs: Sequence[Any]
     outputs: Sequence[Any]
+    constant: bool = False
 
 
 @runtime_checkable

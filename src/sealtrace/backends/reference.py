@@ -1,8 +1,19 @@
-"""The reference backend: executes a Plan step by step with the NumPy kernels in sealtrace.ops."""
+"""The reference backend: executes a Plan step by step with the NumPy kernels in sealtrace.ops.
+
+Weight-only steps (every input a weight or the output of another such step: Constant nodes, the
+Cast and Mul that dequantize int8 weights, a Reshape of a weight) produce the same bytes on every
+run. The backend evaluates them once per Plan, with the same kernels, and keeps their read-only
+outputs, as ONNX Runtime folds constants when it loads a model. They are still reported to
+observers in Plan order (marked ``constant``), so an audit log or a parity report is the same as
+if they had run again.
+"""
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,19 +25,119 @@ from sealtrace.errors import KernelError, SealtraceError, UnsupportedError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan.model import Plan, Step
 
+# Operators whose output is not a function of their inputs alone: never folded.
+NONDETERMINISTIC_OPS = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
+)
+# A folded output lives as long as the backend does. A step is folded only when the memory it
+# allocates is at most FOLD_GROWTH times what it reads (int8 -> float32 is 4x) plus a small
+# allowance, so a tiny shape fed to ConstantOfShape or Expand never pins a huge tensor.
+FOLD_GROWTH = 4
+FOLD_ALLOWANCE = 1 << 20
+
+
+@dataclass(frozen=True)
+class FoldedStep:
+    """A weight-only step's inputs and outputs, computed once."""
+
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    """A Plan prepared for execution: the folded steps' values and the schedule of the rest."""
+
+    # Weights and folded outputs: what every run's environment starts from.
+    constants: dict[str, Any]
+    # Every step in Plan order, with its release list and its folded values (None: runs each time).
+    schedule: tuple[tuple[Step, tuple[str, ...], FoldedStep | None], ...]
+    # The steps that run each time: all a run without observers iterates.
+    live: tuple[tuple[Step, tuple[str, ...]], ...]
+
+    @property
+    def folded_count(self) -> int:
+        return sum(1 for _, _, folded in self.schedule if folded is not None)
+
+
+def prepare(plan: Plan, fold: bool = True) -> Program:
+    """Fold ``plan``'s weight-only steps (subgraph Plans are prepared when they first run)."""
+    constants: dict[str, Any] = dict(plan.initializers)
+    schedule = tuple(
+        (step, release, _fold(step, constants) if fold else None)
+        for step, release in zip(plan.steps, plan.release_after, strict=True)
+    )
+    live = tuple((step, release) for step, release, folded in schedule if folded is None)
+    return Program(constants, schedule, live)
+
+
+def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
+    """Evaluate ``step`` now if all it reads is constant and its outputs are safe to keep."""
+    if (
+        step.kernel.context
+        or step.implicit_inputs
+        or step.op_type in NONDETERMINISTIC_OPS
+        or any(name and name not in constants for name in step.inputs)
+    ):
+        return None
+    args = tuple(constants[name] if name else None for name in step.inputs)
+    try:
+        outputs = as_outputs(step.kernel.fn(*args, **step.attributes))
+    except Exception:  # it fails again at run time, where the error names its step
+        return None
+    named = [(out, name) for out, name in zip(outputs, step.outputs, strict=False) if name]
+    if len(named) < sum(1 for name in step.outputs if name):
+        return None
+    if not all(type(out) is np.ndarray for out, _ in named):
+        return None  # sequences are mutable lists: made afresh every run
+    read = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
+    allocated = sum(out.nbytes for out, _ in named if out.base is None)
+    if allocated > FOLD_GROWTH * read + FOLD_ALLOWANCE:
+        return None
+    kept: list[Any] = [None] * len(step.outputs)
+    for i, name in enumerate(step.outputs):
+        if not name:
+            continue
+        out = outputs[i]
+        if any(out is a for a in args):
+            out = out.view()  # a new read-only view: never change the flags of a weight the Plan owns
+        out.setflags(write=False)
+        constants[name] = kept[i] = out
+    return FoldedStep(args, tuple(kept))
+
+
+class ProgramCache:
+    """Programs by Plan, built on first use and dropped with their Plan."""
+
+    def __init__(self, fold: bool = True) -> None:
+        self.fold = fold
+        self._programs: weakref.WeakKeyDictionary[Plan, Program] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, plan: Plan) -> Program:
+        program = self._programs.get(plan)
+        if program is None:
+            with self._lock:
+                program = self._programs.get(plan)
+                if program is None:
+                    program = self._programs[plan] = prepare(plan, self.fold)
+        return program
+
 
 class ReferenceBackend:
     """Faithful, deterministic NumPy execution of a Plan, reporting every step to observers.
 
     ``threads`` is how many threads NumPy's BLAS may use during a run (default 1, see
     :mod:`sealtrace.backends.threads`; None leaves BLAS as the environment configured it).
+    ``fold=False`` runs weight-only steps on every run instead of once (see the module docstring).
     """
 
     name = "reference"
     per_step = True
 
-    def __init__(self, threads: int | None = 1) -> None:
+    def __init__(self, threads: int | None = 1, fold: bool = True) -> None:
         self.threads = threads
+        self.programs = ProgramCache(fold)
 
     @property
     def version(self) -> str:
@@ -44,7 +155,7 @@ class ReferenceBackend:
             observer.on_run_start(plan, feeds, self)
         given = {id(v) for v in feeds.values()} | {id(v) for v in plan.initializers.values()}
         with blas_threads(self.threads):
-            outputs = [_owned(value, given) for value in execute(plan, feeds, observers, ())]
+            outputs = [_owned(value, given) for value in execute(plan, feeds, observers, (), self.programs)]
         result = dict(zip(plan.output_names, outputs, strict=True))
         for observer in observers:
             observer.on_run_end(result)
@@ -53,8 +164,8 @@ class ReferenceBackend:
 
 def _owned(value: Any, given: set[int]) -> Any:
     """A graph output the caller may keep and modify: views (Expand's broadcast, a Reshape of a
-    weight) and the caller's own arrays (Identity of an input) are copied, as ONNX Runtime hands
-    back fresh arrays."""
+    weight), folded constants and the caller's own arrays (Identity of an input) are copied, as
+    ONNX Runtime hands back fresh arrays."""
     if isinstance(value, np.ndarray) and (
         id(value) in given or not (value.flags.owndata and value.flags.writeable)
     ):
@@ -67,15 +178,21 @@ def _owned(value: Any, given: set[int]) -> Any:
 class StepContext:
     """The KernelContext handed to control-flow kernels."""
 
-    __slots__ = ("_calls", "_env", "_observers", "_path", "_step")
+    __slots__ = ("_calls", "_env", "_observers", "_path", "_programs", "_step")
 
     def __init__(
-        self, env: dict[str, Any], observers: Sequence[StepObserver], path: tuple[str, ...], step: Step
+        self,
+        env: dict[str, Any],
+        observers: Sequence[StepObserver],
+        path: tuple[str, ...],
+        step: Step,
+        programs: ProgramCache | None = None,
     ) -> None:
         self._env = env
         self._observers = observers
         self._path = path
         self._step = step
+        self._programs = programs
         self._calls: dict[str, int] = {}
 
     @property
@@ -101,7 +218,8 @@ class StepContext:
         self._calls[name] = call + 1
         outer = {c: self._env[c] for c in plan.captures}
         outer.update(zip(plan.input_names, feeds, strict=False))
-        return execute(plan, outer, self._observers, (*self._path, self._step.name, name, str(call)))
+        path = (*self._path, self._step.name, name, str(call))
+        return execute(plan, outer, self._observers, path, self._programs)
 
 
 def execute(
@@ -109,41 +227,65 @@ def execute(
     feeds: Mapping[str, Any],
     observers: Sequence[StepObserver],
     path: tuple[str, ...],
+    programs: ProgramCache | None = None,
 ) -> list[Any]:
-    """Run ``plan`` on ``feeds`` (which may also carry captured outer values); return its outputs."""
-    env: dict[str, Any] = dict(plan.initializers)
+    """Run ``plan`` on ``feeds`` (which may also carry captured outer values); return its outputs.
+
+    With ``programs``, weight-only steps come from its cache; without, every step runs.
+    """
+    program = programs.get(plan) if programs is not None else prepare(plan, fold=False)
+    env: dict[str, Any] = dict(program.constants)
     env.update(feeds)
-    for step, release in zip(plan.steps, plan.release_after, strict=True):
-        args = [env[name] if name else None for name in step.inputs]
-        try:
-            if step.kernel.context:
-                result = step.kernel.fn(StepContext(env, observers, path, step), *args, **step.attributes)
-            else:
-                result = step.kernel.fn(*args, **step.attributes)
-        except SealtraceError:
-            raise
-        except Exception as exc:  # any kernel failure is reported with its step
-            where = "/".join((*path, step.name))
-            raise KernelError(
-                f"step {step.index} {where!r} ({step.op_type}) failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        names = step.outputs
-        if len(names) == 1 and type(result) is np.ndarray and names[0]:
-            env[names[0]] = result  # the common case, without the generic unpacking below
-        else:
-            outputs = as_outputs(result)
-            for i, name in enumerate(names):
-                if name:
-                    if i >= len(outputs):
-                        raise KernelError(
-                            f"step {step.index} {step.name!r} ({step.op_type}): output {i} ({name!r}) "
-                            "was asked for but the kernel does not produce it"
-                        )
-                    env[name] = outputs[i]
-        if observers:
+    if not observers:
+        for step, release in program.live:
+            _run_step(step, env, path, observers, programs)
+            for name in release:
+                env.pop(name, None)
+        return [env[name] for name in plan.output_names]
+    for step, release, folded in program.schedule:
+        if folded is None:
+            args = _run_step(step, env, path, observers, programs)
             event = StepEvent(path, step, args, [env[n] if n else None for n in step.outputs])
-            for observer in observers:
-                observer.on_step(event)
+        else:
+            event = StepEvent(path, step, folded.inputs, folded.outputs, constant=True)
+        for observer in observers:
+            observer.on_step(event)
         for name in release:
             env.pop(name, None)
     return [env[name] for name in plan.output_names]
+
+
+def _run_step(
+    step: Step,
+    env: dict[str, Any],
+    path: tuple[str, ...],
+    observers: Sequence[StepObserver],
+    programs: ProgramCache | None,
+) -> list[Any]:
+    """Run one step, put its outputs into ``env`` and return the arguments it read."""
+    args = [env[name] if name else None for name in step.inputs]
+    try:
+        if step.kernel.context:
+            context = StepContext(env, observers, path, step, programs)
+            result = step.kernel.fn(context, *args, **step.attributes)
+        else:
+            result = step.kernel.fn(*args, **step.attributes)
+    except SealtraceError:
+        raise
+    except Exception as exc:  # any kernel failure is reported with its step
+        where = "/".join((*path, step.name))
+        raise KernelError(f"step {step.index} {where!r} ({step.op_type}) failed: {type(exc).__name__}: {exc}") from exc
+    names = step.outputs
+    if len(names) == 1 and type(result) is np.ndarray and names[0]:
+        env[names[0]] = result  # the common case, without the generic unpacking below
+        return args
+    outputs = as_outputs(result)
+    for i, name in enumerate(names):
+        if name:
+            if i >= len(outputs):
+                raise KernelError(
+                    f"step {step.index} {step.name!r} ({step.op_type}): output {i} ({name!r}) "
+                    "was asked for but the kernel does not produce it"
+                )
+            env[name] = outputs[i]
+    return args

@@ -1,0 +1,143 @@
+"""The reference backend's folding of weight-only steps: same values, same reports, bounded memory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sealtrace import Session
+from sealtrace.backends.base import Backend, StepEvent
+from sealtrace.backends.reference import ReferenceBackend
+from sealtrace.errors import KernelError
+from sealtrace.plan.model import Plan
+from tests.conftest import make_model
+
+
+class Recorder:
+    """Keeps every event of a run."""
+
+    def __init__(self) -> None:
+        self.events: list[StepEvent] = []
+
+    def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None:
+        self.events.clear()
+
+    def on_step(self, event: StepEvent) -> None:
+        self.events.append(event)
+
+    def on_run_end(self, outputs: Mapping[str, Any]) -> None:
+        pass
+
+
+def dequantized_matmul() -> onnx.ModelProto:
+    """x @ ((int8 weight -> float) * scale): the pattern of MiniLM's int8 weights."""
+    rng = np.random.default_rng(1)
+    weight = numpy_helper.from_array(rng.integers(-128, 127, (8, 5), dtype=np.int8), "w_int8")
+    scale = numpy_helper.from_array(np.float32(0.02), "scale")
+    nodes = [
+        helper.make_node("Cast", ["w_int8"], ["w_float"], to=TensorProto.FLOAT, name="cast"),
+        helper.make_node("Mul", ["w_float", "scale"], ["w"], name="dequant"),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul"),
+        helper.make_node("Identity", ["w"], ["w_out"], name="expose"),
+    ]
+    return make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5]), onnx.ValueInfoProto(name="w_out")],
+        [weight, scale],
+    )
+
+
+def test_weight_only_steps_fold_without_changing_a_bit() -> None:
+    model = dequantized_matmul()
+    x = np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32)
+    folded = Session(model, backend=ReferenceBackend())
+    unfolded = Session(model, backend=ReferenceBackend(fold=False))
+    flags = {name: value.flags.writeable for name, value in folded.plan.initializers.items()}
+    program = folded.backend.programs.get(folded.plan)  # type: ignore[attr-defined]
+    assert program.folded_count == 3  # cast, dequant, expose; the MatMul reads the feed
+    assert [step.name for step, _ in program.live] == ["matmul"]
+    for _ in range(2):  # the second run reuses the folded values
+        got = folded.run(None, {"x": x})
+        want = unfolded.run(None, {"x": x})
+        for a, b in zip(got, want, strict=True):
+            assert a.tobytes() == b.tobytes()
+    # A folded graph output is handed back as the caller's own, writable array.
+    w_out = got[1]
+    assert w_out.flags.writeable and w_out.flags.owndata
+    w_out[...] = 0
+    assert folded.run(None, {"x": x})[1].tobytes() == want[1].tobytes()
+    # The Plan's weights keep their flags: folding never changes an array it does not own.
+    assert {name: value.flags.writeable for name, value in folded.plan.initializers.items()} == flags
+
+
+def test_observers_see_every_step_in_order_with_folded_ones_marked() -> None:
+    model = dequantized_matmul()
+    x = np.ones((2, 8), np.float32)
+    folded, unfolded = Recorder(), Recorder()
+    session = Session(model, backend=ReferenceBackend())
+    session.run(None, {"x": x}, observers=[folded])
+    first = [out for event in folded.events for out in event.outputs]
+    session.run(None, {"x": x}, observers=[folded])
+    Session(model, backend=ReferenceBackend(fold=False)).run(None, {"x": x}, observers=[unfolded])
+    assert [e.step.name for e in folded.events] == [e.step.name for e in unfolded.events]
+    assert [e.constant for e in folded.events] == [True, True, False, True]
+    assert not any(e.constant for e in unfolded.events)
+    for a, b in zip(folded.events, unfolded.events, strict=True):
+        for x_a, x_b in zip([*a.inputs, *a.outputs], [*b.inputs, *b.outputs], strict=True):
+            assert x_a.dtype == x_b.dtype and x_a.tobytes() == x_b.tobytes()
+    # Constant steps hand the same read-only arrays to observers on every run.
+    again = [out for event in folded.events for out in event.outputs]
+    for event, before, after in zip(folded.events, first, again, strict=True):
+        if event.constant:
+            assert before is after and not after.flags.writeable
+
+
+def test_random_and_growing_steps_are_not_folded() -> None:
+    nodes = [
+        # Dropout in training mode draws a new mask each run unless seeded: never folded.
+        helper.make_node("Dropout", ["w", "ratio", "training"], ["noise"], name="noise"),
+        # A 3-element shape expanded to 4 MiB: reading 24 bytes, folding would pin 4 MiB.
+        helper.make_node("ConstantOfShape", ["shape"], ["big"], name="fill"),
+        helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0, name="sum"),
+        helper.make_node("Add", ["x", "total"], ["y"], name="add"),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1]), onnx.ValueInfoProto(name="noise")],
+        [
+            numpy_helper.from_array(np.array([1024, 1024, 1], np.int64), "shape"),
+            numpy_helper.from_array(np.ones((2, 2), np.float32), "w"),
+            numpy_helper.from_array(np.array(0.5, np.float32), "ratio"),
+            numpy_helper.from_array(np.array(True), "training"),
+        ],
+    )
+    session = Session(model, backend=ReferenceBackend())
+    session.run(None, {"x": np.zeros(1, np.float32)})
+    program = session.backend.programs.get(session.plan)  # type: ignore[attr-defined]
+    assert [step.name for step, _ in program.live] == ["noise", "fill", "sum", "add"]
+
+
+def test_a_failing_weight_only_step_fails_at_run_time_naming_its_step() -> None:
+    nodes = [
+        helper.make_node("Reshape", ["w", "bad_shape"], ["w2"], name="bad_reshape"),
+        helper.make_node("Add", ["x", "w2"], ["y"], name="add"),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.ones(6, np.float32), "w"),
+            numpy_helper.from_array(np.array([4], np.int64), "bad_shape"),
+        ],
+    )
+    session = Session(model, backend=ReferenceBackend())
+    with pytest.raises(KernelError, match="bad_reshape"):
+        session.run(None, {"x": np.zeros(3, np.float32)})
