@@ -220,3 +220,38 @@ def test_json_report_matches_its_schema() -> None:
     faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
     for backends in (["reference", "onnxruntime"], ["reference", faulty]):
         jsonschema.validate(json.loads(report_json(check_parity(conv_net(), FEEDS, backends))), schema)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fast_metrics_equal_the_general_rule(dtype: type[np.floating[Any]]) -> None:
+    # The single-pass path for finite float32/float64 values must give the general path's figures
+    # bit for bit: sign flips around zero (ULP across zero), -0.0 vs +0.0, zeros in b (inf max_rel),
+    # differences inside and beyond atol, and a layout flip.
+    from sealtrace.parity.metrics import _compare_finite, _compare_floats_general
+
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((2, 3, 5, 5)).astype(dtype)
+    cases = [
+        base + dtype(1e-6) * rng.standard_normal(base.shape).astype(dtype),
+        -base,
+        np.where(rng.random(base.shape) < 0.3, -base, base).astype(dtype),
+        np.where(base == base.flat[0], dtype(0), base).astype(dtype),
+        np.ascontiguousarray(base.transpose(0, 1, 3, 2)),
+        base * dtype(1.5),
+    ]
+    signed = base.copy()
+    signed.flat[:4] = [0.0, -0.0, 1e-30, -1e-30]
+    other = signed.copy()
+    other.flat[:4] = [-0.0, 0.0, -1e-30, 2e-30]
+    zero_b = base.copy()
+    zero_b.flat[:3] = 0.0
+    pairs = [(base, c) for c in cases] + [(signed, other), (base, zero_b), (zero_b, base)]
+    for tol in (Tolerance(), Tolerance(0.0, 0.0), Tolerance(10.0, 0.0)):
+        for a, b in pairs:
+            fast = _compare_finite("v", a, b, tol)
+            assert fast is not None
+            assert fast == _compare_floats_general("v", a, b, tol)
+            assert fast.max_ulp == ulp_distance(a, b)
+    huge = np.full(4, 3e38, np.float32)
+    assert _compare_finite("v", huge, -huge, Tolerance()) is None  # squares overflow: the general path decides
+    assert _compare_finite("v", np.float32([1, np.nan]), np.float32([1, 2]), Tolerance()) is None
