@@ -13,6 +13,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import sealtrace
+from sealtrace.ops import conv as conv_ops
 from tests.conftest import make_model
 
 RNG = np.random.default_rng(7)
@@ -69,7 +70,9 @@ CONV_CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
     ((1, 4, 12, 12), (6, 2, 3, 3), {"group": 2, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     ((1, 6, 11, 11), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),  # depthwise
     ((1, 6, 11, 11), (6, 1, 5, 5), {"group": 6, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
-    ((2, 5, 40, 36), (5, 1, 3, 3), {"group": 5, "pads": [1, 0, 1, 1]}),  # depthwise, channels-first path
+    ((2, 5, 40, 36), (5, 1, 3, 3), {"group": 5, "pads": [1, 0, 1, 1]}),  # depthwise, batch 2, uneven pads
+    ((2, 7, 6, 20), (7, 1, 5, 5), {"group": 7, "strides": [2, 1], "pads": [2, 2, 2, 2]}),  # strided depthwise
+    ((1, 4, 15, 15), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "dilations": [2, 2], "pads": [1, 2, 2, 1]}),
     ((1, 3, 70, 70), (3, 1, 3, 3), {"group": 3, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ((2, 4, 13, 9), (8, 1, 3, 3), {"group": 4, "strides": [2, 2], "dilations": [1, 2]}),  # multiplier 2
     ((1, 8, 6, 6), (16, 8, 1, 1), {}),  # 1x1
@@ -126,6 +129,20 @@ def test_conv_empty_batch() -> None:
     feeds = {"x": np.zeros((0, 3, 5, 5), np.float32)}
     got = run_ours(build("Conv", feeds, 17, {"w": normal(2, 3, 3, 3)}, pads=[1, 1, 1, 1]), feeds)[0]
     assert got.shape == (0, 2, 5, 5) and got.dtype == np.float32
+    for strides in ([1, 1], [2, 2]):  # depthwise, both gathers
+        model = build("Conv", feeds, 17, {"w": normal(3, 1, 3, 3)}, group=3, pads=[1, 1, 1, 1], strides=strides)
+        got = run_ours(model, feeds)[0]
+        assert got.shape == (0, 3, 5 // strides[0] + 5 % strides[0], 5 // strides[1] + 5 % strides[1])
+
+
+@pytest.mark.parametrize("strides", [[1, 1], [2, 1]])
+def test_depthwise_conv_in_channel_blocks(monkeypatch: pytest.MonkeyPatch, strides: list[int]) -> None:
+    # Large images gather their depthwise columns a block of channels at a time: force several
+    # (uneven) blocks on a small input and compare with onnxruntime.
+    monkeypatch.setattr(conv_ops, "_IM2COL_BYTES", 3 * 9 * 4 * 100)
+    feeds = {"x": normal(2, 10, 9, 11)}
+    weights = {"w": normal(10, 1, 3, 3), "b": normal(10)}
+    same(build("Conv", feeds, 17, weights, group=10, pads=[1, 1, 1, 1], strides=strides), feeds)
 
 
 CONV_TRANSPOSE_CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [

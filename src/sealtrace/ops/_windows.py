@@ -170,7 +170,7 @@ class FlatTaps:
     tap ``t`` reads ``span`` positions of ``sources[source_of[t]]`` from ``offsets[t]`` with unit
     stride: fast, SIMD-friendly passes, and BLAS-compatible without copies. Strided windows are
     split into stride phases first (one copy of the input), after which every tap is unit-stride.
-    Sources are [N, C, positions], or [N, positions, C] when laid out channels-last.
+    Sources are [N, C, positions].
     """
 
     sources: tuple[Array, ...]
@@ -179,40 +179,16 @@ class FlatTaps:
     grid: tuple[int, ...]
     out_shape: tuple[int, ...]
     span: int
-    channels_last: bool
-
-    @property
-    def length(self) -> int:
-        """Positions of the computed grid (``span`` may round this up)."""
-        return self.out_shape[0] * prod(self.grid[1:]) if self.out_shape else 1
-
-    def tap(self, t: int) -> Array:
-        start = self.offsets[t]
-        source = self.sources[self.source_of[t]]
-        if self.channels_last:
-            return source[:, start : start + self.span]
-        return source[:, :, start : start + self.span]
 
     def crop(self, y: Array) -> Array:
-        """Results on the computed grid ([N, M, span], or [N, span, M] channels-last) -> a
-        contiguous channels-first [N, M, *out_shape]."""
-        if self.channels_last:
-            y = y[:, : self.length].reshape((y.shape[0], self.out_shape[0], *self.grid[1:], y.shape[2]))
-            y = np.moveaxis(y, -1, 1)
-        else:
-            y = y[:, :, : self.length].reshape((*y.shape[:2], self.out_shape[0], *self.grid[1:]))
+        """Results on the computed grid [N, M, span] -> a contiguous [N, M, *out_shape]."""
+        y = y.reshape((*y.shape[:2], self.out_shape[0], *self.grid[1:]))
         index = (slice(None), slice(None), slice(None), *(slice(0, o) for o in self.out_shape[1:]))
         return np.ascontiguousarray(y[index])
 
 
-def flat_taps(
-    x: Array, window: Window, value: Any = 0, channels_last: bool = False, span_multiple: int = 1
-) -> FlatTaps:
-    """Pad ``x`` [N, C, *spatial] once (with ``value``) and lay its taps out as :class:`FlatTaps`.
-
-    ``channels_last`` transposes while padding (for per-channel arithmetic over whole rows);
-    ``span_multiple`` rounds each tap's slice length up to a multiple of it.
-    """
+def flat_taps(x: Array, window: Window, value: Any = 0) -> FlatTaps:
+    """Pad ``x`` [N, C, *spatial] once (with ``value``) and lay its taps out as :class:`FlatTaps`."""
     rank = len(window.kernel)
     n, c = x.shape[:2]
     spatial = x.shape[2:]
@@ -221,17 +197,12 @@ def flat_taps(
     reach = [(k - 1) * d // s for k, d, s in zip(window.kernel, window.dilations, window.strides, strict=True)]
     grid = [o + q for o, q in zip(out, reach, strict=True)]
     row = prod(grid[1:])
-    length = out[0] * row if out else 1
-    span = -(-length // span_multiple) * span_multiple
-    rows = grid[0]
-    if rank > 1:
-        # Room for the last taps' slices to run past the final computed row.
-        rows += 1 + -(-(span - length) // max(row, 1))
-    else:
-        rows += span - length
+    span = out[0] * row if out else 1
+    # Room for the last taps' slices to run past the final computed row.
+    rows = grid[0] + 1 if rank > 1 else grid[0]
     extent = [rows * window.strides[0]] + [g * s for g, s in zip(grid[1:], window.strides[1:], strict=True)]
     # Place x into a canvas of `extent`, shifted by the begin pads (negative pads crop).
-    shape = (n, *extent, c) if channels_last else (n, c, *extent)
+    shape = (n, c, *extent)
     canvas = np.full(shape, value, dtype=x.dtype) if value != 0 else np.zeros(shape, dtype=x.dtype)
     src_index: list[slice] = [slice(None), slice(None)]
     dst_index: list[slice] = []
@@ -240,30 +211,31 @@ def flat_taps(
         hi = max(min(size, e - pb), lo)
         src_index.append(slice(lo, hi))
         dst_index.append(slice(lo + pb, hi + pb))
-    if channels_last:
-        canvas[(slice(None), *dst_index, slice(None))] = np.moveaxis(x[tuple(src_index)], 1, -1)
-    else:
-        canvas[(slice(None), slice(None), *dst_index)] = x[tuple(src_index)]
-    first = 1 if channels_last else 2
-    axis_strides = [prod(grid[a + 1 :]) for a in range(rank)]
+    canvas[(slice(None), slice(None), *dst_index)] = x[tuple(src_index)]
+    # Per axis and kernel index: the stride phase a tap reads and its offset within that phase.
+    # Taps combine these axis by axis (row-major, as ``window.taps``): a per-tap Python loop is
+    # a measurable share of the small convolutions' time.
+    axis_phases: list[list[int]] = []
+    axis_offsets: list[list[int]] = []
+    for a, (k, d, s) in enumerate(zip(window.kernel, window.dilations, window.strides, strict=True)):
+        step = prod(grid[a + 1 :])
+        axis_phases.append([t * d % s for t in range(k)])
+        axis_offsets.append([t * d // s * step for t in range(k)])
+    offsets = [sum(combo) for combo in product(*axis_offsets)]
+    tap_phases = list(product(*axis_phases))
     phases: dict[tuple[int, ...], int] = {}
     sources: list[Array] = []
     source_of: list[int] = []
-    offsets: list[int] = []
-    for tap in window.taps:
-        pos = [t * d for t, d in zip(tap, window.dilations, strict=True)]
-        phase = tuple(p % s for p, s in zip(pos, window.strides, strict=True))
+    for phase in tap_phases:
         if phase not in phases:
             if all(s == 1 for s in window.strides):
                 source = canvas
             else:
                 index = [slice(None)] * canvas.ndim
                 for a, (p, s) in enumerate(zip(phase, window.strides, strict=True)):
-                    index[first + a] = slice(p, None, s)
+                    index[2 + a] = slice(p, None, s)
                 source = np.ascontiguousarray(canvas[tuple(index)])
             phases[phase] = len(sources)
-            positions = prod(source.shape[first : first + rank])
-            sources.append(source.reshape((n, positions, c) if channels_last else (n, c, positions)))
+            sources.append(source.reshape(n, c, prod(source.shape[2:])))
         source_of.append(phases[phase])
-        offsets.append(sum((p // s) * st for p, s, st in zip(pos, window.strides, axis_strides, strict=True)))
-    return FlatTaps(tuple(sources), tuple(source_of), tuple(offsets), tuple(grid), out, span, channels_last)
+    return FlatTaps(tuple(sources), tuple(source_of), tuple(offsets), tuple(grid), out, span)
