@@ -22,7 +22,7 @@ from sealtrace import __version__
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.backends.threads import blas_threads
 from sealtrace.errors import KernelError, SealtraceError, UnsupportedError
-from sealtrace.ops.registry import as_outputs
+from sealtrace.ops.registry import KernelFn, as_outputs, unquieted
 from sealtrace.plan.model import Plan, Step
 
 # Operators whose output is not a function of their inputs alone: never folded.
@@ -52,8 +52,10 @@ class Program:
     constants: dict[str, Any]
     # Every step in Plan order, with its release list and its folded values (None: runs each time).
     schedule: tuple[tuple[Step, tuple[str, ...], FoldedStep | None], ...]
-    # The steps that run each time: all a run without observers iterates.
-    live: tuple[tuple[Step, tuple[str, ...]], ...]
+    # The steps that run each time (all a run without observers iterates), with their kernels.
+    live: tuple[tuple[Step, tuple[str, ...], KernelFn], ...]
+    # Each step's kernel function as the executor calls it (inside one np.errstate for the run).
+    functions: dict[int, KernelFn]
 
     @property
     def folded_count(self) -> int:
@@ -67,8 +69,9 @@ def prepare(plan: Plan, fold: bool = True) -> Program:
         (step, release, _fold(step, constants) if fold else None)
         for step, release in zip(plan.steps, plan.release_after, strict=True)
     )
-    live = tuple((step, release) for step, release, folded in schedule if folded is None)
-    return Program(constants, schedule, live)
+    functions = {id(step): unquieted(step.kernel.fn) for step in plan.steps}
+    live = tuple((step, release, functions[id(step)]) for step, release, folded in schedule if folded is None)
+    return Program(constants, schedule, live, functions)
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
@@ -236,27 +239,32 @@ def execute(
     program = programs.get(plan) if programs is not None else prepare(plan, fold=False)
     env: dict[str, Any] = dict(program.constants)
     env.update(feeds)
-    if not observers:
-        for step, release in program.live:
-            _run_step(step, env, path, observers, programs)
+    # Floating-point warnings are off for the whole run (IEEE results are the spec), once here
+    # rather than once per kernel call.
+    with np.errstate(all="ignore"):
+        if not observers:
+            for step, release, fn in program.live:
+                _run_step(step, fn, env, path, observers, programs)
+                for name in release:
+                    env.pop(name, None)
+            return [env[name] for name in plan.output_names]
+        functions = program.functions
+        for step, release, folded in program.schedule:
+            if folded is None:
+                args = _run_step(step, functions[id(step)], env, path, observers, programs)
+                event = StepEvent(path, step, args, [env[n] if n else None for n in step.outputs])
+            else:
+                event = StepEvent(path, step, folded.inputs, folded.outputs, constant=True)
+            for observer in observers:
+                observer.on_step(event)
             for name in release:
                 env.pop(name, None)
-        return [env[name] for name in plan.output_names]
-    for step, release, folded in program.schedule:
-        if folded is None:
-            args = _run_step(step, env, path, observers, programs)
-            event = StepEvent(path, step, args, [env[n] if n else None for n in step.outputs])
-        else:
-            event = StepEvent(path, step, folded.inputs, folded.outputs, constant=True)
-        for observer in observers:
-            observer.on_step(event)
-        for name in release:
-            env.pop(name, None)
     return [env[name] for name in plan.output_names]
 
 
 def _run_step(
     step: Step,
+    fn: KernelFn,
     env: dict[str, Any],
     path: tuple[str, ...],
     observers: Sequence[StepObserver],
@@ -266,10 +274,9 @@ def _run_step(
     args = [env[name] if name else None for name in step.inputs]
     try:
         if step.kernel.context:
-            context = StepContext(env, observers, path, step, programs)
-            result = step.kernel.fn(context, *args, **step.attributes)
+            result = fn(StepContext(env, observers, path, step, programs), *args, **step.attributes)
         else:
-            result = step.kernel.fn(*args, **step.attributes)
+            result = fn(*args, **step.attributes)
     except SealtraceError:
         raise
     except Exception as exc:  # any kernel failure is reported with its step

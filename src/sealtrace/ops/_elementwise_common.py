@@ -9,11 +9,11 @@ once at the end, so intermediate results are not rounded to 8 or 11 bits at ever
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import numpy as np
+
+from sealtrace.ops.registry import quiet as quiet  # re-exported: the kernels' historic import path
 
 try:  # ml_dtypes ships with onnx; bfloat16 and the float8 types live there.
     import ml_dtypes
@@ -254,17 +254,3 @@ def _erf_fdlibm(x: np.ndarray) -> np.ndarray:
     # erf is odd: the mid and tail branches computed erf(|x|)
     np.copysign(out, v, out=out)
     return out.reshape(x.shape)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def quiet(fn: F) -> F:
-    """Run ``fn`` with NumPy's floating-point warnings off: IEEE results (inf, NaN) are the spec."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with np.errstate(all="ignore"):
-            return fn(*args, **kwargs)
-
-    return cast(F, wrapper)

@@ -10,6 +10,7 @@ produces them.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
@@ -18,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from sealtrace.ops.registry import register
+from sealtrace.ops.registry import quiet, register
 
 Array = np.ndarray
 
@@ -46,6 +47,7 @@ _SATURATING = {
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 
 
+@functools.cache
 def _np_dtype(code: int | str) -> np.dtype[Any]:
     """The NumPy dtype of an ONNX element type (Cast-1 names it by string)."""
     number = _TP.DataType.Value(code.upper()) if isinstance(code, str) else code
@@ -165,9 +167,22 @@ def _to_e8m0(x: Array, saturate: int, round_mode: str) -> Array:
     return exponent.astype(np.uint8).view(_E8M0)
 
 
+# NumPy's own number types (ml_dtypes' bfloat16 and float8 types report kind 'f' or 'V' too).
+_NUMPY_NUMBERS = frozenset(
+    np.dtype(t)
+    for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+              np.float16, np.float32, np.float64)
+)
+
+
 def _cast_numeric(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str) -> Array:
     if x.dtype == dtype:
         return x  # kernels never write their inputs, so no copy is needed
+    if x.dtype in _NUMPY_NUMBERS and dtype in _NUMPY_NUMBERS and dtype.kind != "b":
+        # NumPy's own types both ways (the common case, and the cheap one to recognize): no
+        # saturation or rounding mode applies, astype is the ONNX cast (the kernels are quiet:
+        # NaN to int raises no warning)
+        return x.astype(dtype)
     code = onnx.helper.np_dtype_to_tensor_dtype(dtype)
     if code == _TP.FLOAT8E8M0:
         return _to_e8m0(x, saturate, round_mode)
@@ -203,12 +218,14 @@ def _cast(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str) -> Arr
 
 
 @register("Cast", 1, 6, 9, 13, 19, 21, 23, 24, 25, 28)
+@quiet
 def cast(x: Array, *, to: int | str, saturate: int = 1, round_mode: str = "up") -> Array:
     """ONNX Cast (every version: `to` is a type name in 1, saturate from 19, round_mode from 24)."""
     return _cast(x, _np_dtype(to), saturate, round_mode)
 
 
 @register("CastLike", 15, 19, 21, 23, 24, 25)
+@quiet
 def cast_like(x: Array, target_type: Array, *, saturate: int = 1, round_mode: str = "up") -> Array:
     """ONNX CastLike (15 .. 25): Cast to the element type of the second input."""
     return _cast(x, target_type.dtype, saturate, round_mode)

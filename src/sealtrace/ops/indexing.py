@@ -11,21 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops._values import axis_index as _axis
+from sealtrace.ops._values import int_list as _ints
 from sealtrace.ops.registry import register
-
-
-def _axis(axis: int, rank: int) -> int:
-    """Normalize a possibly negative axis into [0, rank)."""
-    if not -rank <= axis < max(rank, 1):
-        raise ValueError(f"axis {axis} is out of range for rank {rank}")
-    return axis + rank if axis < 0 else axis
-
-
-def _ints(values: np.ndarray | Sequence[int] | None) -> list[int]:
-    """A 0-d/1-d integer tensor or attribute tuple as a list of Python ints."""
-    if values is None:
-        return []
-    return [int(v) for v in np.asarray(values).reshape(-1)]
 
 
 def _positive(indices: np.ndarray, dim: int) -> np.ndarray:

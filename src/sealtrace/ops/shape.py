@@ -12,23 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops._values import axis_index as _axis
+from sealtrace.ops._values import int_list as _ints
 from sealtrace.ops.registry import KernelContext, register
 
 _ALL_VERSIONS_FROM_13 = (13, 21, 23, 24, 25)
-
-
-def _axis(axis: int, rank: int) -> int:
-    """Normalize a possibly negative axis into [0, rank)."""
-    if not -rank <= axis < max(rank, 1):
-        raise ValueError(f"axis {axis} is out of range for rank {rank}")
-    return axis + rank if axis < 0 else axis
-
-
-def _ints(values: np.ndarray | Sequence[int] | None) -> list[int]:
-    """A 0-d/1-d integer tensor or attribute tuple as a list of Python ints."""
-    if values is None:
-        return []
-    return [int(v) for v in np.asarray(values).reshape(-1)]
 
 
 def _onnx_dtype(code: int) -> np.dtype[Any]:
@@ -76,9 +64,25 @@ def transpose(data: np.ndarray, *, perm: tuple[int, ...] | None) -> np.ndarray:
 
 
 def _squeeze(data: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+    shape = data.shape
     if not axes:
-        return np.squeeze(data)
-    return np.squeeze(data, axis=tuple(_axis(a, data.ndim) for a in axes))
+        return data.reshape([n for n in shape if n != 1])
+    drop = {_axis(a, data.ndim) for a in axes}
+    if len(drop) != len(axes) or any(shape[a] != 1 for a in drop):
+        raise ValueError(f"cannot squeeze axes {list(axes)} of shape {list(shape)}: need distinct axes of size 1")
+    # A reshape, not np.squeeze: the same view at a fraction of the per-call cost
+    return data.reshape([n for a, n in enumerate(shape) if a not in drop])
+
+
+def _unsqueeze(data: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+    rank = data.ndim + len(axes)
+    inserted = sorted(_axis(a, rank) for a in axes)
+    if len(set(inserted)) != len(inserted):
+        raise ValueError(f"Unsqueeze axes {list(axes)} repeat an axis")
+    shape = list(data.shape)
+    for position in inserted:  # ascending: each position is final once the earlier ones are in
+        shape.insert(position, 1)
+    return data.reshape(shape)
 
 
 @register("Squeeze", 1, 11)
@@ -96,13 +100,13 @@ def squeeze_v13(data: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
 @register("Unsqueeze", 1, 11)
 def unsqueeze_v1(data: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
     """Unsqueeze-1/11: axes (positions in the output) as an attribute."""
-    return np.expand_dims(data, tuple(_ints(axes)))
+    return _unsqueeze(data, _ints(axes))
 
 
 @register("Unsqueeze", *_ALL_VERSIONS_FROM_13)
 def unsqueeze_v13(data: np.ndarray, axes: np.ndarray) -> np.ndarray:
     """Unsqueeze-13+: axes as an input."""
-    return np.expand_dims(data, tuple(_ints(axes)))
+    return _unsqueeze(data, _ints(axes))
 
 
 @register("Flatten", 1, 9, 11, *_ALL_VERSIONS_FROM_13)

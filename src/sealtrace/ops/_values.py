@@ -1,0 +1,30 @@
+"""Small helpers the shape and indexing kernels share: axes and integer lists from tensors.
+
+They run on every Slice, Reshape, Unsqueeze ... of a model, many of which move a handful of
+elements, so they are written for the per-call cost (``tolist`` converts a whole array in C).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def axis_index(axis: int, rank: int) -> int:
+    """Normalize a possibly negative axis into [0, rank)."""
+    if not -rank <= axis < max(rank, 1):
+        raise ValueError(f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def int_list(values: np.ndarray | Sequence[int] | None) -> list[int]:
+    """A 0-d/1-d integer tensor or attribute tuple as a list of Python ints."""
+    if values is None:
+        return []
+    if isinstance(values, (tuple, list)):
+        return [int(v) for v in values]
+    array = np.asarray(values).reshape(-1)
+    if array.dtype.kind not in "iu":
+        array = array.astype(np.int64)  # bool or float index tensors truncate as int() would
+    return array.tolist()
