@@ -22,16 +22,19 @@ DEFAULT_PENDING_ITEMS = 4096
 
 
 class BoundedPipe:
-    """A FIFO from one producer to one consumer, bounded in items and in bytes, handed over in batches.
+    """A FIFO from one producer to one consumer, bounded in items and in bytes.
 
     ``put`` waits while the pipe is full; an item larger than the byte bound is still admitted
     once nothing else is pending, so progress never stops. Bytes count as pending from ``put``
     until the consumer calls ``done``: an item being processed still holds its tensors.
 
-    The consumer is woken once per batch (``batch_items`` items or ``batch_bytes`` bytes), when
-    an item is put with ``flush``, when the producer must wait, or after ``latency_s`` at most:
-    waking a thread for every step of a run costs more GIL hand-offs than the work itself on
-    models whose steps take microseconds.
+    The producer's common path takes no lock: it appends to a deque (atomic under the GIL) and
+    adds to counters only it writes; the consumer pops items one by one and adds to counters only
+    it writes, so pending bytes are ``put - done`` without a shared counter. Locks are taken only
+    to wake a waiting side. The consumer is woken once per batch (``batch_items`` items or
+    ``batch_bytes`` bytes since it was last woken), when an item is put with ``flush``, when the
+    producer must wait, or after ``latency_s`` at most: waking a thread for every step costs more
+    GIL hand-offs than the work itself on models whose steps take microseconds.
     """
 
     def __init__(
@@ -42,13 +45,20 @@ class BoundedPipe:
         batch_bytes: int = 1 << 20,
         latency_s: float = 0.05,
     ) -> None:
-        self._items: deque[tuple[Any, int]] = deque()
+        self.items: deque[tuple[Any, int]] = deque()
         lock = threading.Lock()
+        self._lock = lock
         self._ready = threading.Condition(lock)  # the consumer waits here
         self._room = threading.Condition(lock)  # the producer waits here
-        self._bytes = 0
-        self._new_bytes = 0
+        # Written by the producer only.
+        self._put_items = 0
+        self._put_bytes = 0
         self._flush = False
+        # Written by the consumer only.
+        self._done_items = 0
+        self._done_bytes = 0
+        self._woken_items = 0  # the producer's counts when the consumer last took work
+        self._woken_bytes = 0
         self._closed = False
         self._consumer_waiting = False
         self._producer_waiting = False
@@ -59,73 +69,98 @@ class BoundedPipe:
         self._latency_s = latency_s
         self.peak_bytes = 0
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes put and not yet done (may lag behind the consumer by an item: an upper bound)."""
+        return self._put_bytes - self._done_bytes
+
+    def _full(self, nbytes: int) -> bool:
+        pending = self._put_bytes - self._done_bytes
+        return self._put_items - self._done_items >= self._max_items or (
+            pending > 0 and pending + nbytes > self._max_bytes
+        )
+
     def wait_for_room(self, nbytes: int) -> None:
         """Wait until an item of ``nbytes`` would be admitted (the producer then holds its tensors)."""
-        with self._room:
-            self._wait_for_room(nbytes)
-
-    def _wait_for_room(self, nbytes: int) -> None:
-        while len(self._items) >= self._max_items or (self._bytes > 0 and self._bytes + nbytes > self._max_bytes):
-            self._flush = True
-            self._ready.notify()
-            self._producer_waiting = True
-            self._room.wait()
-            self._producer_waiting = False
+        while self._full(nbytes):
+            with self._room:
+                # Set the flag first, then look again: the consumer reads the flag after counting
+                # an item done, so either it sees the flag or this check sees its count.
+                self._producer_waiting = True
+                if self._full(nbytes):
+                    self._flush = True
+                    self._ready.notify()
+                    self._room.wait(0.1)
+                self._producer_waiting = False
 
     def put(self, item: Any, nbytes: int = 0, flush: bool = False) -> None:
-        with self._room:
-            self._wait_for_room(nbytes)
-            self._items.append((item, nbytes))
-            self._bytes += nbytes
-            self._new_bytes += nbytes
-            self._flush = self._flush or flush
-            if self._bytes > self.peak_bytes:
-                self.peak_bytes = self._bytes
-            if self._consumer_waiting and (
-                self._flush or len(self._items) >= self._batch_items or self._new_bytes >= self._batch_bytes
-            ):
+        if self._full(nbytes):
+            self.wait_for_room(nbytes)
+        self.items.append((item, nbytes))
+        self._put_items += 1
+        self._put_bytes += nbytes
+        pending = self._put_bytes - self._done_bytes
+        if pending > self.peak_bytes:
+            self.peak_bytes = pending
+        if flush:
+            self._flush = True
+        if self._consumer_waiting and self._should_wake():
+            with self._ready:
                 self._ready.notify()
 
-    def get_batch(self) -> list[tuple[Any, int]]:
-        """Wait for a batch (see the class docstring) and take every item pending.
+    def _should_wake(self) -> bool:
+        return (
+            self._flush
+            or self._put_items - self._woken_items >= self._batch_items
+            or self._put_bytes - self._woken_bytes >= self._batch_bytes
+        )
 
-        Returns ``[(None, 0)]`` once the producer took the rest itself (:meth:`close_if_idle`).
-        """
+    def wait(self) -> bool:
+        """Wait for work (see the class docstring); False once the producer closed the pipe."""
+        if self.items and self._should_wake():
+            self._took()
+            return True
         with self._ready:
-            while not (
-                self._items
-                and (self._flush or len(self._items) >= self._batch_items or self._new_bytes >= self._batch_bytes)
-            ):
+            while True:
                 if self._closed:
-                    return [(None, 0)]
+                    return False
+                # Set the flag, then look: the producer appends, then reads the flag.
                 self._consumer_waiting = True
+                if self.items and self._should_wake():
+                    break
                 woken = self._ready.wait(self._latency_s)
                 self._consumer_waiting = False
-                if not woken and self._items:
+                if self._closed:
+                    return False
+                if self.items and (woken or self._should_wake()):
+                    break
+                if not woken and self.items:
                     break  # the latency bound: records reach the log while the run goes
-            batch = list(self._items)
-            self._items.clear()
-            self._new_bytes = 0
-            self._flush = False
-            return batch
+            self._consumer_waiting = False
+        self._took()
+        return True
 
-    def close_if_idle(self) -> list[tuple[Any, int]] | None:
-        """At the end of a run: if the consumer is idle (it has handled everything it took), close
-        the pipe and hand the pending items to the caller, which handles them itself, sparing a
-        thread hand-off; else None (the consumer is busy: end it with an end marker)."""
+    def _took(self) -> None:
+        self._woken_items = self._put_items
+        self._woken_bytes = self._put_bytes
+        self._flush = False
+
+    def close_if_idle(self) -> bool:
+        """At the end of a run: if the consumer waits for work, close the pipe (the caller then
+        takes what is left itself, sparing a thread hand-off) and return True; else False (the
+        consumer is busy: end it with an end marker)."""
         with self._ready:
             if not self._consumer_waiting:
-                return None
+                return False
             self._closed = True
-            batch = list(self._items)
-            self._items.clear()
             self._ready.notify()
-            return batch
+            return True
 
     def done(self, nbytes: int) -> None:
-        with self._room:
-            self._bytes -= nbytes
-            if self._producer_waiting:
+        self._done_items += 1
+        self._done_bytes += nbytes
+        if self._producer_waiting:
+            with self._room:
                 self._room.notify()
 
 
@@ -133,15 +168,16 @@ class BackgroundObserver:
     """Base of observers whose work runs on one worker thread, fed through a :class:`BoundedPipe`.
 
     Subclasses call :meth:`_start` when the run starts, :meth:`_submit` for each piece of work,
-    :meth:`_finish` when the run ends, and implement :meth:`_handle` (runs on the worker) and
-    :meth:`_close` (runs once the worker stopped). A run that fails is ended with :meth:`abort`:
-    the queued work is still done, so what was recorded up to the failure is kept.
+    :meth:`_finish` when the run ends, and implement :meth:`_handle` (runs on the worker),
+    :meth:`_drained` (runs whenever the worker has handled everything pending) and :meth:`_close`
+    (runs once the worker stopped). A run that fails is ended with :meth:`abort`: the queued work
+    is still done, so what was recorded up to the failure is kept.
     """
 
     what = "observer"
 
-    def __init__(self, max_pending_bytes: int, max_pending_items: int) -> None:
-        self._pipe = BoundedPipe(max_pending_items, max_pending_bytes)
+    def __init__(self, max_pending_bytes: int, max_pending_items: int, **pipe_options: Any) -> None:
+        self._pipe = BoundedPipe(max_pending_items, max_pending_bytes, **pipe_options)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._state = "new"  # new -> running -> finished | aborted
@@ -184,10 +220,10 @@ class BackgroundObserver:
         self.abort()
 
     def _stop(self, state: str) -> None:
-        rest = self._pipe.close_if_idle()
-        if rest is not None:
-            # The worker has caught up and waits: finish here rather than wake it and wait.
-            self._handle_all(rest)
+        if self._pipe.close_if_idle():
+            # The worker has caught up and waits: finish here rather than wake it and wait. It
+            # ends without touching the pipe again once it sees the pipe closed.
+            self._drain()
         else:
             self._pipe.put(None, 0, flush=True)
             if self._thread is not None:
@@ -199,25 +235,39 @@ class BackgroundObserver:
             self._error = self._error or exc
 
     def _work(self) -> None:
-        while self._handle_all(self._pipe.get_batch()):
+        while self._pipe.wait() and self._drain():
             pass
 
-    def _handle_all(self, batch: list[tuple[Any, int]]) -> bool:
-        """Handle ``batch`` in order; False once the end marker (None) is reached."""
-        for item, nbytes in batch:
+    def _drain(self) -> bool:
+        """Handle every pending item in order; False once the end marker (None) is reached."""
+        items = self._pipe.items
+        pipe = self._pipe
+        going = True
+        while items:
+            item, nbytes = items.popleft()
             try:
                 if item is None:
-                    return False  # the producer puts nothing after the end marker
+                    going = False  # the producer puts nothing after the end marker
+                    break
                 if self._error is None:
                     self._handle(item)
             except BaseException as exc:
                 self._error = exc
             finally:
-                self._pipe.done(nbytes)
-        return True
+                del item  # release the tensors before counting them done
+                pipe.done(nbytes)
+        try:
+            if self._error is None:
+                self._drained()
+        except BaseException as exc:
+            self._error = exc
+        return going
 
     def _handle(self, item: Any) -> None:
         raise NotImplementedError
+
+    def _drained(self) -> None:
+        """Called on the worker whenever it has handled every pending item (write buffers out)."""
 
     def _close(self, finished: bool) -> None:
         """Release files once the worker stopped (``finished`` is False after an abort)."""

@@ -1,23 +1,33 @@
 """The audit recorder: a StepObserver that writes the hash-chained log as the run goes.
 
 The executor's thread does as little as it can: it hands each step's output arrays to a worker
-thread (:mod:`sealtrace.audit.pipeline`) and carries on. The worker hashes every output in full,
-builds the record, chains it and writes it, flushing each line, so a crash leaves a valid prefix
-that verification reports as truncated. The pipe between them is bounded in steps and bytes, so
-the recorder never holds more tensors alive than the bound allows.
+thread (:mod:`sealtrace.audit.pipeline`) and carries on; that hand-off takes no lock. The worker
+hashes every output in full, summarizes it, writes the record's canonical JSON from a per-step
+template (:mod:`sealtrace.audit.entries`), chains it, and writes the lines it has made whenever it
+has caught up (at least every 50 ms while the run goes), flushing them, so a crash leaves a valid
+prefix that verification reports as truncated. The pipe between them is bounded in steps and
+bytes, so the recorder never holds more tensors alive than the bound allows.
+
+When the worker falls behind (outputs pending beyond :data:`AHEAD_BYTES`), the executor hands
+large outputs to helper threads too; the worker takes back any the helpers have not started, so
+no thread waits on another while there is hashing to do.
 
 Holding references to outputs until they are hashed is safe: the executor never mutates an array
 after producing it (kernels may return views of their inputs, which are equally immutable).
+Outputs of steps a backend marks ``constant`` are the same read-only arrays on every run: their
+entries are made once and found again by identity.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 import uuid
 import weakref
+from collections import deque
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -26,6 +36,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sealtrace import __version__
+from sealtrace.audit.entries import Entry, StepTemplate, tensor_entry
 from sealtrace.audit.errors import AuditLogExistsError, AuditWriteError
 from sealtrace.audit.host import host_facts
 from sealtrace.audit.linkage import model_reference
@@ -97,21 +108,48 @@ class _PlanFacts:
         for array in arrays:
             root = array if array.base is None else array.base
             self.owned[id(root)] = root
-        self._constant_summaries: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._owned_entries: dict[tuple[Any, ...], Entry] = {}
+        # Entries of constant steps' outputs, by the array's identity; a weak reference tells
+        # whether the id still names that array (the backend owns it; the cache keeps it not alive).
+        self._constant_entries: dict[tuple[int, int], tuple[weakref.ref[Any], Entry]] = {}
+        self._templates: dict[int, StepTemplate] = {}
 
-    def constant_summary(self, value: Any, sample: int) -> dict[str, Any] | None:
-        """The summary of a read-only view of an array the Plan owns, made once per Plan; None
-        for any other value (fresh outputs are always hashed)."""
-        if type(value) is not np.ndarray or value.flags.writeable:
-            return None
+    def template(self, step: Step) -> StepTemplate:
+        """The step's record template (made once per Plan; the Plan keeps its steps alive)."""
+        template = self._templates.get(id(step))
+        if template is None:
+            template = self._templates[id(step)] = StepTemplate(step)
+        return template
+
+    def owned_entry(self, value: np.ndarray, sample: int) -> Entry | None:
+        """The entry of a read-only view of an array the Plan owns, made once per Plan; None for
+        any other array (fresh outputs are always hashed)."""
         base = value.base
         if base is None or self.owned.get(id(base)) is not base:
             return None
         key = (id(base), value.__array_interface__["data"][0], value.shape, value.strides, value.dtype.str, sample)
-        summary = self._constant_summaries.get(key)
-        if summary is None:
-            summary = self._constant_summaries[key] = value_summary(value, sample)
-        return summary
+        entry = self._owned_entries.get(key)
+        if entry is None:
+            entry = self._owned_entries[key] = tensor_entry(value, sample)
+        return entry
+
+    def constant_entry(self, value: Any, sample: int) -> Entry:
+        """The entry of an output of a constant step: the same object, with the same bytes, on
+        every run of the backend that made it, so its entry is made once."""
+        if type(value) is not np.ndarray or value.flags.writeable:
+            return tensor_entry(value, sample)  # not the read-only array the contract promises
+        key = (id(value), sample)
+        found = self._constant_entries.get(key)
+        if found is not None and found[0]() is value:
+            return found[1]
+        entry = tensor_entry(value, sample)
+        entries = self._constant_entries
+
+        def forget(_: Any, key: tuple[int, int] = key) -> None:
+            entries.pop(key, None)
+
+        entries[key] = (weakref.ref(value, forget), entry)
+        return entry
 
     def weight_digests(self) -> dict[str, str | None]:
         """Digests of every initializer (subgraphs' included), computed once per Plan."""
@@ -121,15 +159,13 @@ class _PlanFacts:
             return self._weight_digests
 
 
-# Outputs at least this large are hashed on the pool; smaller ones on the writer thread.
+# Outputs at least this large go to the helper threads when the worker is behind by AHEAD_BYTES.
 PARALLEL_MIN_BYTES = 256 << 10
-
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
+AHEAD_BYTES = 2 << 20
 
 
 def default_hash_threads() -> int:
-    """Pool threads for hashing large tensors: half the usable CPUs (the run needs the rest), 1-8."""
+    """Helper threads for hashing large tensors: half the usable CPUs (the run needs the rest), 1-8."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -137,13 +173,80 @@ def default_hash_threads() -> int:
     return max(1, min(8, cpus // 2))
 
 
-def hash_pool(threads: int) -> ThreadPoolExecutor:
-    """A process-wide pool of ``threads`` hashing threads, shared by every recorder (made once)."""
-    with _POOLS_LOCK:
-        pool = _POOLS.get(threads)
-        if pool is None:
-            pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="sealtrace-hash")
-        return pool
+class _Job:
+    """One large output handed to the helpers; the worker takes it back if none has started it."""
+
+    __slots__ = ("done", "entry", "error", "sample", "value")
+
+    def __init__(self, value: np.ndarray, sample: int) -> None:
+        self.value: np.ndarray | None = value
+        self.sample = sample
+        self.entry: Entry | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+class _Helpers:
+    """Threads that make entries of large outputs, newest first (the worker goes oldest first,
+    so the two meet in the middle of the backlog instead of contending for the same output)."""
+
+    def __init__(self, threads: int) -> None:
+        self.jobs: deque[_Job] = deque()
+        self._ready = threading.Condition(threading.Lock())
+        self._idle = 0
+        for i in range(threads):
+            threading.Thread(target=self._work, name=f"sealtrace-hash-{i}", daemon=True).start()
+
+    def submit(self, job: _Job) -> None:
+        self.jobs.append(job)
+        if self._idle:
+            with self._ready:
+                self._ready.notify()
+
+    def claim(self, job: _Job) -> Entry:
+        """The job's entry: made here when no helper took it, else the helper's."""
+        try:
+            self.jobs.remove(job)  # atomic under the GIL: either it is ours now or a helper's
+        except ValueError:
+            job.done.wait()
+        else:
+            value, job.value = job.value, None
+            return tensor_entry(value, job.sample)
+        if job.error is not None:
+            raise job.error
+        assert job.entry is not None
+        return job.entry
+
+    def _work(self) -> None:
+        jobs = self.jobs
+        while True:
+            try:
+                job = jobs.pop()
+            except IndexError:
+                with self._ready:
+                    self._idle += 1  # counted first, then looked: submit appends, then reads
+                    if not jobs:
+                        self._ready.wait(1.0)
+                    self._idle -= 1
+                continue
+            try:
+                job.entry = tensor_entry(job.value, job.sample)
+            except BaseException as exc:
+                job.error = exc
+            job.value = None
+            job.done.set()
+
+
+_HELPERS: dict[int, _Helpers] = {}
+_HELPERS_LOCK = threading.Lock()
+
+
+def hash_helpers(threads: int) -> _Helpers:
+    """The process-wide helpers of ``threads`` threads, shared by every recorder (made once)."""
+    with _HELPERS_LOCK:
+        if threads not in _HELPERS:
+            _HELPERS[threads] = _Helpers(threads)
+        return _HELPERS[threads]
 
 
 _PLAN_FACTS: weakref.WeakKeyDictionary[Plan, _PlanFacts] = weakref.WeakKeyDictionary()
@@ -169,8 +272,9 @@ class AuditRecorder(BackgroundObserver):
     (``Session.run(audit=...)`` fills it in). One recorder records one run.
 
     Memory: the recorder holds at most ``max_pending_bytes`` of tensors (and ``max_pending_steps``
-    steps) not yet hashed; past that, the run waits for it. ``hash_threads`` threads (default:
-    half the CPUs, at most 8; 0 for none) hash outputs of 256 KiB and more in parallel.
+    steps) not yet hashed; past that, the run waits for it. ``hash_threads`` helper threads
+    (default: half the CPUs, at most 8; 0 for none) hash outputs of 256 KiB and more in parallel
+    with the worker whenever it is more than 2 MiB behind.
     """
 
     what = "audit"
@@ -191,7 +295,7 @@ class AuditRecorder(BackgroundObserver):
         if sample < 0:
             raise ValueError("sample must be >= 0")
         threads = default_hash_threads() if hash_threads is None else hash_threads
-        self._pool = hash_pool(threads) if threads > 0 else None
+        self._helpers = hash_helpers(threads) if threads > 0 else None
         self.path: Path | None = None
         self._file: IO[bytes] | None = None
         self._owns_file = False
@@ -216,6 +320,9 @@ class AuditRecorder(BackgroundObserver):
         self._steps = 0
         self._digests: dict[str, str | None] = {}
         self._facts: _PlanFacts | None = None
+        self._direct: dict[int, tuple[int, ...]] = {}
+        self._lines: list[str] = []  # made, not yet written
+        self._paths: dict[tuple[str, ...], str] = {(): "[]"}
 
     @property
     def steps(self) -> int:
@@ -236,6 +343,7 @@ class AuditRecorder(BackgroundObserver):
                 raise AuditWriteError(f"{self.path}: cannot create audit log ({exc.strerror})") from None
             self._owns_file = True
         self._facts = plan_facts(plan)
+        self._direct = self._facts.direct_inputs
         self._start()
         backend_info = {
             "name": backend.name,
@@ -246,25 +354,38 @@ class AuditRecorder(BackgroundObserver):
         self._submit(("header", plan, feed_values, backend_info, utc_now()), nbytes_of(feed_values.values()))
 
     def on_step(self, event: StepEvent) -> None:
+        # The executor waits for this: hand over references and the byte count, nothing more.
         step = event.step
-        assert self._facts is not None, "on_step before on_run_start"
-        positions = self._facts.direct_inputs.get(id(step))
+        outputs = event.outputs
+        positions = self._direct.get(id(step))
         direct = {i: event.inputs[i] for i in positions} if positions else None
-        outputs = tuple(event.outputs)
-        nbytes = nbytes_of(outputs)
-        if self._pool is not None and nbytes >= PARALLEL_MIN_BYTES and self._state == "running":
-            # Large tensors are summarized by the pool at once, in parallel with each other and
-            # with the run; the writer collects the results in order. Small ones stay on the
-            # writer, where a pool round trip would cost more than the hash. The pool gets them
-            # only once the pipe has room: the bound covers tensors the pool holds too.
+        if getattr(event, "constant", False):
+            # The backend keeps these arrays for as long as it lives: they cost no memory here.
+            self._pipe.put((event.path, step, outputs, direct, True), nbytes_of(direct.values()) if direct else 0)
+            return
+        nbytes = 0
+        for value in outputs:
+            if type(value) is np.ndarray:
+                nbytes += value.nbytes
+            elif type(value) is list:
+                nbytes += nbytes_of(value)
+        if direct:
+            nbytes += nbytes_of(direct.values())
+        helpers = self._helpers
+        if helpers is not None and nbytes >= PARALLEL_MIN_BYTES and self._pipe.pending_bytes >= AHEAD_BYTES:
+            # The worker is behind: large outputs go to the helpers as well. The pipe's bound
+            # covers them (they are counted until the worker is done with the step).
             self._pipe.wait_for_room(nbytes)
-            outputs = tuple(
-                self._pool.submit(value_summary, v, self.sample)
-                if isinstance(v, np.ndarray) and v.nbytes >= PARALLEL_MIN_BYTES and v.flags.writeable
-                else v
-                for v in outputs
-            )
-        self._submit(("step", event.path, step, outputs, direct), nbytes)
+            jobs = []
+            for value in outputs:
+                if type(value) is np.ndarray and value.nbytes >= PARALLEL_MIN_BYTES and value.flags.writeable:
+                    job = _Job(value, self.sample)
+                    helpers.submit(job)
+                    jobs.append(job)
+                else:
+                    jobs.append(value)
+            outputs = jobs
+        self._pipe.put((event.path, step, outputs, direct, False), nbytes)
 
     def on_run_end(self, outputs: Mapping[str, Any]) -> None:
         self._submit(("footer", dict(outputs)), nbytes_of(outputs.values()), flush=True)
@@ -280,13 +401,21 @@ class AuditRecorder(BackgroundObserver):
         return f"audit log {self.path}" if self.path is not None else "audit log"
 
     def _handle(self, item: tuple[Any, ...]) -> None:
-        kind = item[0]
-        if kind == "step":
-            self._emit(self._step_record(*item[1:]))
-        elif kind == "header":
+        if type(item[0]) is tuple:  # a step: (path, step, outputs, direct inputs, constant)
+            self._step_line(*item)
+        elif item[0] == "header":
             self._emit(self._header_record(*item[1:]))
         else:
             self._emit(self._footer_record(item[1]))
+
+    def _drained(self) -> None:
+        # One write for every line made since the last: a crash leaves whole lines up to here.
+        if self._lines:
+            data = "".join(self._lines).encode("ascii")
+            self._lines.clear()
+            if self._file is not None:
+                self._file.write(data)
+                self._file.flush()
 
     def _header_record(
         self, plan: Plan, feeds: Mapping[str, Any], backend: dict[str, Any], started: str
@@ -312,45 +441,55 @@ class AuditRecorder(BackgroundObserver):
             "inputs": inputs,
         }
 
-    def _step_record(
+    def _step_line(
         self,
         path: tuple[str, ...],
         step: Step,
-        outputs: tuple[Any, ...],
+        outputs: Any,
         direct: dict[int, Any] | None,
-    ) -> dict[str, Any]:
-        inputs = []
-        for i, name in enumerate(step.inputs):
-            if not name:
-                digest = None
-            elif direct is not None and i in direct:
-                digest = value_digest(direct[i])
-            else:
-                digest = self._digests.get(name)
-            inputs.append({"name": name, "digest": digest})
-        summaries = []
+        constant: bool,
+    ) -> None:
         facts = self._facts
         assert facts is not None
-        for name, value in zip(step.outputs, outputs, strict=True):
-            if isinstance(value, Future):
-                summary = value.result()
+        template = facts.template(step)
+        digests = self._digests
+        if direct is None:
+            inputs = ",".join(
+                [null if (d := digests.get(name)) is None else '{"digest":"' + d + rest for name, rest, null in template.inputs]
+            )
+        else:
+            parts = []
+            for i, (name, rest, null) in enumerate(template.inputs):
+                d = value_digest(direct[i]) if i in direct else digests.get(name)
+                parts.append(null if d is None else '{"digest":"' + d + rest)
+            inputs = ",".join(parts)
+        sample = self.sample
+        entries = []
+        for (name, name_json), value in zip(template.outputs, outputs, strict=True):
+            if constant:
+                head, tail, digest = facts.constant_entry(value, sample)
+            elif type(value) is _Job:
+                assert self._helpers is not None
+                head, tail, digest = self._helpers.claim(value)
+            elif type(value) is np.ndarray and not value.flags.writeable:
+                head, tail, digest = facts.owned_entry(value, sample) or tensor_entry(value, sample)
             else:
-                summary = facts.constant_summary(value, self.sample) or value_summary(value, self.sample)
+                head, tail, digest = tensor_entry(value, sample)
             if name:
-                self._digests[name] = summary["digest"]
-            summaries.append({"name": name, **summary})
+                digests[name] = digest
+            entries.append(head + name_json + tail)
+        where = self._paths.get(path)
+        if where is None:
+            where = self._paths[path] = canonical_json(list(path)).decode("ascii")
+        body = template.fmt % (inputs, ",".join(entries), where, self._prev, self._seq)
+        digest = hashlib.sha256(body.encode("ascii")).hexdigest()
+        line = '{"digest":"' + digest + '",' + body[1:] + "\n"
+        self._lines.append(line)
+        if self._keep:
+            self.records.append(json.loads(line))
         self._steps += 1
-        return {
-            "type": "step",
-            "path": list(path),
-            "step": step.index,
-            "name": step.name,
-            "op_type": step.op_type,
-            "domain": step.domain,
-            "since_version": step.since_version,
-            "inputs": inputs,
-            "outputs": summaries,
-        }
+        self._seq += 1
+        self._prev = digest
 
     def _footer_record(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
         described = []
@@ -366,12 +505,10 @@ class AuditRecorder(BackgroundObserver):
             if self._sign_key is not None:
                 record["signature"] = sign_digest(self._sign_key, digest).to_json()
                 line = canonical_json(record)
-        line += b"\n"
-        if self._file is not None:
-            self._file.write(line)
-            self._file.flush()  # each line reaches the OS at once: a crash leaves a valid prefix
+        self._lines.append(line.decode("ascii") + "\n")
+        if record["type"] == "header":
+            self._drained()  # the header reaches the file at once
         if self._keep:
             self.records.append(record)
         self._seq += 1
         self._prev = digest
-

@@ -27,6 +27,7 @@ AUDIT_FORMAT = "sealtrace.audit.v1"
 GENESIS = "0" * 64
 DEFAULT_SAMPLE = 8
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT64_HUGE = 1e307
 
 # The fields a record's digest leaves out: the digest itself and the signature over the run digest.
 _UNHASHED = ("digest", "chain_head", "signature")
@@ -90,6 +91,40 @@ def sample_of(array: np.ndarray, count: int) -> list[Any]:
     return [json_number(v) for v in head.tolist()]
 
 
+def float_stats(array: np.ndarray) -> tuple[Any, Any, float | None, int, int]:
+    """(min, max, mean, NaN count, Inf count) of a non-empty float tensor; min, max and mean
+    over the finite values (None when there are none).
+
+    Three passes when every value is finite (min, max, sum): min and max propagate NaN, so
+    finite ends mean there is no NaN and no Inf, and only then are the counting passes skipped.
+    """
+    # The ufuncs' own reduce skips the Python wrappers of ndarray.min/max: cheaper on small tensors.
+    lo = np.minimum.reduce(array, axis=None)
+    hi = np.maximum.reduce(array, axis=None)
+    nan = inf = 0
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        # Rare: only now pay for full passes.
+        nan = int(np.count_nonzero(np.isnan(array)))
+        inf = int(np.count_nonzero(np.isinf(array)))
+        # min, max and mean then describe the finite values; the counts say what was left out.
+        array = array[np.isfinite(array)]
+        if array.size == 0:
+            return None, None, None, nan, inf
+        lo, hi = np.minimum.reduce(array, axis=None), np.maximum.reduce(array, axis=None)
+    # Pairwise summation in the tensor's own precision (float16 widened): fast and stable enough
+    # for a summary; the digest, not the mean, is what identifies the tensor. Where the sum
+    # could overflow that precision (masks of -3.4e38), it is taken in float64 instead.
+    bound = max(-float(lo), float(hi)) * array.size
+    wide = array.itemsize < 8 and bound >= _FLOAT32_MAX
+    accumulate = np.float64 if wide else (np.float32 if array.itemsize < 4 else None)
+    if bound < _FLOAT64_HUGE:
+        mean = float(np.add.reduce(array, axis=None, dtype=accumulate)) / array.size
+    else:  # only a float64 sum near 1.8e308 can overflow (np.errstate costs a microsecond: not always)
+        with np.errstate(over="ignore"):
+            mean = float(np.add.reduce(array, axis=None, dtype=accumulate)) / array.size
+    return lo, hi, mean, nan, inf
+
+
 def stats_of(array: np.ndarray) -> dict[str, Any] | None:
     """min, max, mean and NaN/Inf counts of a numeric tensor; None for strings or empty tensors.
 
@@ -98,40 +133,23 @@ def stats_of(array: np.ndarray) -> dict[str, Any] | None:
     kind = array.dtype.kind
     if array.size == 0 or kind not in "biuf":
         return None
+    if kind == "f":
+        lo, hi, mean, nan, inf = float_stats(array)
+        if lo is None:
+            return {"min": None, "max": None, "mean": None, "nan": nan, "inf": inf}
+        return {
+            "min": json_number(float(lo)),
+            "max": json_number(float(hi)),
+            "mean": json_number(mean),  # type: ignore[arg-type]
+            "nan": nan,
+            "inf": inf,
+        }
     if kind == "b":
         array = array.view(np.uint8)
-    # The ufuncs' own reduce skips the Python wrappers of ndarray.min/max: cheaper on small tensors.
     lo = np.minimum.reduce(array, axis=None)
     hi = np.maximum.reduce(array, axis=None)
-    nan = inf = 0
-    if kind == "f":
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            # Rare: only now pay for full passes. min/max propagate NaN, so finite ends mean none.
-            nan = int(np.count_nonzero(np.isnan(array)))
-            inf = int(np.count_nonzero(np.isinf(array)))
-            # min, max and mean then describe the finite values; the counts say what was left out.
-            array = array[np.isfinite(array)]
-            if array.size == 0:
-                return {"min": None, "max": None, "mean": None, "nan": nan, "inf": inf}
-            lo, hi = np.minimum.reduce(array, axis=None), np.maximum.reduce(array, axis=None)
-        # Pairwise summation in the tensor's own precision (float16 widened): fast and stable enough
-        # for a summary; the digest, not the mean, is what identifies the tensor. Where the sum
-        # could overflow that precision (masks of -3.4e38), it is taken in float64 instead.
-        bound = max(-float(lo), float(hi)) * array.size
-        wide = array.itemsize < 8 and bound >= _FLOAT32_MAX
-        accumulate = np.float64 if wide else (np.float32 if array.itemsize < 4 else None)
-        with np.errstate(over="ignore"):  # only a float64 sum near 1.8e308 can still overflow
-            mean = float(np.add.reduce(array, axis=None, dtype=accumulate)) / array.size
-    else:
-        mean = float(np.add.reduce(array, axis=None, dtype=np.float64)) / array.size
-    as_py = float if kind == "f" else int
-    return {
-        "min": json_number(as_py(lo)),
-        "max": json_number(as_py(hi)),
-        "mean": json_number(mean),
-        "nan": nan,
-        "inf": inf,
-    }
+    mean = float(np.add.reduce(array, axis=None, dtype=np.float64)) / array.size
+    return {"min": int(lo), "max": int(hi), "mean": json_number(mean), "nan": 0, "inf": 0}
 
 
 def sequence_digest(digests: list[str | None]) -> str:

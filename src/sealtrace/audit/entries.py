@@ -1,0 +1,155 @@
+"""Step records written straight as canonical JSON text, with as little Python per step as can be.
+
+A step record's canonical JSON is mostly the same text on every run: the node's name, op type,
+domain, operator version, index, input and output names. :class:`StepTemplate` serializes those
+once per Plan step into a format string; a run fills in only what changes (input digests, each
+output's entry, the path of a subgraph step, ``prev`` and ``seq``). Each output's entry is made by
+:func:`tensor_entry` without a dict or a JSON encoder: the digest, the dtype and shape (serialized
+once per dtype and shape), the sample and the statistics, formatted as canonical JSON formats them.
+
+The text is exactly :func:`sealtrace.digest.canonical_json` of the record (tests check it on every
+kind of value and on the real models; the verifier rejects any line that is not canonical), and
+the tensor digest is exactly :func:`sealtrace.digest.tensor_digest`: the prefix of its encoding
+(domain tag, dtype, rank, shape) is hashed once per dtype and shape and copied, then the tensor's
+bytes are added. Anything unusual (non-finite floats in the sample, strings, non-contiguous or
+big-endian arrays, sequences) takes the general path through :func:`~sealtrace.audit.records.value_summary`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+import sys
+from typing import Any
+
+import numpy as np
+
+from sealtrace.audit.records import float_stats, value_summary
+from sealtrace.digest import TENSOR_DIGEST_TAG, canonical_dtype, canonical_json
+from sealtrace.plan.model import Step
+
+# An output entry is HEAD + the output's name as JSON + TAIL: "name" sorts between "kind" and
+# "sample", so the name (known per step) splits the entry (known per value) in two.
+Entry = tuple[str, str, str | None]  # head, tail, digest
+
+_LITTLE = sys.byteorder == "little"
+_NAME_SPLIT = '"name":""'
+
+# Per dtype: the JSON of its canonical name and the digest prefix up to the rank.
+_DTYPES: dict[np.dtype[Any], tuple[str, bytes]] = {}
+# Per (dtype, shape): the shape's JSON and a sha256 that has hashed the encoding's prefix.
+_PREFIXES: dict[tuple[np.dtype[Any], tuple[int, ...]], tuple[str, Any]] = {}
+
+
+def _prefix(dtype: np.dtype[Any], shape: tuple[int, ...]) -> tuple[str, Any]:
+    key = (dtype, shape)
+    found = _PREFIXES.get(key)
+    if found is None:
+        named = _DTYPES.get(dtype)
+        if named is None:
+            name = canonical_dtype(dtype)
+            named = _DTYPES[dtype] = ('"' + name + '"', TENSOR_DIGEST_TAG + name.encode("ascii") + b"\0")
+        # The encoding tensor_digest hashes before the bytes: tag, dtype, rank, shape.
+        h = hashlib.sha256(named[1] + struct.pack("<Q", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape))
+        shape_json = "[" + ",".join(str(int(d)) for d in shape) + "]"
+        found = (shape_json, h)
+        if len(_PREFIXES) < 4096:  # shapes vary with inputs; keep the cache from growing without end
+            _PREFIXES[key] = found
+    return found
+
+
+def _number(value: float) -> str:
+    """A float as canonical JSON writes it (float.__repr__; non-finite as strings)."""
+    if math.isfinite(value):
+        return repr(value)
+    return '"nan"' if math.isnan(value) else ('"inf"' if value > 0 else '"-inf"')
+
+
+def general_entry(value: Any, sample: int) -> Entry:
+    """The entry of any value, through the dict form (the reference the fast path must equal)."""
+    summary = value_summary(value, sample)
+    text = canonical_json({**summary, "name": ""}).decode("ascii")
+    at = text.index(_NAME_SPLIT)  # the first: no value before "name" can hold the quoted text
+    return text[:at] + '"name":', text[at + len(_NAME_SPLIT) :], summary["digest"]
+
+
+def tensor_entry(value: Any, sample: int) -> Entry:
+    """The canonical JSON of a value's record entry, split around its name, and its digest."""
+    if type(value) is not np.ndarray:
+        return general_entry(value, sample)
+    dtype = value.dtype
+    kind = dtype.kind
+    if (
+        kind not in "fiub"
+        or not value.flags.c_contiguous
+        or not value.size
+        or not _LITTLE
+        or dtype.byteorder == ">"
+        or value.ndim > 32
+    ):
+        return general_entry(value, sample)
+    shape_json, prefix = _prefix(dtype, value.shape)
+    h = prefix.copy()
+    h.update(value if kind != "b" else value.view(np.uint8))  # C-contiguous: its bytes are the payload
+    digest = h.hexdigest()
+    flat = value.reshape(-1)
+    head = flat[:sample].tolist() if sample > 0 else []
+    if kind == "f":
+        stats = float_stats(flat)
+        lo, hi, mean, nan, inf = stats
+        if nan or inf:
+            return general_entry(value, sample)  # a sample may hold non-finite values: rare
+        stats_json = (
+            f'{{"inf":0,"max":{float(hi)!r},"mean":{_number(mean)},"min":{float(lo)!r},"nan":0}}'  # type: ignore[arg-type]
+        )
+        sample_json = repr(head).replace(" ", "")
+    else:
+        if kind == "b":
+            flat = flat.view(np.uint8)
+            sample_json = "[" + ",".join("true" if v else "false" for v in head) + "]"
+        else:
+            sample_json = repr(head).replace(" ", "")
+        lo = int(np.minimum.reduce(flat, axis=None))
+        hi = int(np.maximum.reduce(flat, axis=None))
+        mean = float(np.add.reduce(flat, axis=None, dtype=np.float64)) / flat.size
+        stats_json = f'{{"inf":0,"max":{hi},"mean":{_number(mean)},"min":{lo},"nan":0}}'
+    return (
+        '{"digest":"' + digest + '","dtype":' + _DTYPES[dtype][0] + ',"kind":"tensor","name":',
+        ',"sample":' + sample_json + ',"shape":' + shape_json + ',"stats":' + stats_json + "}",
+        digest,
+    )
+
+
+def _json(value: Any) -> str:
+    return canonical_json(value).decode("ascii")
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%%")
+
+
+class StepTemplate:
+    """The parts of one Plan step's record that are the same on every run, serialized once.
+
+    ``fmt % (inputs, outputs, path, prev, seq)`` is the record's canonical JSON without its digest.
+    """
+
+    __slots__ = ("fmt", "inputs", "outputs", "path")
+
+    def __init__(self, step: Step) -> None:
+        # Keys in canonical (sorted) order: domain, inputs, name, op_type, outputs, path, prev,
+        # seq, since_version, step, type. The record's own digest is added in front.
+        self.fmt = (
+            '{"domain":' + _escape(_json(step.domain)) + ',"inputs":[%s],"name":' + _escape(_json(step.name))
+            + ',"op_type":' + _escape(_json(step.op_type)) + ',"outputs":[%s],"path":%s,"prev":"%s","seq":%d'
+            + ',"since_version":' + _escape(_json(step.since_version)) + ',"step":' + _escape(_json(step.index))
+            + ',"type":"step"}'
+        )  # fmt: skip
+        # Per input: (name, the entry's text after its digest, the entry with a null digest).
+        self.inputs = tuple(
+            (name, '","name":' + _json(name) + "}", '{"digest":null,"name":' + _json(name) + "}")
+            for name in step.inputs
+        )
+        self.outputs = tuple((name, _json(name)) for name in step.outputs)
+        self.path = "[]"

@@ -1,0 +1,193 @@
+"""The fast path of step records: text equal to canonical JSON of the dict form, digests equal to
+tensor_digest, and the recorder's helpers and constant-step caches giving the same log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sealtrace.audit import AuditRecorder, verify_log
+from sealtrace.audit import recorder as recorder_module
+from sealtrace.audit.entries import StepTemplate, tensor_entry
+from sealtrace.audit.records import value_summary
+from sealtrace.digest import canonical_json, tensor_digest
+from sealtrace.plan.model import Plan
+from sealtrace.session import Session
+from tests.audit.test_recorder import _big_chain
+from tests.conftest import make_model
+
+NAME = 'out "1" %s \u00e9'
+
+
+def entry_text(value: Any, sample: int) -> str:
+    head, tail, _ = tensor_entry(value, sample)
+    return head + canonical_json(NAME).decode("ascii") + tail
+
+
+def reference_text(value: Any, sample: int) -> str:
+    return canonical_json({"name": NAME, **value_summary(value, sample)}).decode("ascii")
+
+
+def values() -> list[Any]:
+    rng = np.random.default_rng(7)
+    finfo = np.finfo(np.float32)
+    return [
+        rng.standard_normal((3, 4)).astype(np.float32),
+        rng.standard_normal(9).astype(np.float16),
+        rng.standard_normal((2, 2, 2)),
+        np.array(3.5, np.float32),  # rank 0
+        np.zeros((0, 3), np.float32),  # empty
+        np.array([-0.0, 1e20, 1e-30, finfo.tiny, finfo.max], np.float32),
+        np.full(4, finfo.min, np.float32),  # a float32 sum would overflow: float64 mean
+        np.array([1e308, 1e308]),  # a float64 sum that overflows
+        np.array([1.0, np.nan, np.inf, -np.inf, 2.0], np.float32),  # non-finite: the general path
+        np.array([np.nan, np.nan], np.float32),
+        np.arange(12, dtype=np.float32).reshape(3, 4).T,  # non-contiguous
+        np.arange(5, dtype=">f4"),  # big-endian
+        np.arange(-5, 5, dtype=np.int8),
+        np.array([0, 2**64 - 1], np.uint64),
+        np.array([-(2**63), 2**63 - 1], np.int64),
+        np.array([[True, False, True]]),
+        np.array(["ab", "\u00e9"], dtype=object),
+        np.array([1 + 2j, 3 - 4j]),
+        [np.zeros(2, np.float32), np.ones(1, np.int64)],
+        None,
+    ]
+
+
+@pytest.mark.parametrize("sample", [0, 1, 3, 8, 100])
+def test_fast_entries_equal_the_canonical_json_of_the_dict_form(sample: int) -> None:
+    for value in values():
+        assert entry_text(value, sample) == reference_text(value, sample), repr(value)
+        assert tensor_entry(value, sample)[2] == value_summary(value, sample)["digest"]
+
+
+def test_fast_digests_equal_tensor_digest_on_random_tensors() -> None:
+    rng = np.random.default_rng(11)
+    for dtype in (np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.bool_):
+        for _ in range(20):
+            shape = tuple(int(d) for d in rng.integers(0, 5, size=int(rng.integers(0, 4))))
+            array = (rng.standard_normal(shape) * 100).astype(dtype)
+            assert tensor_entry(array, 4)[2] == tensor_digest(array)
+            assert entry_text(array, 4) == reference_text(array, 4)
+
+
+def test_step_template_fills_in_canonical_json() -> None:
+    nodes = [helper.make_node("Relu", ["x", ""], ['y%"\u00e9'], name='re"lu%d', domain="")]
+    plan = Session(
+        make_model(
+            nodes,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info('y%"\u00e9', TensorProto.FLOAT, [2])],
+        )
+    ).plan
+    step = plan.steps[0]
+    template = StepTemplate(step)
+    head, tail, _ = tensor_entry(np.ones(2, np.float32), 8)
+    inputs = ",".join(['{"digest":"' + "ab" * 32 + template.inputs[0][1], template.inputs[1][2]])
+    outputs = head + template.outputs[0][1] + tail
+    body = template.fmt % (inputs, outputs, '["a","b","0"]', "cd" * 32, 7)
+    record = json.loads(body)
+    assert canonical_json(record).decode("ascii") == body
+    assert record["name"] == 're"lu%d' and record["seq"] == 7 and record["path"] == ["a", "b", "0"]
+    assert record["inputs"] == [{"name": "x", "digest": "ab" * 32}, {"name": "", "digest": None}]
+    assert record["since_version"] == step.since_version and record["step"] == step.index
+
+
+def test_helpers_make_the_same_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    size = 1 << 16
+    session = Session(_big_chain(40, size))
+    feeds = {"v0": np.zeros(size, np.float32)}
+    alone = AuditRecorder(None, hash_threads=0)
+    session.run(None, feeds, audit=alone)
+    # Every output goes to the helpers (which take some, the worker takes back the rest).
+    monkeypatch.setattr(recorder_module, "AHEAD_BYTES", 0)
+    monkeypatch.setattr(recorder_module, "PARALLEL_MIN_BYTES", 1)
+    helped = AuditRecorder(None, hash_threads=2, max_pending_bytes=8 * size * 4)
+    session.run(None, feeds, audit=helped)
+
+    def steps(records: list[dict[str, Any]]) -> list[Any]:
+        return [(r["name"], r["inputs"], r["outputs"]) for r in records if r["type"] == "step"]
+
+    assert steps(helped.records) == steps(alone.records)
+    assert helped.records[-1]["outputs"][0]["digest"] == tensor_digest(np.full(size, 40, np.float32))
+    assert 0 < helped.peak_pending_bytes <= 8 * size * 4
+
+
+class _Event(NamedTuple):
+    """A StepEvent as a backend that folds constants reports it (``constant`` set)."""
+
+    path: tuple[str, ...]
+    step: Any
+    inputs: Sequence[Any]
+    outputs: Sequence[Any]
+    constant: bool = False
+
+
+class _Backend:
+    name = "test"
+    version = "0"
+    per_step = True
+
+
+def test_constant_step_outputs_are_summarized_once_by_identity(tmp_path: Any) -> None:
+    plan = Session(_big_chain(2, 3)).plan
+    weight = np.arange(3, dtype=np.float32)
+    weight.setflags(write=False)
+    writeable = np.arange(3, dtype=np.float32)
+    facts = recorder_module.plan_facts(plan)
+    logs = []
+    for run in range(2):
+        log = tmp_path / f"{run}.jsonl"
+        recorder = AuditRecorder(log)
+        feeds: Mapping[str, Any] = {"v0": np.zeros(3, np.float32)}
+        recorder.on_run_start(plan, feeds, _Backend())  # type: ignore[arg-type]
+        # A backend that folded the first step reports the same read-only array every run.
+        first, second = plan.steps
+        recorder.on_step(_Event((), first, [feeds["v0"], None], [weight], constant=True))  # type: ignore[arg-type]
+        # A "constant" output that is writeable is not trusted to stay the same: hashed afresh.
+        writeable[0] = run
+        recorder.on_step(_Event((), second, [weight, None], [writeable], constant=True))  # type: ignore[arg-type]
+        recorder.on_run_end({"v2": writeable})
+        logs.append([json.loads(line) for line in log.read_text().splitlines()])
+        assert verify_log(log).ok
+    assert len([k for k in facts._constant_entries if k[0] == id(weight)]) == 1
+    assert [log[1]["outputs"][0]["digest"] for log in logs] == [tensor_digest(weight)] * 2
+    assert [log[2]["outputs"][0]["digest"] for log in logs] == [
+        tensor_digest(np.array([0, 1, 2], np.float32)),
+        tensor_digest(np.array([1, 1, 2], np.float32)),
+    ]
+    assert logs[0][2]["inputs"][0]["digest"] == tensor_digest(weight)
+    del weight
+    assert not [k for k, (ref, _) in facts._constant_entries.items() if ref() is None]
+
+
+def test_plan_owned_views_are_summarized_once_per_plan() -> None:
+    # Without folding (another backend, or none), a Constant step returns a read-only view of the
+    # array the Plan owns: the same bytes every run, summarized once per Plan.
+    value = np.arange(6, dtype=np.float32).reshape(2, 3)
+    nodes = [
+        helper.make_node("Constant", [], ["c"], name="const", value=numpy_helper.from_array(value)),
+        helper.make_node("Add", ["x", "c"], ["y"], name="add"),
+    ]
+    plan: Plan = Session(
+        make_model(
+            nodes,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        )
+    ).plan
+    facts = recorder_module.plan_facts(plan)
+    owned = np.asarray(plan.steps[0].attributes["value"])
+    view = owned.view()
+    view.setflags(write=False)
+    first = facts.owned_entry(view, 8)
+    again = view.view()
+    assert first is not None and facts.owned_entry(again, 8) is first
+    assert first[2] == tensor_digest(value)
+    assert facts.owned_entry(np.array(value), 8) is None  # a fresh array: not the Plan's
