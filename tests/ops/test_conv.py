@@ -319,3 +319,39 @@ def test_causal_conv_streaming_equals_one_shot() -> None:
     second = run_ours(build("CausalConvWithState", feeds, 27, {"w": w, "b": None, "past": first[1]}, n_outputs=2, activation="none"), feeds)
     np.testing.assert_allclose(np.concatenate([first[0], second[0]], axis=2), whole[0], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(second[1], whole[1])
+
+
+@pytest.mark.parametrize(
+    ("w_shape", "attrs"),
+    [
+        ((6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),  # depthwise, flat gather
+        ((6, 1, 3, 3), {"group": 6, "strides": [2, 1]}),  # depthwise, direct gather
+        ((4, 6, 3, 3), {"pads": [1, 1, 1, 1]}),  # im2col
+        ((4, 6, 3, 1), {}),  # im2col with no cropped columns
+        ((4, 6, 3, 3), {"strides": [3, 3]}),  # im2col, stride phases
+    ],
+)
+def test_conv_results_never_share_work_buffers(w_shape: tuple[int, ...], attrs: dict[str, Any]) -> None:
+    # im2col blocks live in reused per-thread buffers: a kernel's result (which later steps read,
+    # not only the graph's outputs that the backend copies) must stay as it was while other
+    # convolutions run.
+    w = normal(*w_shape)
+    geometry = {"auto_pad": "NOTSET", "dilations": None, "kernel_shape": None, "group": 1, "pads": None}
+    geometry |= {"strides": None} | attrs
+    first = conv_ops.conv(normal(1, 6, 9, 10), w, **geometry)
+    kept = first.copy()
+    for shape in ((1, 6, 9, 10), (1, 6, 4, 4), (1, 6, 30, 30)):
+        conv_ops.conv(normal(*shape), w, **geometry)
+    assert first.tobytes() == kept.tobytes()
+
+
+def test_single_channel_single_row_conv_is_not_a_work_buffer() -> None:
+    # One channel and one output row: the cropped grid is a contiguous slice of the work buffer,
+    # which must still be copied out.
+    geometry = {"auto_pad": "NOTSET", "dilations": None, "kernel_shape": None, "strides": None}
+    w = normal(1, 1, 3, 3)
+    first = conv_ops.conv(normal(1, 1, 3, 8), w, group=1, pads=None, **geometry)
+    kept = first.copy()
+    conv_ops.conv(normal(1, 1, 3, 8), w, group=1, pads=None, **geometry)
+    conv_ops.conv(normal(1, 1, 5, 8), w, group=1, pads=[1, 1, 1, 1], **geometry)
+    assert first.shape == (1, 1, 1, 6) and first.tobytes() == kept.tobytes()

@@ -7,6 +7,7 @@ strided views (one per kernel tap, or all taps at once) without copying.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import product
@@ -16,6 +17,34 @@ from typing import Any
 import numpy as np
 
 Array = np.ndarray[Any, Any]
+
+# Reusable work buffers, per thread and per slot (see `scratch`).
+_SCRATCH = threading.local()
+# Larger work arrays are allocated afresh (and freed) rather than held between calls.
+SCRATCH_MAX_BYTES = 16 << 20
+
+
+def scratch(slot: str, shape: Sequence[int], dtype: np.dtype[Any]) -> Array:
+    """An uninitialized work array for temporaries that never leave one kernel call (im2col
+    blocks, padded canvases).
+
+    The buffer behind each ``slot`` is kept per thread and reused, so every call overwrites the
+    previous one's contents: a kernel must finish with a slot's array before it asks for the same
+    slot again, and must never return it. Reuse matters inside a model run: a fresh multi-megabyte
+    temporary per call comes from a new mapping whose page faults measured up to several times
+    the cost of the copy that fills it (PP-OCR's depthwise convolutions on this project's VMs).
+    """
+    dtype = np.dtype(dtype)
+    nbytes = prod(shape) * dtype.itemsize
+    if nbytes > SCRATCH_MAX_BYTES:
+        return np.empty(tuple(shape), dtype=dtype)
+    buffers: dict[str, Array] | None = getattr(_SCRATCH, "buffers", None)
+    if buffers is None:
+        buffers = _SCRATCH.buffers = {}
+    buffer = buffers.get(slot)
+    if buffer is None or buffer.nbytes < nbytes:
+        buffer = buffers[slot] = np.empty(max(nbytes, 1), dtype=np.uint8)
+    return buffer[:nbytes].view(dtype).reshape(tuple(shape))
 
 
 @dataclass(frozen=True)
@@ -99,11 +128,17 @@ def resolve_window(
 
 
 def pad_spatial(
-    x: Array, begin: Sequence[int], end: Sequence[int], value: Any = 0, extra_first: int = 0
+    x: Array,
+    begin: Sequence[int],
+    end: Sequence[int],
+    value: Any = 0,
+    extra_first: int = 0,
+    slot: str | None = None,
 ) -> Array:
     """Pad the spatial axes (2..) of ``x`` once; returns ``x`` itself when there is nothing to pad.
 
-    ``extra_first`` adds rows at the end of the first spatial axis. Negative pads crop.
+    ``extra_first`` adds rows at the end of the first spatial axis. Negative pads crop. With a
+    ``slot``, the padded copy is that :func:`scratch` buffer (for a temporary of one kernel call).
     """
     if not any(begin) and not any(end) and not extra_first:
         return x
@@ -112,8 +147,8 @@ def pad_spatial(
         ends[0] += extra_first
     size = [s + b + e for s, b, e in zip(x.shape[2:], begin, ends, strict=True)]
     shape = (*x.shape[:2], *size)
-    # np.full + one slice copy: much cheaper than np.pad for the small tensors pooling sees.
-    out = np.full(shape, value, dtype=x.dtype) if value != 0 else np.zeros(shape, dtype=x.dtype)
+    # A fill + one slice copy: much cheaper than np.pad for the small tensors pooling sees.
+    out = _filled(shape, x.dtype, value, slot)
     src: list[slice] = [slice(None), slice(None)]
     dst: list[slice] = [slice(None), slice(None)]
     for n, b, e in zip(x.shape[2:], begin, ends, strict=True):
@@ -121,6 +156,15 @@ def pad_spatial(
         src.append(slice(lo, max(hi, lo)))
         dst.append(slice(lo + b, max(hi, lo) + b))
     out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+def _filled(shape: tuple[int, ...], dtype: np.dtype[Any], value: Any, slot: str | None) -> Array:
+    """A new array of ``shape`` filled with ``value``, or the ``slot`` scratch array so filled."""
+    if slot is None:
+        return np.full(shape, value, dtype=dtype) if value != 0 else np.zeros(shape, dtype=dtype)
+    out = scratch(slot, shape, dtype)
+    out.fill(value)
     return out
 
 
@@ -180,15 +224,27 @@ class FlatTaps:
     out_shape: tuple[int, ...]
     span: int
 
+    @property
+    def cropped(self) -> bool:
+        """Whether the computed grid is wider than the output (so :meth:`crop` copies)."""
+        return self.grid[1:] != self.out_shape[1:]
+
     def crop(self, y: Array) -> Array:
-        """Results on the computed grid [N, M, span] -> a contiguous [N, M, *out_shape]."""
+        """Results on the computed grid [N, M, span] -> a contiguous [N, M, *out_shape]: ``y``
+        itself when nothing is cropped, else always a new array (``y`` may be scratch)."""
         y = y.reshape((*y.shape[:2], self.out_shape[0], *self.grid[1:]))
+        if not self.cropped:
+            return y
         index = (slice(None), slice(None), slice(None), *(slice(0, o) for o in self.out_shape[1:]))
-        return np.ascontiguousarray(y[index])
+        return y[index].copy()
 
 
-def flat_taps(x: Array, window: Window, value: Any = 0) -> FlatTaps:
-    """Pad ``x`` [N, C, *spatial] once (with ``value``) and lay its taps out as :class:`FlatTaps`."""
+def flat_taps(x: Array, window: Window, value: Any = 0, slot: str | None = None) -> FlatTaps:
+    """Pad ``x`` [N, C, *spatial] once (with ``value``) and lay its taps out as :class:`FlatTaps`.
+
+    With a ``slot``, the padded canvas is that :func:`scratch` buffer: the taps are then valid
+    only until the slot is next used.
+    """
     rank = len(window.kernel)
     n, c = x.shape[:2]
     spatial = x.shape[2:]
@@ -202,8 +258,7 @@ def flat_taps(x: Array, window: Window, value: Any = 0) -> FlatTaps:
     rows = grid[0] + 1 if rank > 1 else grid[0]
     extent = [rows * window.strides[0]] + [g * s for g, s in zip(grid[1:], window.strides[1:], strict=True)]
     # Place x into a canvas of `extent`, shifted by the begin pads (negative pads crop).
-    shape = (n, c, *extent)
-    canvas = np.full(shape, value, dtype=x.dtype) if value != 0 else np.zeros(shape, dtype=x.dtype)
+    canvas = _filled((n, c, *extent), x.dtype, value, slot)
     src_index: list[slice] = [slice(None), slice(None)]
     dst_index: list[slice] = []
     for size, pb, e in zip(spatial, window.pads_begin, extent, strict=True):

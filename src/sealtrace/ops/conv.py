@@ -26,6 +26,7 @@ from sealtrace.ops._windows import (
     flat_taps,
     pad_spatial,
     resolve_window,
+    scratch,
     strided_view,
 )
 from sealtrace.ops.registry import register
@@ -68,12 +69,12 @@ def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
         cols = all_windows(xp, window).reshape(n, group, cg * k, length)
         y = _grouped_matmul(w.reshape(group, mg, cg * k), cols)
         return y.reshape((n, m, *out_shape))
-    taps = flat_taps(x, window)
+    taps = flat_taps(x, window, slot="canvas")
     # im2col: every tap is a contiguous slice; copied into [N, C, K, chunk] a chunk of output
     # columns at a time (so the copy stays in cache), then one GEMM per group and chunk.
     span = taps.span
     chunk = max(256, _IM2COL_BYTES // (c * k * x.itemsize))
-    y = np.empty((n, group, mg, span), dtype=x.dtype)
+    y = _grid_output(taps, (n, group, mg, span), x.dtype)
     wg = w.reshape(group, mg, cg * k)
     for start in range(0, span, chunk):
         stop = min(span, start + chunk)
@@ -108,8 +109,10 @@ def _im2col(
             (*source.strides[:2], *tap_strides, itemsize),
             offset=first * positions + taps.offsets[0] + start,
         )
-        return view.reshape(n, c, len(taps.offsets), stop - start)
-    cols = np.empty((n, c, len(taps.offsets), stop - start), dtype=source.dtype)
+        cols = scratch("im2col", view.shape, source.dtype)
+        np.copyto(cols, view)
+        return cols.reshape(n, c, len(taps.offsets), stop - start)
+    cols = scratch("im2col", (n, c, len(taps.offsets), stop - start), source.dtype)
     for t, (which, offset) in enumerate(zip(taps.source_of, taps.offsets, strict=True)):
         cols[:, :, t] = taps.sources[which][:, first:last, offset + start : offset + stop]
     return cols
@@ -148,20 +151,28 @@ def _depthwise_conv(x: Array, w: Array, window: Window) -> Array:
     k = w.shape[1]
     wk = w.reshape(c, 1, k)
     if all(s == 1 for s in window.strides):
-        taps = flat_taps(x, window)
-        y = np.empty((n, c, 1, taps.span), dtype=x.dtype)
+        taps = flat_taps(x, window, slot="canvas")
+        y = _grid_output(taps, (n, c, 1, taps.span), x.dtype)
         for start, stop in _channel_blocks(c, k * taps.span * x.itemsize):
             cols = _im2col(taps, window, 0, taps.span, start, stop)
             np.matmul(wk[start:stop], cols, out=y[:, start:stop])
         return taps.crop(y.reshape(n, c, taps.span))
-    xp = pad_spatial(x, window.pads_begin, window.needed_end_pads(x.shape[2:]))
+    xp = pad_spatial(x, window.pads_begin, window.needed_end_pads(x.shape[2:]), slot="canvas")
     windows = all_windows(xp, window)
     length = prod(window.out_shape)
     y = np.empty((n, c, 1, length), dtype=x.dtype)
     for start, stop in _channel_blocks(c, k * length * x.itemsize):
-        cols = windows[:, start:stop].reshape(n, stop - start, k, length)
-        np.matmul(wk[start:stop], cols, out=y[:, start:stop])
+        block = windows[:, start:stop]
+        cols = scratch("im2col", block.shape, x.dtype)
+        np.copyto(cols, block)
+        np.matmul(wk[start:stop], cols.reshape(n, stop - start, k, length), out=y[:, start:stop])
     return y.reshape((n, c, *window.out_shape))
+
+
+def _grid_output(taps: FlatTaps, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
+    """The array results on the computed grid go to: scratch when :meth:`FlatTaps.crop` copies
+    them out anyway, a new array when the grid is the output (crop then returns it as it is)."""
+    return scratch("grid", shape, dtype) if taps.cropped else np.empty(shape, dtype=dtype)
 
 
 def _channel_blocks(channels: int, bytes_per_channel: int) -> list[tuple[int, int]]:
