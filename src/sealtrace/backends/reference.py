@@ -44,6 +44,14 @@ class FoldedStep:
     outputs: tuple[Any, ...]
 
 
+# What the executor's inner loop unpacks for each step, resolved once per Plan: the step, its
+# kernel function, its input names ('' for an omitted optional input), its one output name
+# (None when it has several or omits one), its attributes, whether the kernel takes a context,
+# and the values no later step reads. On models whose steps take microseconds the loop's own
+# bookkeeping is a visible part of the run.
+LiveStep = tuple[Step, KernelFn, tuple[str, ...], str | None, dict[str, Any], bool, tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class Program:
     """A Plan prepared for execution: the folded steps' values and the schedule of the rest."""
@@ -52,10 +60,12 @@ class Program:
     constants: dict[str, Any]
     # Every step in Plan order, with its release list and its folded values (None: runs each time).
     schedule: tuple[tuple[Step, tuple[str, ...], FoldedStep | None], ...]
-    # The steps that run each time (all a run without observers iterates), with their kernels.
-    live: tuple[tuple[Step, tuple[str, ...], KernelFn], ...]
+    # The steps that run each time: all a run without observers iterates (see LiveStep).
+    live: tuple[LiveStep, ...]
     # Each step's kernel function as the executor calls it (inside one np.errstate for the run).
     functions: dict[int, KernelFn]
+    # Identities of the constants: a graph output that is one is copied before it is handed out.
+    constant_ids: frozenset[int]
 
     @property
     def folded_count(self) -> int:
@@ -70,8 +80,21 @@ def prepare(plan: Plan, fold: bool = True) -> Program:
         for step, release in zip(plan.steps, plan.release_after, strict=True)
     )
     functions = {id(step): unquieted(step.kernel.fn) for step in plan.steps}
-    live = tuple((step, release, functions[id(step)]) for step, release, folded in schedule if folded is None)
-    return Program(constants, schedule, live, functions)
+    live = tuple(
+        (
+            step,
+            functions[id(step)],
+            step.inputs,
+            step.outputs[0] if len(step.outputs) == 1 and step.outputs[0] else None,
+            dict(step.attributes),
+            step.kernel.context,
+            release,
+        )
+        for step, release, folded in schedule
+        if folded is None
+    )
+    constant_ids = frozenset(id(value) for value in constants.values())
+    return Program(constants, schedule, live, functions, constant_ids)
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
@@ -156,16 +179,17 @@ class ReferenceBackend:
             raise UnsupportedError(list(plan.unsupported))
         for observer in observers:
             observer.on_run_start(plan, feeds, self)
-        given = {id(v) for v in feeds.values()} | {id(v) for v in plan.initializers.values()}
         with blas_threads(self.threads):
-            outputs = [_owned(value, given) for value in execute(plan, feeds, observers, (), self.programs)]
+            outputs = execute(plan, feeds, observers, (), self.programs)
+        given = self.programs.get(plan).constant_ids.union(id(v) for v in feeds.values())
+        outputs = [_owned(value, given) for value in outputs]
         result = dict(zip(plan.output_names, outputs, strict=True))
         for observer in observers:
             observer.on_run_end(result)
         return result
 
 
-def _owned(value: Any, given: set[int]) -> Any:
+def _owned(value: Any, given: frozenset[int]) -> Any:
     """A graph output the caller may keep and modify: views (Expand's broadcast, a Reshape of a
     weight), folded constants and the caller's own arrays (Identity of an input) are copied, as
     ONNX Runtime hands back fresh arrays."""
@@ -239,14 +263,12 @@ def execute(
     program = programs.get(plan) if programs is not None else prepare(plan, fold=False)
     env: dict[str, Any] = dict(program.constants)
     env.update(feeds)
+    env[""] = None  # an omitted optional input reads as None without a test per input
     # Floating-point warnings are off for the whole run (IEEE results are the spec), once here
     # rather than once per kernel call.
     with np.errstate(all="ignore"):
         if not observers:
-            for step, release, fn in program.live:
-                _run_step(step, fn, env, path, observers, programs)
-                for name in release:
-                    env.pop(name, None)
+            _run_live(program.live, env, path, programs)
             return [env[name] for name in plan.output_names]
         functions = program.functions
         for step, release, folded in program.schedule:
@@ -262,6 +284,47 @@ def execute(
     return [env[name] for name in plan.output_names]
 
 
+def _run_live(live: tuple[LiveStep, ...], env: dict[str, Any], path: tuple[str, ...], programs: ProgramCache | None) -> None:
+    """The loop of a run without observers: kernels called straight from the resolved steps."""
+    step = None
+    try:
+        for step, fn, inputs, single, attributes, context, release in live:
+            args = [env[name] for name in inputs]
+            if context:
+                result = fn(StepContext(env, (), path, step, programs), *args, **attributes)
+            else:
+                result = fn(*args, **attributes)
+            if single is not None and type(result) is np.ndarray:
+                env[single] = result
+            else:
+                _store_outputs(step, result, env)
+            for name in release:
+                env.pop(name, None)
+    except SealtraceError:
+        raise
+    except Exception as exc:  # any kernel failure is reported with its step
+        assert step is not None
+        raise _kernel_error(step, path, exc) from exc
+
+
+def _kernel_error(step: Step, path: tuple[str, ...], exc: Exception) -> KernelError:
+    where = "/".join((*path, step.name))
+    return KernelError(f"step {step.index} {where!r} ({step.op_type}) failed: {type(exc).__name__}: {exc}")
+
+
+def _store_outputs(step: Step, result: Any, env: dict[str, Any]) -> None:
+    """Put a kernel's outputs into ``env`` under the step's output names (omitted ones skipped)."""
+    outputs = as_outputs(result)
+    for i, name in enumerate(step.outputs):
+        if name:
+            if i >= len(outputs):
+                raise KernelError(
+                    f"step {step.index} {step.name!r} ({step.op_type}): output {i} ({name!r}) "
+                    "was asked for but the kernel does not produce it"
+                )
+            env[name] = outputs[i]
+
+
 def _run_step(
     step: Step,
     fn: KernelFn,
@@ -271,7 +334,7 @@ def _run_step(
     programs: ProgramCache | None,
 ) -> list[Any]:
     """Run one step, put its outputs into ``env`` and return the arguments it read."""
-    args = [env[name] if name else None for name in step.inputs]
+    args = [env[name] for name in step.inputs]
     try:
         if step.kernel.context:
             result = fn(StepContext(env, observers, path, step, programs), *args, **step.attributes)
@@ -280,19 +343,6 @@ def _run_step(
     except SealtraceError:
         raise
     except Exception as exc:  # any kernel failure is reported with its step
-        where = "/".join((*path, step.name))
-        raise KernelError(f"step {step.index} {where!r} ({step.op_type}) failed: {type(exc).__name__}: {exc}") from exc
-    names = step.outputs
-    if len(names) == 1 and type(result) is np.ndarray and names[0]:
-        env[names[0]] = result  # the common case, without the generic unpacking below
-        return args
-    outputs = as_outputs(result)
-    for i, name in enumerate(names):
-        if name:
-            if i >= len(outputs):
-                raise KernelError(
-                    f"step {step.index} {step.name!r} ({step.op_type}): output {i} ({name!r}) "
-                    "was asked for but the kernel does not produce it"
-                )
-            env[name] = outputs[i]
+        raise _kernel_error(step, path, exc) from exc
+    _store_outputs(step, result, env)
     return args

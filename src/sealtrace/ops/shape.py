@@ -7,6 +7,7 @@ memory is safe and saves a copy per step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,8 +117,8 @@ def flatten(data: np.ndarray, *, axis: int) -> np.ndarray:
     if not -rank <= axis <= rank:
         raise ValueError(f"axis {axis} is out of range for rank {rank}")
     axis = axis + rank if axis < 0 else axis
-    outer = int(np.prod(data.shape[:axis], dtype=np.int64))
-    inner = int(np.prod(data.shape[axis:], dtype=np.int64))
+    outer = math.prod(data.shape[:axis])
+    inner = math.prod(data.shape[axis:])
     # Explicit sizes, not -1: -1 is ambiguous for empty tensors.
     return data.reshape(outer, inner)
 
