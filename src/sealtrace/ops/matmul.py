@@ -22,8 +22,21 @@ def _matmul(a: Array, b: Array) -> Array:
     # float16/bfloat16 accumulate in float32 (as ORT's MLAS does) and round once at the end.
     work = _compute_dtype(a.dtype)
     if work != a.dtype:
-        return np.asarray(np.matmul(a.astype(work), b.astype(work))).astype(a.dtype)
-    return np.asarray(np.matmul(a, b))
+        return np.asarray(_product(a.astype(work), b.astype(work))).astype(a.dtype)
+    return np.asarray(_product(a, b))
+
+
+def _product(a: Array, b: Array) -> Array:
+    """numpy.matmul, with a stack of rows times one matrix done as a single GEMM.
+
+    A [batch, seq, k] activation times a [k, n] weight (every Transformer projection): NumPy
+    would call GEMM once per batch entry, each reading the whole weight for a handful of rows;
+    as one [batch * seq, k] GEMM the weight is read once (1.4x faster on MiniLM's projections).
+    ONNX Runtime flattens the same way.
+    """
+    if b.ndim == 2 and a.ndim > 2 and a.size and a.flags.c_contiguous and a.shape[-1] == b.shape[0]:
+        return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
+    return np.matmul(a, b)
 
 
 @register("MatMul", 1, 9, 13)
