@@ -261,7 +261,7 @@ def execute(
     With ``programs``, weight-only steps come from its cache; without, every step runs.
     """
     program = programs.get(plan) if programs is not None else prepare(plan, fold=False)
-    env: dict[str, Any] = dict(program.constants)
+    env: dict[str, Any] = program.constants.copy()
     env.update(feeds)
     env[""] = None  # an omitted optional input reads as None without a test per input
     # Floating-point warnings are off for the whole run (IEEE results are the spec), once here

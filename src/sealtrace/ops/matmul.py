@@ -11,6 +11,9 @@ from sealtrace.ops.registry import register
 Array = np.ndarray[Any, Any]
 
 
+_FLOAT32 = np.dtype(np.float32)
+
+
 def _compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
     """The dtype a product is computed in: float16/bfloat16 (and other ml_dtypes) go through float32."""
     if dtype == np.float16 or dtype.kind == "V":
@@ -19,6 +22,8 @@ def _compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 def _matmul(a: Array, b: Array) -> Array:
+    if a.dtype == _FLOAT32 and b.dtype == _FLOAT32:  # the common case, without the checks below
+        return np.asarray(_product(a, b))
     # float16/bfloat16 accumulate in float32 (as ORT's MLAS does) and round once at the end.
     work = _compute_dtype(a.dtype)
     if work != a.dtype:
