@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -164,6 +164,50 @@ class BoundedPipe:
                 self._room.notify()
 
 
+class _Parked:
+    """A worker thread kept between runs: starting a thread costs 50-200 us, which is more than
+    a whole run of a small model; waking a parked one costs a few."""
+
+    def __init__(self, name: str) -> None:
+        self._wake = threading.Condition(threading.Lock())
+        self._task: tuple[Callable[[], None], threading.Event] | None = None
+        threading.Thread(target=self._loop, name=name, daemon=True).start()
+
+    def start(self, task: Callable[[], None]) -> threading.Event:
+        done = threading.Event()
+        with self._wake:
+            self._task = (task, done)
+            self._wake.notify()
+        return done
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while self._task is None:
+                    self._wake.wait()
+                (task, done), self._task = self._task, None
+            try:
+                task()
+            finally:
+                with _PARKED_LOCK:
+                    _PARKED.append(self)  # parked before done: the next run may take it at once
+                done.set()
+
+
+_PARKED: list[_Parked] = []
+_PARKED_LOCK = threading.Lock()
+
+
+def start_worker(task: Callable[[], None], name: str) -> threading.Event:
+    """Run ``task`` on a parked worker thread (one is made when none is free); the returned
+    event is set once it has returned."""
+    with _PARKED_LOCK:
+        worker = _PARKED.pop() if _PARKED else None
+    if worker is None:
+        worker = _Parked(name)
+    return worker.start(task)
+
+
 class BackgroundObserver:
     """Base of observers whose work runs on one worker thread, fed through a :class:`BoundedPipe`.
 
@@ -178,7 +222,7 @@ class BackgroundObserver:
 
     def __init__(self, max_pending_bytes: int, max_pending_items: int, **pipe_options: Any) -> None:
         self._pipe = BoundedPipe(max_pending_items, max_pending_bytes, **pipe_options)
-        self._thread: threading.Thread | None = None
+        self._done: threading.Event | None = None  # set once the worker has returned
         self._error: BaseException | None = None
         self._state = "new"  # new -> running -> finished | aborted
 
@@ -191,8 +235,7 @@ class BackgroundObserver:
         if self._state != "new":
             raise AuditWriteError(f"an {type(self).__name__} records one run; make a new one for each run")
         self._state = "running"
-        self._thread = threading.Thread(target=self._work, name=f"sealtrace-{self.what}", daemon=True)
-        self._thread.start()
+        self._done = start_worker(self._work, f"sealtrace-{self.what}")
 
     def _submit(self, item: Any, nbytes: int, flush: bool = False) -> None:
         if self._state == "running" and self._error is None:
@@ -226,8 +269,8 @@ class BackgroundObserver:
             self._drain()
         else:
             self._pipe.put(None, 0, flush=True)
-            if self._thread is not None:
-                self._thread.join()
+            if self._done is not None:
+                self._done.wait()
         self._state = state
         try:
             self._close(state == "finished")
