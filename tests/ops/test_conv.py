@@ -355,3 +355,22 @@ def test_single_channel_single_row_conv_is_not_a_work_buffer() -> None:
     conv_ops.conv(normal(1, 1, 3, 8), w, group=1, pads=None, **geometry)
     conv_ops.conv(normal(1, 1, 5, 8), w, group=1, pads=[1, 1, 1, 1], **geometry)
     assert first.shape == (1, 1, 1, 6) and first.tobytes() == kept.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs"),
+    [
+        ((2, 4, 13, 11), (6, 4, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ((2, 4, 13, 11), (6, 2, 3, 2), {"group": 2, "strides": [2, 1], "dilations": [1, 2]}),
+        ((1, 3, 6, 7, 8), (4, 3, 2, 3, 2), {"strides": [2, 2, 1], "pads": [1, 0, 1, 0, 1, 1]}),
+    ],
+)
+def test_direct_conv_in_row_blocks(
+    monkeypatch: pytest.MonkeyPatch, x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any]
+) -> None:
+    # Strided convolutions gather their windows a block of output rows at a time: force several
+    # (uneven) blocks on small inputs and compare with onnxruntime.
+    monkeypatch.setattr(conv_ops, "_IM2COL_BYTES", 2000)
+    feeds = {"x": normal(*x_shape)}
+    weights = {"w": normal(*w_shape), "b": normal(w_shape[0])}
+    same(build("Conv", feeds, 17, weights, kernel_shape=list(w_shape[2:]), **attrs), feeds)

@@ -207,19 +207,18 @@ def strided_view(base: Array, shape: Sequence[int], strides: Sequence[int], offs
 
 @dataclass(frozen=True)
 class FlatTaps:
-    """Every kernel tap of a window as a contiguous 1-D slice of a flattened, padded input.
+    """A unit-stride window's input, padded and flattened so every kernel tap is one contiguous
+    1-D slice.
 
     The output is computed on a grid ``(out[0], grid[1], ..., grid[-1])`` that is wider than the
     output on the trailing axes (the extra columns read wrapped-around data and are cropped), so
-    tap ``t`` reads ``span`` positions of ``sources[source_of[t]]`` from ``offsets[t]`` with unit
-    stride: fast, SIMD-friendly passes, and BLAS-compatible without copies. Strided windows are
-    split into stride phases first (one copy of the input), after which every tap is unit-stride.
-    Sources are [N, C, positions].
+    tap ``(t_0, ..., t_r)`` reads ``span`` positions of ``source`` [N, C, positions] with unit
+    stride, from ``t_a * tap_strides[a]`` summed over the axes: one strided view covers every tap,
+    and each tap is SIMD-friendly and BLAS-compatible without copies.
     """
 
-    sources: tuple[Array, ...]
-    source_of: tuple[int, ...]
-    offsets: tuple[int, ...]
+    source: Array
+    tap_strides: tuple[int, ...]
     grid: tuple[int, ...]
     out_shape: tuple[int, ...]
     span: int
@@ -240,23 +239,24 @@ class FlatTaps:
 
 
 def flat_taps(x: Array, window: Window, value: Any = 0, slot: str | None = None) -> FlatTaps:
-    """Pad ``x`` [N, C, *spatial] once (with ``value``) and lay its taps out as :class:`FlatTaps`.
+    """Pad ``x`` [N, C, *spatial] once (with ``value``) and lay its taps out as :class:`FlatTaps`
+    (unit strides only).
 
     With a ``slot``, the padded canvas is that :func:`scratch` buffer: the taps are then valid
     only until the slot is next used.
     """
+    if any(s != 1 for s in window.strides):
+        raise ValueError(f"flat_taps needs unit strides, got {window.strides}")
     rank = len(window.kernel)
     n, c = x.shape[:2]
     spatial = x.shape[2:]
     out = window.out_shape
-    # Per axis: the largest whole-stride offset any tap reads, and the computed grid extent.
-    reach = [(k - 1) * d // s for k, d, s in zip(window.kernel, window.dilations, window.strides, strict=True)]
-    grid = [o + q for o, q in zip(out, reach, strict=True)]
+    # Per axis: the computed grid extent (the output plus the kernel's reach).
+    grid = [o + (k - 1) * d for o, k, d in zip(out, window.kernel, window.dilations, strict=True)]
     row = prod(grid[1:])
     span = out[0] * row if out else 1
     # Room for the last taps' slices to run past the final computed row.
-    rows = grid[0] + 1 if rank > 1 else grid[0]
-    extent = [rows * window.strides[0]] + [g * s for g, s in zip(grid[1:], window.strides[1:], strict=True)]
+    extent = [grid[0] + 1 if rank > 1 else grid[0], *grid[1:]]
     # Place x into a canvas of `extent`, shifted by the begin pads (negative pads crop).
     canvas = _filled((n, c, *extent), x.dtype, value, slot)
     src_index: list[slice] = [slice(None), slice(None)]
@@ -267,30 +267,5 @@ def flat_taps(x: Array, window: Window, value: Any = 0, slot: str | None = None)
         src_index.append(slice(lo, hi))
         dst_index.append(slice(lo + pb, hi + pb))
     canvas[(slice(None), slice(None), *dst_index)] = x[tuple(src_index)]
-    # Per axis and kernel index: the stride phase a tap reads and its offset within that phase.
-    # Taps combine these axis by axis (row-major, as ``window.taps``): a per-tap Python loop is
-    # a measurable share of the small convolutions' time.
-    axis_phases: list[list[int]] = []
-    axis_offsets: list[list[int]] = []
-    for a, (k, d, s) in enumerate(zip(window.kernel, window.dilations, window.strides, strict=True)):
-        step = prod(grid[a + 1 :])
-        axis_phases.append([t * d % s for t in range(k)])
-        axis_offsets.append([t * d // s * step for t in range(k)])
-    offsets = [sum(combo) for combo in product(*axis_offsets)]
-    tap_phases = list(product(*axis_phases))
-    phases: dict[tuple[int, ...], int] = {}
-    sources: list[Array] = []
-    source_of: list[int] = []
-    for phase in tap_phases:
-        if phase not in phases:
-            if all(s == 1 for s in window.strides):
-                source = canvas
-            else:
-                index = [slice(None)] * canvas.ndim
-                for a, (p, s) in enumerate(zip(phase, window.strides, strict=True)):
-                    index[2 + a] = slice(p, None, s)
-                source = np.ascontiguousarray(canvas[tuple(index)])
-            phases[phase] = len(sources)
-            sources.append(source.reshape(n, c, prod(source.shape[2:])))
-        source_of.append(phases[phase])
-    return FlatTaps(tuple(sources), tuple(source_of), tuple(offsets), tuple(grid), out, span)
+    tap_strides = tuple(d * prod(grid[a + 1 :]) for a, d in enumerate(window.dilations))
+    return FlatTaps(canvas.reshape(n, c, prod(extent)), tap_strides, tuple(grid), out, span)

@@ -1,13 +1,14 @@
 """Convolution kernels: Conv, ConvTranspose, ConvInteger, QLinearConv, DeformConv, Col2Im,
 CausalConvWithState.
 
-Speed comes from doing the arithmetic in BLAS. A convolution pads its input once into a flat
-canvas where every kernel tap is one contiguous slice (see ``_windows.flat_taps``); the im2col
-matrix is then a cheap copy of those slices, built a cache-sized chunk of output columns at a
-time, each chunk followed by one GEMM per group. Shapes that im2col would waste work on get their
-own paths: 1x1 convolutions (a plain matmul), tiny outputs and large strides (a direct strided
-im2col), depthwise convolutions (im2col per channel, one gemv per channel), and
-transposed convolutions (a matmul, then a scatter-add of each tap into the output canvas).
+Speed comes from doing the arithmetic in BLAS. A unit-stride convolution pads its input once into
+a flat canvas where every kernel tap is one contiguous slice (see ``_windows.flat_taps``); the
+im2col matrix is then a cheap copy of those slices, built a cache-sized chunk of output columns at
+a time, each chunk followed by one GEMM per group. Other shapes get their own paths: 1x1
+convolutions (a plain matmul), strided windows, tiny outputs and wide kernels (a direct strided
+im2col, a block of output rows at a time), depthwise convolutions (im2col per channel, one gemv
+per channel), and transposed convolutions (a matmul, then a scatter-add of each tap into the
+output canvas). im2col blocks and padded inputs live in reused per-thread scratch buffers.
 """
 
 from __future__ import annotations
@@ -62,16 +63,13 @@ def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
     k = prod(window.kernel)
     if cg == 1 and m == c and group == c:
         return _depthwise_conv(x, w.reshape(c, k), window)
-    if length <= _SMALL_OUTPUT or prod(window.strides) > 4 or _flat_waste(window) > _MAX_WASTE:
-        # Small outputs, wide kernels, big strides: a direct strided im2col copy is cheaper than
-        # the flat layout's cropped columns and stride phases.
-        xp = pad_spatial(x, window.pads_begin, window.needed_end_pads(x.shape[2:]))
-        cols = all_windows(xp, window).reshape(n, group, cg * k, length)
-        y = _grouped_matmul(w.reshape(group, mg, cg * k), cols)
-        return y.reshape((n, m, *out_shape))
+    if any(s != 1 for s in window.strides) or length <= _SMALL_OUTPUT or _flat_waste(window) > _MAX_WASTE:
+        # Strided windows, small outputs, wide kernels: a direct strided im2col copy is cheaper
+        # than the flat layout's stride-phase copies and cropped columns.
+        return _direct_conv(x, w, window, group)
     taps = flat_taps(x, window, slot="canvas")
-    # im2col: every tap is a contiguous slice; copied into [N, C, K, chunk] a chunk of output
-    # columns at a time (so the copy stays in cache), then one GEMM per group and chunk.
+    # im2col (unit strides): every tap is a contiguous slice; copied into [N, C, K, chunk] a chunk
+    # of output columns at a time (so the copy stays in cache), then one GEMM per group and chunk.
     span = taps.span
     chunk = max(256, _IM2COL_BYTES // (c * k * x.itemsize))
     y = _grid_output(taps, (n, group, mg, span), x.dtype)
@@ -93,29 +91,48 @@ _IM2COL_BYTES = 2 << 20
 def _im2col(
     taps: FlatTaps, window: Window, start: int, stop: int, first: int = 0, last: int | None = None
 ) -> Array:
-    """Columns ``start:stop`` of the im2col matrix for channels ``first:last``, as a fresh
-    [N, channels, K, stop - start] array."""
-    source = taps.sources[0]
+    """Columns ``start:stop`` of the im2col matrix for channels ``first:last``, as a
+    [N, channels, K, stop - start] scratch array: one strided view covers every tap."""
+    source = taps.source
     n, positions = source.shape[0], source.shape[2]
     last = source.shape[1] if last is None else last
-    c = last - first
-    if all(s == 1 for s in window.strides):
-        # One source: every tap is the same slice shifted, so one strided view covers all taps.
-        itemsize = source.itemsize
-        tap_strides = [d * prod(taps.grid[a + 1 :]) * itemsize for a, d in enumerate(window.dilations)]
-        view = strided_view(
-            source,
-            (n, c, *window.kernel, stop - start),
-            (*source.strides[:2], *tap_strides, itemsize),
-            offset=first * positions + taps.offsets[0] + start,
-        )
-        cols = scratch("im2col", view.shape, source.dtype)
-        np.copyto(cols, view)
-        return cols.reshape(n, c, len(taps.offsets), stop - start)
-    cols = scratch("im2col", (n, c, len(taps.offsets), stop - start), source.dtype)
-    for t, (which, offset) in enumerate(zip(taps.source_of, taps.offsets, strict=True)):
-        cols[:, :, t] = taps.sources[which][:, first:last, offset + start : offset + stop]
-    return cols
+    itemsize = source.itemsize
+    view = strided_view(
+        source,
+        (n, last - first, *window.kernel, stop - start),
+        (*source.strides[:2], *(t * itemsize for t in taps.tap_strides), itemsize),
+        offset=first * positions + start,
+    )
+    cols = scratch("im2col", view.shape, source.dtype)
+    np.copyto(cols, view)
+    return cols.reshape(n, last - first, prod(window.kernel), stop - start)
+
+
+def _direct_conv(x: Array, w: Array, window: Window, group: int) -> Array:
+    """Convolution by a direct strided im2col: every window copied from the padded input, a
+    block of output rows at a time (so the copy stays in cache), each block one GEMM per group."""
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    mg = m // group
+    k = prod(window.kernel)
+    out = window.out_shape
+    rest = prod(out[1:])
+    xp = pad_spatial(x, window.pads_begin, window.needed_end_pads(x.shape[2:]), slot="canvas")
+    windows = all_windows(xp, window)  # [N, C, *kernel, *out]
+    y = np.empty((n, group, mg, prod(out)), dtype=x.dtype)
+    wg = w.reshape(group, mg, cg * k)
+    step = max(1, _IM2COL_BYTES // max(c * k * rest * x.itemsize, 1))
+    for r0 in range(0, out[0], step):
+        r1 = min(out[0], r0 + step)
+        block = windows[(slice(None),) * (2 + len(out)) + (slice(r0, r1),)]  # rows r0:r1 of the output
+        cols = scratch("im2col", block.shape, x.dtype)
+        np.copyto(cols, block)
+        cols = cols.reshape(n, group, cg * k, (r1 - r0) * rest)
+        if group == 1:
+            np.matmul(wg[0], cols[:, 0], out=y[:, 0, :, r0 * rest : r1 * rest])
+        else:
+            np.matmul(wg, cols, out=y[:, :, :, r0 * rest : r1 * rest])
+    return y.reshape((n, m, *out))
 
 
 # Largest computed-grid / output ratio the flat im2col accepts before a strided copy is cheaper.
@@ -129,13 +146,6 @@ def _flat_waste(window: Window) -> float:
     geometry = zip(window.out_shape, window.kernel, window.dilations, window.strides, strict=True)
     grid = [o + (k - 1) * d // s for o, k, d, s in geometry]
     return prod(grid[1:]) / max(prod(window.out_shape[1:]), 1)
-
-
-def _grouped_matmul(w: Array, cols: Array) -> Array:
-    """[G, Mg, K] x [N, G, K, L] -> [N, G, Mg, L]; a plain 2-D GEMM per image when G == 1."""
-    if w.shape[0] == 1:
-        return np.matmul(w[0], cols[:, 0])[:, None]
-    return np.matmul(w, cols)
 
 
 def _depthwise_conv(x: Array, w: Array, window: Window) -> Array:
