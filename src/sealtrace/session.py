@@ -6,7 +6,6 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from onnx import ModelProto
@@ -15,6 +14,7 @@ from sealtrace.backends import Backend, StepObserver, get_backend
 from sealtrace.container import is_container, load_sealed_plan
 from sealtrace.errors import InputError
 from sealtrace.plan import ModelSource, Plan, ValueInfo, build_plan
+from sealtrace.plan.builder import load_model_file
 from sealtrace.plan.feeds import check_feeds
 
 
@@ -44,15 +44,7 @@ def _origin_of(model: ModelSource | Plan) -> ModelOrigin:
         return ModelOrigin("proto", sha256=hashlib.sha256(model.SerializeToString()).hexdigest())
     if isinstance(model, bytes):
         return ModelOrigin("proto", sha256=hashlib.sha256(model).hexdigest())
-    path = Path(os.fspath(model))
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-    except OSError:
-        return ModelOrigin("onnx", path=str(path))  # build_plan reports the unreadable file
-    return ModelOrigin("onnx", path=str(path), sha256=digest.hexdigest())
+    raise TypeError(f"not a model source: {type(model).__name__}")  # paths are read in open_model
 
 
 def open_model(
@@ -73,6 +65,11 @@ def open_model(
         return plan, origin
     if trust or require_signature:
         raise InputError("trust= and require_signature= apply to sealed containers (.seal) only")
+    if isinstance(model, (str, os.PathLike)):
+        # One read: the digest in the audit linkage is of the bytes the Plan was built from.
+        proto, sha256 = load_model_file(model)
+        plan = build_plan(proto, require_kernels=require_kernels)
+        return plan, ModelOrigin("onnx", path=os.fspath(model), sha256=sha256)
     plan = model if isinstance(model, Plan) else build_plan(model, require_kernels=require_kernels)
     return plan, _origin_of(model)
 

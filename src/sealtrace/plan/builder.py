@@ -6,6 +6,7 @@ reported together (all unsupported nodes in one error, all dangling inputs in on
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import os
 from collections.abc import Iterable, Mapping
@@ -33,17 +34,28 @@ def load_model(source: ModelSource) -> ModelProto:
         return source
     if isinstance(source, bytes):
         return _parse(source, "<bytes>")
+    return load_model_file(source)[0]
+
+
+def load_model_file(source: str | os.PathLike[str]) -> tuple[ModelProto, str]:
+    """Read an ONNX file once: the model (external data loaded beside the file) and the sha256 of
+    the very bytes it was parsed from (so a file replaced between hashing and parsing cannot
+    pass for the one that runs)."""
     path = Path(source)
     if not path.exists():
         raise InvalidModelError(f"{path}: no such file")
     if path.is_dir():
         raise InvalidModelError(f"{path}: is a directory, not an ONNX file")
-    model = _parse(path.read_bytes(), str(path))
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    model = _parse(data, str(path))
     try:
         onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
     except (OSError, ValueError) as exc:
         raise InvalidModelError(f"{path}: cannot load external data: {exc}") from None
-    return model
+    return model, hashlib.sha256(data).hexdigest()
 
 
 def _parse(data: bytes, where: str) -> ModelProto:
