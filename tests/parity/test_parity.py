@@ -255,3 +255,43 @@ def test_fast_metrics_equal_the_general_rule(dtype: type[np.floating[Any]]) -> N
     huge = np.full(4, 3e38, np.float32)
     assert _compare_finite("v", huge, -huge, Tolerance()) is None  # squares overflow: the general path decides
     assert _compare_finite("v", np.float32([1, np.nan]), np.float32([1, 2]), Tolerance()) is None
+
+
+_MEMORY_PROBE = """
+import resource, sys
+import numpy as np, psutil
+from onnx import TensorProto, helper, numpy_helper
+from sealtrace import build_plan
+from sealtrace.parity import check_parity
+from tests.conftest import make_model
+
+steps, shape = 160, (512, 1024)  # 160 values of 2 MiB: 320 MiB if they were all held
+nodes, prev = [], "x"
+for i in range(steps):
+    nodes.append(helper.make_node("Mul" if i % 2 else "Add", [prev, "c"], [f"v{i}"], name=f"s{i}"))
+    prev = f"v{i}"
+model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                   [helper.make_tensor_value_info(prev, TensorProto.FLOAT, shape)],
+                   [numpy_helper.from_array(np.float32([1.0001]), "c")])
+plan = build_plan(model)
+feeds = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+before = psutil.Process().memory_info().rss
+report = check_parity(plan, feeds)
+growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+print(len(report.steps), report.passed, growth)
+"""
+
+
+def test_parity_memory_stays_bounded() -> None:
+    # Every value of both backends held at once would be 2 x 320 MiB. Compared as the run goes,
+    # with ONNX Runtime run in segments, the first run (sessions built, arena grown) stays well
+    # under the size of one backend's values. Measured in a fresh process: peak RSS is per process.
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _MEMORY_PROBE], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps, passed, growth = done.stdout.split()
+    assert steps == "160" and passed == "True"
+    assert int(growth) < 0.35 * 320 * 2**20, f"peak grew by {int(growth) / 2**20:.0f} MiB"

@@ -3,11 +3,17 @@
 Two modes:
 - optimized (what users deploy): ORT's graph optimizations on; only graph outputs come back, so
   observers see the run's start and end but no steps.
-- per-op: every intermediate value of the top-level graph is exposed as an extra graph output and
-  graph optimizations are disabled (fusions would remove the very values we compare). After the run,
-  each top-level step is reported to observers in Plan order with its inputs and outputs, exactly as
-  the reference backend reports them. Steps inside subgraphs (If/Loop/Scan bodies) are not visible to
-  ORT's outputs and are not reported; their enclosing step is.
+- per-op: every intermediate value of the top-level graph is exposed as a graph output and graph
+  optimizations are disabled (fusions would remove the very values we compare). Each top-level step
+  is reported to observers in Plan order with its inputs and outputs, exactly as the reference
+  backend reports them. Steps inside subgraphs (If/Loop/Scan bodies) are not visible to ORT's outputs
+  and are not reported; their enclosing step is.
+  A session that outputs every value hands them all back at once: the whole run's intermediates
+  alive together. So the Plan is cut into segments of consecutive steps (SEGMENT_STEPS each), one
+  session per segment, built on the first run and cached per Plan; a segment's inputs are the values
+  live at its cut. Segments run one after another as the steps are consumed (:meth:`stream`), so
+  only one segment's outputs and the values still needed later are alive at a time. Each node
+  still runs on its own ORT kernel with its own inputs, so the values are those of one session.
 By default the mode follows the observers: per-op when a run has observers, optimized otherwise.
 Models over 2 GB are handed to ORT through a temporary file with external data.
 """
@@ -15,7 +21,8 @@ Models over 2 GB are handed to ORT through a temporary file with external data.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +35,9 @@ from sealtrace.errors import BackendError
 from sealtrace.plan.model import Plan, Step
 
 _PROTOBUF_LIMIT = 2_000_000_000
+# Steps per per-op segment: bounds how many intermediate values ORT hands back at once, while
+# keeping the number of session.run calls (tens of microseconds each) small.
+SEGMENT_STEPS = 16
 _LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -50,6 +60,7 @@ class OnnxRuntimeBackend:
         self.optimization = optimization
         self.per_op = per_op
         self._sessions: dict[tuple[int, bool], tuple[Plan, ort.InferenceSession]] = {}
+        self._segments: dict[int, tuple[Plan, list[_Segment]]] = {}
         self._tmp: list[tempfile.TemporaryDirectory[str]] = []
         self._running_per_op = False
 
@@ -71,7 +82,11 @@ class OnnxRuntimeBackend:
         }
 
     def session_for(self, plan: Plan, per_op: bool = False) -> ort.InferenceSession:
-        """The InferenceSession for ``plan`` in the given mode, created once per Plan."""
+        """The InferenceSession for ``plan`` in the given mode, created once per Plan.
+
+        The per-op session exposes every top-level value at once; runs use segments instead (see
+        the module docstring), this one-piece form is for callers that want ORT's view whole.
+        """
         key = (id(plan), per_op)
         cached = self._sessions.get(key)
         if cached is not None and cached[0] is plan:
@@ -79,18 +94,31 @@ class OnnxRuntimeBackend:
         if plan.source is None:
             raise BackendError("the onnxruntime backend needs a Plan built from an ONNX model")
         model = _expose_intermediates(plan) if per_op else plan.source
+        session = self._session(model, per_op)
+        self._sessions[key] = (plan, session)
+        return session
+
+    def _session(self, model: onnx.ModelProto, per_op: bool) -> ort.InferenceSession:
         options = ort.SessionOptions()
         if self.threads:
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
         options.graph_optimization_level = _LEVELS["disabled" if per_op else self.optimization]
         options.log_severity_level = 3
+        if per_op:
+            # A segment's buffers are handed back as outputs. An arena per segment session would
+            # keep each segment's high-water mark for the session's lifetime; plain malloc leaves
+            # the freed buffers scattered over the heap (the run's memory grows with fragmentation).
+            # One arena shared by all segment sessions is reused from segment to segment.
+            _shared_arena()
+            options.add_session_config_entry("session.use_env_allocators", "1")
+            # Segments run one after another, each on its own session's threads: threads left
+            # spinning after a segment would take the cores from the next one and from the caller.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            session = ort.InferenceSession(self._loadable(model), options, providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(self._loadable(model), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own exception types
             raise BackendError(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
-        self._sessions[key] = (plan, session)
-        return session
 
     def _loadable(self, model: onnx.ModelProto) -> bytes | str:
         if model.ByteSize() < _PROTOBUF_LIMIT:
@@ -109,21 +137,46 @@ class OnnxRuntimeBackend:
     ) -> dict[str, Any]:
         per_op = self.per_op if self.per_op is not None else bool(observers)
         self._running_per_op = per_op
-        session = self.session_for(plan, per_op)
+        if not per_op:
+            session = self.session_for(plan, False)
         for observer in observers:
             observer.on_run_start(plan, feeds, self)
-        names = [o.name for o in session.get_outputs()]
-        try:
-            values = session.run(names, dict(feeds))
-        except Exception as exc:  # ORT raises its own exception types
-            raise BackendError(f"onnxruntime failed: {_first_line(exc)}") from None
-        env: dict[str, Any] = dict(zip(names, values, strict=True))
-        result = {name: env[name] for name in plan.output_names}
         if per_op:
-            _report_steps(plan, feeds, env, observers)
+            stream = self.stream(plan, feeds)
+            for event in stream:
+                for observer in observers:
+                    observer.on_step(event)
+            result = stream.outputs
+        else:
+            result = dict(zip(plan.output_names, self._run(session, plan.output_names, feeds), strict=True))
         for observer in observers:
             observer.on_run_end(result)
         return result
+
+    def stream(self, plan: Plan, feeds: Mapping[str, Any]) -> StepStream:
+        """Per-op mode as an iterator of StepEvents in Plan order: each segment runs when its first
+        step is asked for, and values are dropped as the Plan's release schedule allows."""
+        if plan.source is None:
+            raise BackendError("the onnxruntime backend needs a Plan built from an ONNX model")
+        self._running_per_op = True
+        cached = self._segments.get(id(plan))
+        if cached is None or cached[0] is not plan:
+            segments = _cut(plan, SEGMENT_STEPS)
+            # Every session is built before the first segment runs: sessions built between runs
+            # would pin the heap above the freed values of the segments before them.
+            types = _static_types(plan, feeds)
+            for segment in segments:
+                if all(name in types for name in segment.inputs):
+                    segment.session = self._session(_segment_model(plan, segment, types), True)
+            cached = (plan, segments)
+            self._segments[id(plan)] = cached
+        return StepStream(self, plan, cached[1], feeds)
+
+    def _run(self, session: ort.InferenceSession, names: Sequence[str], feeds: Mapping[str, Any]) -> list[Any]:
+        try:
+            return list(session.run(list(names), dict(feeds)))
+        except Exception as exc:  # ORT raises its own exception types
+            raise BackendError(f"onnxruntime failed: {_first_line(exc)}") from None
 
     def run_step(self, plan: Plan, step: Step, inputs: Sequence[Any]) -> list[Any] | None:
         """Run one step alone on ORT with the given inputs (None for steps with subgraphs)."""
@@ -138,22 +191,149 @@ class OnnxRuntimeBackend:
         return list(session.run(None, feeds))
 
 
-def _report_steps(
-    plan: Plan, feeds: Mapping[str, Any], env: dict[str, Any], observers: Sequence[StepObserver]
-) -> None:
-    """Replay the per-op results to observers in Plan order, releasing values as the Plan says."""
-    values: dict[str, Any] = dict(plan.initializers)
-    values.update(feeds)
-    values.update(env)
-    for step, release in zip(plan.steps, plan.release_after, strict=True):
-        inputs = [values.get(n) if n else None for n in step.inputs]
-        outputs = [values.get(n) if n else None for n in step.outputs]
-        event = StepEvent((), step, inputs, outputs)
-        for observer in observers:
-            observer.on_step(event)
-        for name in release:
-            if name not in plan.output_names:
-                values.pop(name, None)
+_ARENA: list[bool] = []
+
+
+def _shared_arena() -> None:
+    """Register, once per process, the CPU arena that per-op segment sessions share."""
+    if _ARENA:
+        return
+    # Grow by what is asked (not by powers of two) so the arena tracks the largest live set.
+    config = ort.OrtArenaCfg({"arena_extend_strategy": 1})
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    try:
+        ort.create_and_register_allocator(info, config)
+    except Exception as exc:  # already registered by someone else in this process: share theirs
+        if "already" not in str(exc).lower():
+            raise BackendError(f"onnxruntime cannot create the shared arena: {_first_line(exc)}") from None
+    _ARENA.append(True)
+
+
+@dataclass
+class _Segment:
+    """Consecutive top-level steps run as one ORT session."""
+
+    start: int  # index into plan.steps
+    stop: int
+    inputs: tuple[str, ...]  # values it reads that the feeds or earlier segments produce
+    weights: tuple[str, ...]  # initializers it reads
+    outputs: tuple[str, ...]  # every value its steps produce
+    # Earlier Constant nodes whose values it reads: repeated in the segment, because ORT treats a
+    # Constant's value as a weight (prepacked for MatMul, for one), which a graph input is not, and
+    # the numbers must be those of the one-piece per-op session.
+    constants: tuple[int, ...] = ()
+    session: ort.InferenceSession | None = None
+
+
+def _cut(plan: Plan, size: int) -> list[_Segment]:
+    fed = set(plan.input_names)
+    constant_steps = {
+        name: position
+        for position, step in enumerate(plan.steps)
+        if step.op_type == "Constant" and step.domain in ("", "ai.onnx")
+        for name in step.outputs
+        if name
+    }
+    segments = []
+    for start in range(0, len(plan.steps), size):
+        steps = plan.steps[start : start + size]
+        produced: set[str] = set()
+        outputs: list[str] = []
+        reads: dict[str, None] = {}
+        for step in steps:
+            for name in (*step.inputs, *step.implicit_inputs):
+                if name and name not in produced:
+                    reads.setdefault(name)
+            for name in step.outputs:
+                if name:
+                    produced.add(name)
+                    outputs.append(name)
+        weights = tuple(n for n in reads if n in plan.initializers and n not in fed)
+        constants = tuple(constant_steps[n] for n in reads if n in constant_steps and n not in fed)
+        inputs = tuple(n for n in reads if (n not in plan.initializers or n in fed) and n not in constant_steps)
+        segments.append(_Segment(start, start + len(steps), inputs, weights, tuple(outputs), constants))
+    return segments
+
+
+class StepStream:
+    """The per-op run of one Plan on ONNX Runtime, one segment at a time (see :meth:`stream`).
+
+    Iterate for the StepEvents; ``outputs`` holds the graph outputs once iteration is complete.
+    """
+
+    def __init__(
+        self, backend: OnnxRuntimeBackend, plan: Plan, segments: list[_Segment], feeds: Mapping[str, Any]
+    ) -> None:
+        self.backend = backend
+        self.plan = plan
+        self.segments = segments
+        self.feeds = feeds
+        self.outputs: dict[str, Any] = {}
+
+    def __iter__(self) -> Iterator[StepEvent]:
+        plan = self.plan
+        keep = set(plan.output_names)
+        env: dict[str, Any] = dict(self.feeds)
+        weights = plan.initializers
+        for segment in self.segments:
+            session = segment.session
+            if session is None:  # an input whose type shape inference did not find: typed from its value
+                model = _segment_model(plan, segment, {name: _type_of(env[name]) for name in segment.inputs})
+                session = segment.session = self.backend._session(model, True)
+            fed = {name: env[name] for name in segment.inputs}
+            env.update(zip(segment.outputs, self.backend._run(session, segment.outputs, fed), strict=True))
+            del fed
+            for i in range(segment.start, segment.stop):
+                step = plan.steps[i]
+                inputs = [(env[n] if n in env else weights.get(n)) if n else None for n in step.inputs]
+                outputs = [env.get(n) if n else None for n in step.outputs]
+                yield StepEvent((), step, inputs, outputs)
+                del inputs, outputs
+                for name in plan.release_after[i]:
+                    if name not in keep:
+                        env.pop(name, None)
+        self.outputs = {name: env[name] for name in plan.output_names}
+
+
+def _segment_model(plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
+    """A model of the segment's nodes: the live values at its cut as inputs (element types only),
+    the weights it reads as initializers, every value it produces as an output."""
+    source = plan.source
+    graph = onnx.GraphProto(name=f"{source.graph.name}_steps_{segment.start}_{segment.stop}")
+    graph.node.extend(plan.steps[i].node for i in segment.constants)
+    graph.node.extend(plan.steps[i].node for i in range(segment.start, segment.stop))
+    wanted = set(segment.weights)
+    graph.initializer.extend(t for t in source.graph.initializer if t.name in wanted)
+    graph.sparse_initializer.extend(t for t in source.graph.sparse_initializer if t.values.name in wanted)
+    graph.input.extend(onnx.helper.make_value_info(name, types[name]) for name in segment.inputs)
+    graph.output.extend(onnx.ValueInfoProto(name=name) for name in segment.outputs)
+    model = onnx.helper.make_model(graph, ir_version=source.ir_version, opset_imports=list(source.opset_import))
+    model.functions.extend(source.functions)
+    return model
+
+
+def _static_types(plan: Plan, feeds: Mapping[str, Any]) -> dict[str, onnx.TypeProto]:
+    """Element types of the feeds and of every step output whose dtype shape inference found."""
+    types = {name: _type_of(value) for name, value in feeds.items()}
+    for step in plan.steps:
+        for name, info in zip(step.outputs, step.output_info, strict=False):
+            if name and info is not None and info.dtype is not None and info.kind in ("tensor", "sequence"):
+                elem = _elem_type(np.dtype(info.dtype))
+                tensor = onnx.helper.make_tensor_type_proto(elem, None)
+                types[name] = onnx.helper.make_sequence_type_proto(tensor) if info.kind == "sequence" else tensor
+    return types
+
+
+def _elem_type(dtype: np.dtype[Any]) -> int:
+    return onnx.TensorProto.STRING if dtype.kind in "OUS" else int(onnx.helper.np_dtype_to_tensor_dtype(dtype))
+
+
+def _type_of(value: Any) -> onnx.TypeProto:
+    # Element type only: shapes may change from run to run (dynamic axes), the session must not care.
+    if isinstance(value, list):
+        element = value[0] if value else np.zeros(0, np.float32)
+        return onnx.helper.make_sequence_type_proto(_type_of(element))
+    return onnx.helper.make_tensor_type_proto(_elem_type(np.asarray(value).dtype), None)
 
 
 def _expose_intermediates(plan: Plan) -> onnx.ModelProto:

@@ -12,7 +12,7 @@ step's output is not, the step only inherited its error; otherwise the error is 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,11 +126,33 @@ def _step_ref(step: StepComparison) -> dict[str, Any]:
 
 
 class _Holder:
-    """Observer that keeps backend B's step values until backend A has compared them."""
+    """Observer that keeps backend B's step values until backend A has compared them.
 
-    def __init__(self) -> None:
+    With a ``source`` (B's steps as an iterator, e.g. ONNX Runtime's segments), B's steps are pulled
+    only as far as A has got, so B's values do not pile up ahead of the comparison.
+    """
+
+    def __init__(self, source: Iterator[StepEvent] | None = None) -> None:
         self.values: dict[tuple[tuple[str, ...], str], Any] = {}
         self.seen: set[tuple[tuple[str, ...], int]] = set()
+        self.source = source
+
+    def pull(self, index: int) -> None:
+        """Take B's steps until top-level step ``index`` has been seen (or B has no more)."""
+        if self.source is None:
+            return
+        while ((), index) not in self.seen:
+            event = next(self.source, None)
+            if event is None:
+                self.source = None
+                return
+            self.on_step(event)
+
+    def drain(self) -> None:
+        if self.source is not None:
+            for event in self.source:
+                self.on_step(event)
+            self.source = None
 
     def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None:
         for name, value in feeds.items():
@@ -166,6 +188,8 @@ class _Comparer:
     def on_step(self, event: StepEvent) -> None:
         step = event.step
         position = len(self.steps)
+        if not event.path:
+            self.held.pull(step.index)
         if (event.path, step.index) not in self.held.seen:
             self.steps.append(
                 StepComparison(position, event.path, step.index, step.name, step.op_type, (), None, "not-compared")
@@ -256,15 +280,25 @@ def check_parity(
         swapped = False
     if not isinstance(a, ReferenceBackend) and not isinstance(b, ReferenceBackend):
         local = False  # no reference kernel side to re-run steps on
-    held = _Holder()
     seconds: dict[str, float] = {}
+    stream = None if optimized else getattr(b, "stream", None)
     start = time.perf_counter()
-    out_b = b.run(plan, checked, [] if optimized else [held])
+    if stream is not None:
+        # B streams its steps: they are pulled as A's run reaches them (timings then overlap).
+        b_steps = stream(plan, checked)
+        held = _Holder(iter(b_steps))
+        held.on_run_start(plan, checked, b)
+    else:
+        held = _Holder()
+        out_b = b.run(plan, checked, [] if optimized else [held])
     seconds[b.name] = time.perf_counter() - start
     comparer = _Comparer(plan, held, tolerance, local)
     start = time.perf_counter()
     out_a = a.run(plan, checked, [] if optimized else [comparer])
     seconds[a.name] = time.perf_counter() - start
+    if stream is not None:
+        held.drain()
+        out_b = b_steps.outputs
     names = (b.name, a.name) if swapped else (a.name, b.name)
     first, second = (out_b, out_a) if swapped else (out_a, out_b)
     graph_outputs = [

@@ -1,0 +1,115 @@
+"""The ONNX Runtime backend's per-op mode: segments give the values of the one-piece per-op session."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sealtrace import build_plan, zoo
+from sealtrace.backends.base import StepEvent
+from sealtrace.backends.onnxruntime import SEGMENT_STEPS, OnnxRuntimeBackend
+from sealtrace.plan import Plan
+from tests.conftest import make_model, require_material
+
+
+def long_model() -> onnx.ModelProto:
+    """More steps than a few segments, with values crossing cuts: a Constant read by a MatMul
+    three segments later (ORT treats a Constant as a weight), a value read by an If branch from
+    the enclosing graph, and an initializer read in several segments."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    c = numpy_helper.from_array(np.float32([1.0001]), "c")
+    nodes = [
+        helper.make_node("Constant", [], ["k"], name="k",
+                         value=numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32))),
+        helper.make_node("MatMul", ["x", "w"], ["h0"], name="m0"),
+    ]
+    prev = "h0"
+    for i in range(1, 3 * SEGMENT_STEPS):
+        nodes.append(helper.make_node("Mul" if i % 2 else "Add", [prev, "c"], [f"h{i}"], name=f"s{i}"))
+        prev = f"h{i}"
+    nodes.append(helper.make_node("MatMul", [prev, "k"], ["mk"], name="mk"))
+    nodes.append(helper.make_node("ReduceSum", ["mk"], ["total"], name="total", keepdims=0))
+    nodes.append(helper.make_node("Greater", ["total", "zero"], ["positive"], name="positive"))
+    nodes.append(helper.make_node("Constant", [], ["zero"], name="zero", value=numpy_helper.from_array(np.float32(0))))
+    nodes.insert(-2, nodes.pop())  # the Constant "zero" before Greater
+    then_graph = helper.make_graph([helper.make_node("Add", ["mk", "h1"], ["t"])], "then", [],
+                                   [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    else_graph = helper.make_graph([helper.make_node("Sub", ["mk", "h1"], ["e"])], "else", [],
+                                   [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    nodes.append(helper.make_node("If", ["positive"], ["y"], name="branch", then_branch=then_graph,
+                                  else_branch=else_graph))
+    return make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [w, c],
+    )
+
+
+def per_op_values(plan: Plan, feeds: Mapping[str, Any]) -> dict[str, Any]:
+    backend = OnnxRuntimeBackend(per_op=True)
+    session = backend.session_for(plan, per_op=True)
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(feeds)), strict=True))
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[StepEvent] = []
+
+    def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Any) -> None:
+        pass
+
+    def on_step(self, event: StepEvent) -> None:
+        self.events.append(event)
+
+    def on_run_end(self, outputs: Mapping[str, Any]) -> None:
+        pass
+
+
+def assert_segments_match_one_piece(plan: Plan, feeds: Mapping[str, Any]) -> None:
+    expected = per_op_values(plan, feeds)
+    backend = OnnxRuntimeBackend(per_op=True)
+    for _ in range(2):  # sessions are built on the first run and reused on the second
+        recorder = Recorder()
+        outputs = backend.run(plan, feeds, [recorder])
+        assert [e.step.index for e in recorder.events] == [s.index for s in plan.steps]
+        for event in recorder.events:
+            for name, value in zip(event.step.outputs, event.outputs, strict=True):
+                if name:
+                    assert value.dtype == expected[name].dtype and value.shape == expected[name].shape, name
+                    assert value.tobytes() == expected[name].tobytes(), f"{event.step.name}: {name} differs"
+        for name in plan.output_names:
+            assert outputs[name].tobytes() == expected[name].tobytes()
+    segments = backend._segments[id(plan)][1]
+    assert len(segments) == -(-len(plan.steps) // SEGMENT_STEPS)
+
+
+def test_segments_give_the_one_piece_values() -> None:
+    plan = build_plan(long_model())
+    assert len(plan.steps) > 3 * SEGMENT_STEPS
+    feeds = {"x": np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)}
+    assert_segments_match_one_piece(plan, feeds)
+
+
+@pytest.mark.slow
+def test_segments_give_the_one_piece_values_on_a_real_model() -> None:
+    # ppocr-cls ends in a MatMul whose weight is a Constant node several segments earlier.
+    real = zoo.model("ppocr-cls")
+    plan = build_plan(require_material(lambda: real.path))
+    assert_segments_match_one_piece(plan, real.inputs())
+
+
+def test_optimized_mode_reports_no_steps() -> None:
+    plan = build_plan(long_model())
+    feeds = {"x": np.ones((4, 8), np.float32)}
+    recorder = Recorder()
+    backend = OnnxRuntimeBackend(per_op=False)
+    out = backend.run(plan, feeds, [recorder])
+    assert recorder.events == [] and out["y"].shape == (4, 8) and not backend.per_step
