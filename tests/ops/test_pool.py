@@ -115,6 +115,16 @@ def test_global_pools_any_rank(shape: tuple[int, ...], op: str) -> None:
         same(model, feeds, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_global_average_pool_dtypes(dtype: Any) -> None:
+    x = normal(2, 200, 2, 96, dtype=dtype)
+    got = run_ours(build("GlobalAveragePool", {"x": x}, 22), {"x": x})[0]
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    assert got.dtype == dtype and got.shape == (2, 200, 1, 1)
+    tolerance = {np.float16: 1e-3, np.float32: 1e-6, np.float64: 1e-13}[dtype]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tolerance, atol=tolerance)
+
+
 @pytest.mark.parametrize("opset", [1, 2, 22])
 def test_global_lp_pool_versions(opset: int) -> None:
     feeds = {"x": normal(1, 3, 4, 4)}

