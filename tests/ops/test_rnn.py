@@ -47,10 +47,11 @@ def _feeds(
     initial: bool = False,
     peepholes: bool = False,
     seed: int = 0,
+    seq: int = SEQ,
 ) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     g = GATES[op]
-    x_shape = (BATCH, SEQ, INPUT) if layout else (SEQ, BATCH, INPUT)
+    x_shape = (BATCH, seq, INPUT) if layout else (seq, BATCH, INPUT)
     feeds = {
         "X": rng.standard_normal(x_shape),
         "W": rng.standard_normal((directions, g * HIDDEN, INPUT)) * 0.5,
@@ -129,6 +130,16 @@ def test_matches_onnxruntime(op: str, case: dict[str, Any]) -> None:
     feed_args, attrs = _split_case(case)
     feeds = _feeds(op, **feed_args)
     _check(_model(op, feeds, 14, 3 if op == "LSTM" else 2, **attrs), feeds)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_long_sequences_match_onnxruntime(op: str, direction: str) -> None:
+    """Past CONTIGUOUS_FROM_STEPS steps the kernels copy R^T before the loop (a second code path)."""
+    from sealtrace.ops.rnn import CONTIGUOUS_FROM_STEPS
+
+    feeds = _feeds(op, directions=2 if direction == "bidirectional" else 1, seq=CONTIGUOUS_FROM_STEPS + 6)
+    _check(_model(op, feeds, 14, 3 if op == "LSTM" else 2, direction=direction), feeds)
 
 
 @pytest.mark.parametrize("linear_before_reset", [0, 1])
