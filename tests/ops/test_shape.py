@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 import sealtrace
@@ -365,3 +367,23 @@ def test_center_crop_pad_strings_pad_with_empty() -> None:
         "CenterCropPad", {"x": np.array(["a"], dtype=object), "s": np.array([3], I64)}, {"y": object}, 18
     )
     assert y.tolist() == ["", "a", ""]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.data(),
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    mode=st.sampled_from(["reflect", "edge", "wrap"]),
+)
+def test_pad_modes_agree_with_numpy_pad(data: st.DataObject, shape: list[int], mode: str) -> None:
+    """reflect/edge/wrap by slice copies (and np.pad past one reflection) against np.pad itself."""
+    from sealtrace.ops.shape import pad_v18
+
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    limit = {"reflect": lambda d: max(d - 1, 0), "wrap": lambda d: d, "edge": lambda d: 2 * d}[mode]
+    width = [(data.draw(st.integers(0, limit(d) + 1)), data.draw(st.integers(0, limit(d) + 1))) for d in shape]
+    if mode == "reflect" and any(d == 1 and (b or e) for d, (b, e) in zip(shape, width, strict=True)):
+        return  # a single element has nothing to mirror (np.pad repeats it; ONNX leaves it undefined)
+    pads = np.array([b for b, _ in width] + [e for _, e in width], dtype=np.int64)
+    got = pad_v18(x, pads, None, None, mode=mode)
+    assert_identical([got], [np.pad(x, width, mode=mode)])  # type: ignore[call-overload]

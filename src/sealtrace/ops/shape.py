@@ -275,7 +275,52 @@ def _pad(
         raise ValueError(f"unknown Pad mode {mode!r}")
     if data.size == 0:
         raise ValueError(f"Pad mode {mode!r} needs a non-empty input")
+    if all(_fits(mode, dim, b, e) for dim, (b, e) in zip(data.shape, width, strict=True)):
+        return _pad_by_slices(data, width, mode)
     return np.pad(data, width, mode=mode)  # type: ignore[call-overload]
+
+
+def _fits(mode: str, dim: int, before: int, after: int) -> bool:
+    """Whether one reflection (or one wrap) covers the pads, so _pad_by_slices applies."""
+    if mode == "reflect":
+        return max(before, after) <= dim - 1 or before == after == 0
+    if mode == "wrap":
+        return max(before, after) <= dim
+    return True  # edge
+
+
+def _pad_by_slices(data: np.ndarray, width: list[tuple[int, int]], mode: str) -> np.ndarray:
+    """reflect, edge and wrap padding as a few slice copies (np.pad spends ~15 us in Python on
+    every call, more than the copying itself on the small tensors models pad).
+
+    Axes are padded in order over the whole output, as np.pad does: the borders of later axes
+    hold garbage until their own turn overwrites them, and earlier axes' borders are final.
+    """
+    shape = tuple(d + b + e for d, (b, e) in zip(data.shape, width, strict=True))
+    out = np.empty(shape, dtype=data.dtype)
+    out[tuple(slice(b, b + d) for d, (b, _e) in zip(data.shape, width, strict=True))] = data
+    for axis, ((before, after), dim) in enumerate(zip(width, data.shape, strict=True)):
+        if not (before or after):
+            continue
+        end = before + dim  # one past the last original element along this axis
+
+        def at(part: slice, axis: int = axis) -> tuple[slice, ...]:
+            index = [slice(None)] * out.ndim
+            index[axis] = part
+            return tuple(index)
+
+        if mode == "reflect":  # mirror without repeating the edge element
+            stop = end - 2 - after  # -1 (before the front) only when the mirror reaches index 0
+            left, right = at(slice(before + before, before, -1)), at(slice(end - 2, None if stop < 0 else stop, -1))
+        elif mode == "edge":
+            left, right = at(slice(before, before + 1)), at(slice(end - 1, end))
+        else:  # wrap
+            left, right = at(slice(end - before, end)), at(slice(before, before + after))
+        if before:
+            out[at(slice(0, before))] = out[left]
+        if after:
+            out[at(slice(end, end + after))] = out[right]
+    return out
 
 
 @register("Pad", 1)
