@@ -295,3 +295,27 @@ def test_parity_memory_stays_bounded() -> None:
     steps, passed, growth = done.stdout.split()
     assert steps == "160" and passed == "True"
     assert int(growth) < 0.35 * 320 * 2**20, f"peak grew by {int(growth) / 2**20:.0f} MiB"
+
+
+def test_local_shortcut_for_identical_inputs_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A step whose inputs are bit-identical on both sides is not re-run: the reference kernel would
+    # give the reference backend's own outputs again. The report must be the one with every re-run.
+    import sealtrace.parity.checker as checker
+
+    faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
+    cases = [["reference", "onnxruntime"], ["reference", faulty]]
+    shortcut = [report_json(check_parity(conv_net(), FEEDS, backends)) for backends in cases]
+    monkeypatch.setattr(checker, "_same_bits", lambda x, y: False)
+    rerun = [report_json(check_parity(conv_net(), FEEDS, backends)) for backends in cases]
+    assert shortcut == rerun
+    assert json.loads(shortcut[1])["summary"]["born_here"][0]["name"] == "conv2"
+
+
+def test_same_bits() -> None:
+    from sealtrace.parity.checker import _same_bits
+
+    x = np.float32([0.0, 1.0])
+    assert _same_bits(x, x.copy()) and _same_bits(x, x)
+    assert not _same_bits(x, np.float32([-0.0, 1.0]))  # equal as numbers, not as bits
+    assert not _same_bits(x, x.astype(np.float64)) and not _same_bits(x, x.reshape(2, 1))
+    assert not _same_bits([x], [x])  # sequences are re-run
