@@ -9,12 +9,13 @@ max and log-sums ...), the output dtype is the input dtype (integer means stay i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from sealtrace.ops.registry import KernelFn, register
+from sealtrace.ops.registry import KernelFn, quiet, register
 
 Array = np.ndarray[Any, Any]
 Axes = tuple[int, ...]
@@ -66,7 +67,7 @@ def _log_sum_exp(x: Array, axes: Axes) -> Array:
 
 
 def _mean(x: Array, axes: Axes) -> Array:
-    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    count = math.prod(x.shape[a] for a in axes)
     total = _sum(x, axes)
     if total.dtype.kind in "iu":
         # Integer mean truncates toward zero (C++ division, as ONNX Runtime does).
@@ -74,8 +75,7 @@ def _mean(x: Array, axes: Axes) -> Array:
             return np.zeros_like(total)
         quotient = np.abs(total) // count
         return np.where(total < 0, -quotient, quotient).astype(total.dtype)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return total / total.dtype.type(count)
+    return total / total.dtype.type(count)
 
 
 def _max(x: Array, axes: Axes) -> Array:
@@ -115,8 +115,8 @@ def _resolve_axes(axes: Sequence[int] | None, rank: int, noop_with_empty_axes: i
 
 
 def _apply(reduce: Reduction, data: Array, axes: Axes, keepdims: int) -> Array:
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        result = np.asarray(reduce(data, axes))
+    # The kernels are quiet (see register below): log(0), 0/0 and overflow give IEEE results.
+    result = np.asarray(reduce(data, axes))
     if not keepdims:
         result = result.reshape([d for i, d in enumerate(result.shape) if i not in axes])
     return result.astype(data.dtype, copy=False)
@@ -133,7 +133,7 @@ def _attribute_form(op: str, reduce: Reduction) -> KernelFn:
 
 def _input_form(op: str, reduce: Reduction) -> KernelFn:
     def kernel(data: Array, axes: Array | None = None, *, keepdims: int, noop_with_empty_axes: int) -> Array:
-        listed = None if axes is None else [int(a) for a in axes.reshape(-1)]
+        listed = None if axes is None else axes.reshape(-1).astype(np.int64, copy=False).tolist()
         return _apply(reduce, data, _resolve_axes(listed, data.ndim, noop_with_empty_axes), keepdims)
 
     kernel.__doc__ = f"ONNX {op} with ``axes`` as an optional input (and noop_with_empty_axes)."
@@ -156,8 +156,8 @@ _REDUCTIONS: dict[str, tuple[Reduction, tuple[int, ...], tuple[int, ...]]] = {
 }
 
 for _op, (_reduce, _attr_versions, _input_versions) in _REDUCTIONS.items():
-    register(_op, *_attr_versions)(_attribute_form(_op, _reduce))
-    register(_op, *_input_versions)(_input_form(_op, _reduce))
+    register(_op, *_attr_versions)(quiet(_attribute_form(_op, _reduce)))
+    register(_op, *_input_versions)(quiet(_input_form(_op, _reduce)))
 
 
 def _arg_extreme(
