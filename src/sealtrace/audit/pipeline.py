@@ -17,7 +17,7 @@ import numpy as np
 
 from sealtrace.audit.errors import AuditWriteError
 
-DEFAULT_PENDING_BYTES = 64 << 20
+DEFAULT_PENDING_BYTES = 8 << 20
 DEFAULT_PENDING_ITEMS = 4096
 
 
