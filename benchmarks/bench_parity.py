@@ -2,7 +2,16 @@
 
 For each model: steps compared, steps over tolerance, the worst step and its error; the parity run's
 wall time against the sum of the two backends' plain run times (ORT optimized, as deployed), and its
-peak memory against the larger backend's plain peak (each measured in its own process).
+peak memory against the larger backend's plain peak.
+
+Time: one process per model runs the plain reference Session, the plain ORT InferenceSession and
+parity round-robin (ROUNDS rounds, medians), so the ratio is measured side by side under the same
+load. Like the plain runs, parity reuses what is prepared once: the Plan and the two backends (the
+reference's folded weight-only steps, ORT's per-op segment sessions). That setup (the first parity
+call after building the Plan) is reported in its own column.
+Memory: peak RSS growth over the process's size before loading the model, one fresh process per
+mode (peak RSS is per process); the parity process's peak includes building the Plan and the
+sessions and three parity runs.
 
     python benchmarks/bench_parity.py [--models a,b]
 """
@@ -16,74 +25,108 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
+ROUNDS = 7
+THREADS = 2  # ORT intra-op threads (plain and per-op); the reference backend keeps its default (1 BLAS thread)
 
 
-def measure(key: str, mode: str) -> dict[str, object]:
-    import resource
-    import statistics
-
+def _prepare(key: str, mode: str) -> tuple[Any, dict[str, Any]]:
+    """The run function for one mode, with everything it reuses built."""
     import onnxruntime as ort
-    import psutil
 
-    from sealtrace import Session, zoo
+    from sealtrace import Session, build_plan, zoo
+    from sealtrace.backends.onnxruntime import OnnxRuntimeBackend
+    from sealtrace.backends.reference import ReferenceBackend
     from sealtrace.parity import check_parity
 
     real = zoo.model(key)
     feeds = real.inputs()
-    baseline = psutil.Process().memory_info().rss
-    result: dict[str, object] = {}
+    info: dict[str, Any] = {}
     if mode == "reference":
         session = Session(real.path)
-        run = lambda: session.run(None, feeds)  # noqa: E731
-    elif mode == "onnxruntime":
+        return (lambda: session.run(None, feeds)), info
+    if mode == "onnxruntime":
         options = ort.SessionOptions()
-        options.intra_op_num_threads = 2
+        options.intra_op_num_threads = THREADS
         options.log_severity_level = 3
         ort_session = ort.InferenceSession(str(real.path), options, providers=["CPUExecutionProvider"])
-        run = lambda: ort_session.run(None, feeds)  # noqa: E731
-    else:
-        def run() -> None:
-            report = check_parity(real.path, feeds)
-            worst = max((s for s in report.steps if s.worst is not None), key=lambda s: s.worst.max_abs)  # type: ignore[union-attr]
-            result.update(
-                steps=len(report.steps),
-                compared=sum(1 for s in report.steps if s.status != "not-compared"),
-                exceeding=len(report.exceeding),
-                worst_step=f"{worst.name} ({worst.op_type})",
-                worst_abs=worst.worst.max_abs if worst.worst else 0.0,
-                worst_rel=worst.worst.max_rel if worst.worst else 0.0,
-                origin=None if report.drift_origin is None else report.drift_origin.name,
-            )
+        return (lambda: ort_session.run(None, feeds)), info
+    start = time.perf_counter()
+    plan = build_plan(real.path)
+    backends = [ReferenceBackend(), OnnxRuntimeBackend(threads=THREADS, per_op=True)]
+
+    def run() -> None:
+        report = check_parity(plan, feeds, backends)
+        worst = max((s for s in report.steps if s.worst is not None), key=lambda s: s.worst.max_abs)  # type: ignore[union-attr]
+        info.update(
+            steps=len(report.steps),
+            compared=sum(1 for s in report.steps if s.status != "not-compared"),
+            exceeding=len(report.exceeding),
+            worst_step=f"{worst.name} ({worst.op_type})",
+            worst_abs=worst.worst.max_abs if worst.worst else 0.0,
+            worst_rel=worst.worst.max_rel if worst.worst else 0.0,
+        )
+
     run()
-    times = []
-    for _ in range(3 if mode == "parity" else 7):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    result["median_s"] = statistics.median(times)
-    result["peak_mb"] = max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline) / 2**20
+    info["setup_s"] = time.perf_counter() - start
+    return run, info
+
+
+def measure_time(key: str) -> dict[str, Any]:
+    import statistics
+
+    runs = {mode: _prepare(key, mode) for mode in ("reference", "onnxruntime", "parity")}
+    times: dict[str, list[float]] = {mode: [] for mode in runs}
+    for run, _ in runs.values():
+        run()  # warm
+    for _ in range(ROUNDS):
+        for mode, (run, _) in runs.items():
+            start = time.perf_counter()
+            run()
+            times[mode].append(time.perf_counter() - start)
+    result = {f"{mode}_s": statistics.median(t) for mode, t in times.items()}
+    result.update(runs["parity"][1])
     return result
 
 
-def run_child(key: str, mode: str) -> dict[str, object] | None:
-    env = dict(os.environ, OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2")
-    done = subprocess.run([sys.executable, __file__, "--child", key, mode], capture_output=True, text=True,
-                          env=env, timeout=900, check=False)
+def measure_memory(key: str, mode: str) -> dict[str, Any]:
+    import resource
+
+    import onnxruntime  # noqa: F401  (libraries loaded before the baseline: they are no backend's memory)
+    import psutil
+
+    import sealtrace.backends.onnxruntime
+    import sealtrace.parity  # noqa: F401
+    from sealtrace import zoo
+
+    zoo.model(key).inputs()  # nor are the inputs
+    baseline = psutil.Process().memory_info().rss
+    run, _ = _prepare(key, mode)
+    for _ in range(3):
+        run()
+    return {"peak_mb": max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline) / 2**20}
+
+
+def run_child(*args: str) -> dict[str, Any] | None:
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), OPENBLAS_NUM_THREADS=str(THREADS))
+    done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True,
+                          env=env, timeout=1800, check=False)
     if done.returncode != 0:
-        sys.stderr.write(f"{key} {mode} failed: {done.stderr.strip()[-500:]}\n")
+        sys.stderr.write(f"{' '.join(args)} failed: {done.stderr.strip()[-800:]}\n")
         return None
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=None)
-    parser.add_argument("--child", nargs=2)
+    parser.add_argument("--child", nargs="+")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(*args.child)))
+        key, what = args.child[0], args.child[1]
+        print(json.dumps(measure_time(key) if what == "time" else measure_memory(key, what)))
         return
     sys.path.insert(0, str(HERE))
     from machine import facts_markdown
@@ -92,30 +135,39 @@ def main() -> None:
     keys = args.models.split(",") if args.models else [m.key for m in zoo.MODELS]
     rows = []
     for key in keys:
-        ref, ort_, par = (run_child(key, mode) for mode in ("reference", "onnxruntime", "parity"))
-        if not (ref and ort_ and par):
-            rows.append(f"| {key} | failed | | | | | | |")
+        t = run_child(key, "time")
+        mem = {mode: run_child(key, mode) for mode in ("reference", "onnxruntime", "parity")}
+        if t is None or any(m is None for m in mem.values()):
+            rows.append(f"| {key} | failed | | | | | | | |")
             continue
-        cost = float(par["median_s"]) / (float(ref["median_s"]) + float(ort_["median_s"]))  # type: ignore[arg-type]
-        memory = float(par["peak_mb"]) / max(float(ref["peak_mb"]), float(ort_["peak_mb"]), 1e-3)  # type: ignore[arg-type]
+        ref, ort_, par = t["reference_s"], t["onnxruntime_s"], t["parity_s"]
+        peaks = {mode: float(m["peak_mb"]) for mode, m in mem.items() if m is not None}
+        plain_peak = max(peaks["reference"], peaks["onnxruntime"], 1e-3)
+        cost = par / (ref + ort_)
+        memory = peaks["parity"] / plain_peak
         rows.append(
-            f"| {key} | {par['steps']} ({par['compared']} compared) | {par['exceeding']} | {par['worst_step']} | "
-            f"{float(par['worst_abs']):.3g} / {float(par['worst_rel']):.3g} | "  # type: ignore[arg-type]
-            f"{float(par['median_s']) * 1000:.0f} ms = {cost:.2f}x | {float(par['peak_mb']):.0f} MB = {memory:.2f}x |"  # type: ignore[arg-type]
+            f"| {key} | {t['steps']} ({t['compared']} compared) | {t['exceeding']} | {t['worst_step']} | "
+            f"{t['worst_abs']:.3g} / {t['worst_rel']:.3g} | {ref * 1000:.1f} + {ort_ * 1000:.1f} ms | "
+            f"{par * 1000:.0f} ms = **{cost:.2f}x** | {t['setup_s']:.2f} s | "
+            f"{peaks['reference']:.0f} / {peaks['onnxruntime']:.0f} MB | {peaks['parity']:.0f} MB = **{memory:.2f}x** |"
         )
         print(rows[-1], file=sys.stderr)
     text = "\n".join([
         "## Per-op parity: reference vs ONNX Runtime on the real models",
         "",
         "Command: `python benchmarks/bench_parity.py`. Default tolerance atol 1e-4, rtol 1e-3; real inputs from "
-        "`sealtrace.zoo`. Cost = parity wall time (median of 3, incl. ORT per-op session reuse, local re-runs of "
-        "every step and all metrics) / (reference plain median + ORT optimized plain median). Memory = parity peak "
-        "RSS growth / the larger of the two plain peaks (each in its own process).",
+        f"`sealtrace.zoo`. Time: plain reference Session, plain ORT session (optimized, {THREADS} threads) and "
+        f"parity run round-robin in one process per model, medians of {ROUNDS}; parity reuses its Plan and "
+        "backends as the plain runs reuse their sessions (first call, incl. building the Plan and ORT's segment "
+        "sessions: the setup column); it includes ORT per-op, the reference run, local re-runs and all metrics. "
+        "Memory: peak RSS growth in a fresh process per mode (parity's includes its setup and three runs), "
+        "over the larger plain peak.",
         "",
-        facts_markdown(2),
+        facts_markdown(THREADS),
         "",
-        "| model | steps | over tolerance | worst step | worst max abs / max rel | parity time (vs sum of plain runs) | parity peak memory (vs larger plain peak) |",
-        "|---|---|---|---|---|---|---|",
+        "| model | steps | over tolerance | worst step | worst max abs / max rel | plain ref + ORT | parity time "
+        "(vs sum of plain) | parity setup | plain peak ref / ORT | parity peak (vs larger plain) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ])

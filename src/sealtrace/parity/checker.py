@@ -1,12 +1,15 @@
 """Run one Plan on two backends and compare every value step by step.
 
-Backend B runs first and its step values are held (ORT cannot stream them; it returns them all at
-once); backend A then runs with an observer that compares each step as it happens and releases B's
-values once no later step needs them, so at most one backend's live values are held beside the run.
+Backend A runs with an observer that compares each step as it happens. Backend B's steps come from
+its stream where it has one (ONNX Runtime's per-op segments, run only as A's run reaches them);
+otherwise B runs first and its step values are held. Either way B's values are released once no
+later step needs them.
 
 Local error: each step is re-executed alone on the reference kernel with the *other* backend's
 inputs, so that both sides see identical inputs. If that local error is within tolerance while the
 step's output is not, the step only inherited its error; otherwise the error is born at that step.
+Where B's inputs are A's bit for bit and A is the reference backend, the re-run would give A's
+outputs again: the output comparison is the local one.
 """
 
 from __future__ import annotations
@@ -184,6 +187,7 @@ class _Comparer:
         self.exact = exact
         self.steps: list[StepComparison] = []
         self._release = {step.index: release for step, release in zip(plan.steps, plan.release_after, strict=True)}
+        self._keep = frozenset(plan.output_names)
 
     def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None:
         pass
@@ -211,7 +215,7 @@ class _Comparer:
         del pairs, rerun
         if not event.path:
             for name in self._release.get(step.index, ()):
-                if name not in self.plan.output_names:
+                if name not in self._keep:
                     self.held.values.pop(((), name), None)
 
     def _compare(
@@ -245,10 +249,8 @@ class _Comparer:
         step's named outputs; True when B's inputs are A's bit for bit (the re-run would give A's
         outputs), None when there is no local figure."""
         step = event.step
-        if step.subgraphs:
+        if event.path or step.subgraphs:
             return None  # control flow: its inner steps are compared one by one instead
-        if event.path:
-            return None
         their_inputs: list[Any] = []
         for name in step.inputs:
             if not name:
@@ -285,7 +287,7 @@ def _same_bits(x: Any, y: Any) -> bool:
     unsigned = _UNSIGNED.get(x.dtype.itemsize)
     if unsigned is None or x.dtype.kind not in "biuf":
         return False
-    return bool(np.array_equal(x.view(unsigned), y.view(unsigned)))
+    return bool((x.view(unsigned) == y.view(unsigned)).all())
 
 
 def check_parity(

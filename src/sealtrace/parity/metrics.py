@@ -154,7 +154,7 @@ def compare_values(name: str, a: Any, b: Any, tol: Tolerance) -> ValueDiff:
         return ValueDiff(name, "none", None, exceeds=exceeds, shape_mismatch="missing on one side" if exceeds else None)
     a = np.asarray(a)
     b = np.asarray(b)
-    dtype = str(a.dtype)
+    dtype = _dtype_name(a.dtype)
     if a.dtype != b.dtype:
         return ValueDiff(name, dtype, a.shape, dtype_mismatch=f"{a.dtype} vs {b.dtype}", exceeds=True)
     if a.shape != b.shape:
@@ -183,7 +183,7 @@ def _compare_floats(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> 
     # Equal values are the common case (shape and indexing steps, most local re-runs): a plain
     # array_equal is one fast pass; equal_nan=True costs ten times more, so it is left to the
     # general path, which reaches the same answer when NaNs are all that made the check fail.
-    if a.size and np.array_equal(a, b):
+    if a.size and bool((a == b).all()):  # np.array_equal's test, without its checks (shapes agree here)
         return _equal_floats(name, a)
     if a.dtype == np.float32 or a.dtype == np.float64:
         fast = _compare_finite(name, a, b, tol)
@@ -204,31 +204,34 @@ def _compare_finite(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> 
     fb = b.reshape(-1)
     if fa.size == 0:
         return None
-    with np.errstate(over="ignore", invalid="ignore"):
+    # One errstate for the lot (entering one costs microseconds; values are often small): squares
+    # may overflow (then the general path decides) and 0/0 below is expected.
+    with np.errstate(all="ignore"):
         aa = np.dot(fa, fa)
         bb = np.dot(fb, fb)
-    if not (math.isfinite(aa) and math.isfinite(bb)):
-        return None  # non-finite values (or squares that overflow): counted exactly by the general path
-    work = a.dtype.type
-    diff = fa - fb
-    np.abs(diff, out=diff)
-    max_abs = float(diff.max())
-    scale = np.abs(fb)
-    if max_abs <= work(tol.atol):
-        exceeds = False
-    else:
-        bound = scale * work(tol.rtol)
-        bound += work(tol.atol)
-        exceeds = bool(np.greater(diff, bound).any())
-        del bound
-    mean_abs = float(diff.mean(dtype=np.float64))
-    # |a-b|/|b|: where b is 0 the quotient is inf (a differs) or nan (0/0, which counts as 0).
-    with np.errstate(divide="ignore", invalid="ignore"):
+        if not (math.isfinite(aa) and math.isfinite(bb)):
+            return None  # non-finite values (or squares that overflow): counted exactly by the general path
+        work = a.dtype.type
+        diff = fa - fb
+        np.abs(diff, out=diff)
+        max_abs = float(diff.max())
+        scale = np.abs(fb)
+        if max_abs <= work(tol.atol):
+            exceeds = False
+        else:
+            bound = scale * work(tol.rtol)
+            bound += work(tol.atol)
+            exceeds = bool(np.greater(diff, bound).any())
+            del bound
+        # What diff.mean(dtype=float64) computes (the same float64 sum, then one division), without
+        # its Python-level wrapper.
+        mean_abs = float(np.add.reduce(diff, dtype=np.float64) / diff.size)
+        # |a-b|/|b|: where b is 0 the quotient is inf (a differs) or nan (0/0, which counts as 0).
         rel = np.divide(diff, scale, out=scale)
-    max_rel = float(np.fmax.reduce(rel))
-    if math.isnan(max_rel):
-        max_rel = 0.0
-    del diff, rel, scale
+        max_rel = float(np.fmax.reduce(rel))
+        if math.isnan(max_rel):
+            max_rel = 0.0
+        del diff, rel, scale
     cosine, layout = _cosine_and_layout(a, b, fa, fb, (aa, bb), max_abs, exceeds, tol)
     return ValueDiff(
         name,
