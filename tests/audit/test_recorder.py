@@ -144,14 +144,17 @@ def test_lines_are_written_while_the_run_goes(mlp_path: Path, tmp_path: Path) ->
     log = tmp_path / "log.jsonl"
     seen: list[int] = []
 
+    def lines() -> int:  # the worker creates the file: it may not be there yet
+        return log.read_bytes().count(b"\n") if log.exists() else 0
+
     class WatchLog:
         def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None: ...
         def on_step(self, event: StepEvent) -> None:
             if event.step.name == "relu":  # the last step: header and earlier steps are on disk
                 deadline = time.monotonic() + 10
-                while log.read_bytes().count(b"\n") < 3 and time.monotonic() < deadline:
+                while lines() < 3 and time.monotonic() < deadline:
                     time.sleep(0.001)
-                seen.append(log.read_bytes().count(b"\n"))
+                seen.append(lines())
         def on_run_end(self, outputs: Mapping[str, Any]) -> None: ...
 
     Session(mlp_path).run(None, MLP_INPUT, audit=log, observers=[WatchLog()])
@@ -233,3 +236,21 @@ def test_plan_constants_are_summarized_once_per_plan() -> None:
     facts = plan_facts(session.plan)
     # Made once: by identity when the backend folded the Constant step, else as the Plan's view.
     assert len(facts._constant_entries) + len(facts._owned_entries) == 1
+
+
+def test_a_log_created_between_recorder_and_run_is_not_overwritten(mlp_path: Path, tmp_path: Path) -> None:
+    # The file is created on the worker when the run starts: one that appeared since the
+    # recorder was made is still refused, with the same error, and left as it was.
+    log = tmp_path / "log.jsonl"
+    recorder = AuditRecorder(log)
+    log.write_text("someone else's")
+    with pytest.raises(AuditLogExistsError):
+        Session(mlp_path).run(None, MLP_INPUT, audit=recorder)
+    assert log.read_text() == "someone else's"
+
+
+def test_an_unwritable_log_fails_the_run_with_a_write_error(mlp_path: Path, tmp_path: Path) -> None:
+    from sealtrace.audit import AuditWriteError
+
+    with pytest.raises(AuditWriteError, match="cannot create audit log"):
+        Session(mlp_path).run(None, MLP_INPUT, audit=tmp_path / "missing-dir" / "log.jsonl")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.audit.errors import AuditWriteError
+from sealtrace.audit.errors import AuditLogExistsError, AuditWriteError
 
 DEFAULT_PENDING_BYTES = 8 << 20
 DEFAULT_PENDING_ITEMS = 4096
@@ -246,6 +246,8 @@ class BackgroundObserver:
         if self._state != "running":
             return
         self._stop("finished")
+        if isinstance(self._error, (AuditLogExistsError, AuditWriteError)):
+            raise self._error  # already says what went wrong and where (a log that exists)
         if self._error is not None:
             raise AuditWriteError(f"{self._describe()}: not completed: {self._error}") from self._error
 
