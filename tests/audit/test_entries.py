@@ -191,3 +191,21 @@ def test_plan_owned_views_are_summarized_once_per_plan() -> None:
     assert first is not None and facts.owned_entry(again, 8) is first
     assert first[2] == tensor_digest(value)
     assert facts.owned_entry(np.array(value), 8) is None  # a fresh array: not the Plan's
+
+
+def test_sealed_records_are_canonical_json_with_the_digest_spliced_in() -> None:
+    import random
+
+    from sealtrace.audit.records import record_digest, seal_record
+
+    rng = random.Random(3)
+    values: list[Any] = [1, "x\u00e9\"%", [1, {"b": 2}], None, {"k": "v"}, 2.5]
+    for seq in range(500):
+        keys = rng.sample(["a", "backend", "zz", "format", "dz", "e", "host", "inputs"], rng.randint(0, 6))
+        record = {k: rng.choice(values) for k in keys}
+        record["type"] = rng.choice(["header", "footer", "step"])
+        line = seal_record(record, seq, "ab" * 32)
+        parsed = json.loads(line)
+        assert canonical_json(parsed) == line
+        own = "chain_head" if record["type"] == "footer" else "digest"
+        assert parsed[own] == record_digest(parsed)
