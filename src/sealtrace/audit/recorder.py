@@ -8,9 +8,11 @@ has caught up (at least every 50 ms while the run goes), flushing them, so a cra
 prefix that verification reports as truncated. The pipe between them is bounded in steps and
 bytes, so the recorder never holds more tensors alive than the bound allows.
 
-When the worker falls behind (outputs pending beyond :data:`AHEAD_BYTES`), the executor hands
-large outputs to helper threads too; the worker takes back any the helpers have not started, so
-no thread waits on another while there is hashing to do.
+The executor also hands large outputs (:data:`PARALLEL_MIN_BYTES`) to helper threads at once:
+hashing them is long stretches without the GIL, alongside the run. The worker takes back any the
+helpers have not started, so no thread waits on another while there is hashing to do. The worker
+itself is woken only when the pipe is half full, at the end, or every 50 ms: the rest of its work
+is mostly Python, which takes turns with the executor for the GIL at a thread switch a turn.
 
 Holding references to outputs until they are hashed is safe: the executor never mutates an array
 after producing it (kernels may return views of their inputs, which are equally immutable).
@@ -159,9 +161,10 @@ class _PlanFacts:
             return self._weight_digests
 
 
-# Outputs at least this large go to the helper threads when the worker is behind by AHEAD_BYTES.
+# Outputs at least this large go to the helper threads as soon as they are made (when the worker
+# is at least AHEAD_BYTES behind: 0, always). Their hashing is long stretches without the GIL.
 PARALLEL_MIN_BYTES = 256 << 10
-AHEAD_BYTES = 2 << 20
+AHEAD_BYTES = 0
 
 
 def default_hash_threads() -> int:
@@ -273,8 +276,8 @@ class AuditRecorder(BackgroundObserver):
 
     Memory: the recorder holds at most ``max_pending_bytes`` of tensors (and ``max_pending_steps``
     steps) not yet hashed; past that, the run waits for it. ``hash_threads`` helper threads
-    (default: half the CPUs, at most 8; 0 for none) hash outputs of 256 KiB and more in parallel
-    with the worker whenever it is more than 2 MiB behind.
+    (default: half the CPUs, at most 8; 0 for none) hash outputs of 256 KiB and more as they are
+    made, in parallel with the run and the worker.
     """
 
     what = "audit"
@@ -291,7 +294,13 @@ class AuditRecorder(BackgroundObserver):
         max_pending_steps: int = DEFAULT_PENDING_ITEMS,
         hash_threads: int | None = None,
     ) -> None:
-        super().__init__(max_pending_bytes, max_pending_steps)
+        # The worker is woken when the pipe is half full, at the end, or every 50 ms, not for every
+        # few steps: what it does besides claiming the helpers' results is mostly Python, which on
+        # models of small steps only takes turns with the executor for the GIL, each turn costing
+        # a thread switch; done in one stretch it costs no switch at all.
+        super().__init__(
+            max_pending_bytes, max_pending_steps, batch_items=1 << 30, batch_bytes=max(1, max_pending_bytes // 2)
+        )
         if sample < 0:
             raise ValueError("sample must be >= 0")
         threads = default_hash_threads() if hash_threads is None else hash_threads
