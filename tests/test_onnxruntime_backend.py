@@ -113,3 +113,31 @@ def test_optimized_mode_reports_no_steps() -> None:
     backend = OnnxRuntimeBackend(per_op=False)
     out = backend.run(plan, feeds, [recorder])
     assert recorder.events == [] and out["y"].shape == (4, 8) and not backend.per_step
+
+
+@pytest.mark.parametrize("types", ["missing", "wrong"])
+def test_segment_inputs_typed_from_values_when_inference_fails(monkeypatch: pytest.MonkeyPatch, types: str) -> None:
+    # Segment sessions are built before the first run from shape inference's element types; where
+    # those are missing the session is built at run time from the values, and where one is wrong
+    # (ORT rejects the feed) the session is rebuilt from the values once.
+    import sealtrace.backends.onnxruntime as backend_module
+
+    real_static_types = backend_module._static_types
+
+    def static_types(plan: Plan, feeds: Mapping[str, Any]) -> dict[str, onnx.TypeProto]:
+        found = real_static_types(plan, feeds)
+        if types == "missing":
+            return {name: t for name, t in found.items() if name in feeds}
+        wrong = helper.make_tensor_type_proto(TensorProto.DOUBLE, None)
+        return {name: (t if name in feeds else wrong) for name, t in found.items()}
+
+    monkeypatch.setattr(backend_module, "_static_types", static_types)
+    feeds = {"x": np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)}
+    assert_segments_match_one_piece(build_plan(long_model()), feeds)
+    # Here the wrong types load (Identity and Add take doubles as well), so only the run rejects them.
+    nodes = [helper.make_node("Relu", ["x"], ["i0"]), helper.make_node("Neg", ["x"], ["n"])]
+    nodes += [helper.make_node("Identity", [f"i{i}"], [f"i{i + 1}"]) for i in range(SEGMENT_STEPS)]
+    nodes.append(helper.make_node("Add", [f"i{SEGMENT_STEPS}", "n"], ["y"]))
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    assert_segments_match_one_piece(build_plan(model), feeds)

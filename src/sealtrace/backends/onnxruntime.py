@@ -20,6 +20,7 @@ Models over 2 GB are handed to ORT through a temporary file with external data.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -166,8 +167,10 @@ class OnnxRuntimeBackend:
             # would pin the heap above the freed values of the segments before them.
             types = _static_types(plan, feeds)
             for segment in segments:
+                # Types ORT rejects leave the segment to be built from the values at run time.
                 if all(name in types for name in segment.inputs):
-                    segment.session = self._session(_segment_model(plan, segment, types), True)
+                    with contextlib.suppress(BackendError):
+                        segment.session = self._session(_segment_model(plan, segment, types), True)
             cached = (plan, segments)
             self._segments[id(plan)] = cached
         return StepStream(self, plan, cached[1], feeds)
@@ -223,6 +226,7 @@ class _Segment:
     # the numbers must be those of the one-piece per-op session.
     constants: tuple[int, ...] = ()
     session: ort.InferenceSession | None = None
+    typed_from_values: bool = False  # its inputs' types came from run-time values, not shape inference
 
 
 def _cut(plan: Plan, size: int) -> list[_Segment]:
@@ -276,13 +280,19 @@ class StepStream:
         env: dict[str, Any] = dict(self.feeds)
         weights = plan.initializers
         for segment in self.segments:
-            session = segment.session
-            if session is None:  # an input whose type shape inference did not find: typed from its value
-                model = _segment_model(plan, segment, {name: _type_of(env[name]) for name in segment.inputs})
-                session = segment.session = self.backend._session(model, True)
             fed = {name: env[name] for name in segment.inputs}
-            env.update(zip(segment.outputs, self.backend._run(session, segment.outputs, fed), strict=True))
-            del fed
+            if segment.session is None:  # an input whose type shape inference did not find
+                segment.session = self._typed_from(fed, segment)
+            try:
+                values = self.backend._run(segment.session, segment.outputs, fed)
+            except BackendError:
+                if segment.typed_from_values:
+                    raise
+                # Shape inference's element type was not the value's: type the inputs from the values.
+                segment.session = self._typed_from(fed, segment)
+                values = self.backend._run(segment.session, segment.outputs, fed)
+            env.update(zip(segment.outputs, values, strict=True))
+            del fed, values
             for i in range(segment.start, segment.stop):
                 step = plan.steps[i]
                 inputs = [(env[n] if n in env else weights.get(n)) if n else None for n in step.inputs]
@@ -293,6 +303,11 @@ class StepStream:
                     if name not in keep:
                         env.pop(name, None)
         self.outputs = {name: env[name] for name in plan.output_names}
+
+    def _typed_from(self, fed: Mapping[str, Any], segment: _Segment) -> ort.InferenceSession:
+        segment.typed_from_values = True
+        types = {name: _type_of(value) for name, value in fed.items()}
+        return self.backend._session(_segment_model(self.plan, segment, types), True)
 
 
 def _segment_model(plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
