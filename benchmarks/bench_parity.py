@@ -40,7 +40,7 @@ FLOORS = """What bounds the rest (the floors in brackets are measured in the sam
   that differ (one for values that are bit-identical), plus tens of microseconds of Python per compared value,
   which dominates models of many small steps (ppocr-cls, silero).
 - **Memory.** Parity holds both backends at once: the reference's Plan, folded weights and live set, and ORT's
-  sessions (per-op: one per segment of 16 steps, one shared arena) and live set. Memory floor (approximate) =
+  sessions (per-op: one per segment of 16 steps not counting Constants, one shared arena) and live set. Memory floor (approximate) =
   (reference plain peak + ORT plain peak) / the larger: about 2x whenever the two are alike. 2x is met where
   parity pays a start-up cost once that both plain peaks count (silero-vad), or where ORT per-op needs much less
   than ORT optimized (minilm-int8: ORT's optimizer folds the int8 weights to float32 and prepacks them, per-op

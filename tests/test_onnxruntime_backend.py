@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,7 +89,12 @@ def assert_segments_match_one_piece(plan: Plan, feeds: Mapping[str, Any]) -> Non
         for name in plan.output_names:
             assert outputs[name].tobytes() == expected[name].tobytes()
     segments = backend._segments[id(plan)][1]
-    assert len(segments) == -(-len(plan.steps) // SEGMENT_STEPS)
+    assert len(segments) > 1 and segments[0].start == 0 and segments[-1].stop == len(plan.steps)
+    for segment, after in itertools.pairwise(segments):
+        assert segment.stop == after.start
+    for segment in segments:
+        counted = [s for s in plan.steps[segment.start : segment.stop] if s.op_type != "Constant"]
+        assert 0 < len(counted) <= SEGMENT_STEPS
 
 
 def test_segments_give_the_one_piece_values() -> None:

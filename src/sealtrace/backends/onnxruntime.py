@@ -21,6 +21,7 @@ Models over 2 GB are handed to ORT through a temporary file with external data.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,8 +37,8 @@ from sealtrace.errors import BackendError
 from sealtrace.plan.model import Plan, Step
 
 _PROTOBUF_LIMIT = 2_000_000_000
-# Steps per per-op segment: bounds how many intermediate values ORT hands back at once, while
-# keeping the number of session.run calls (tens of microseconds each) small.
+# Steps per per-op segment (Constant nodes not counted): bounds how many intermediate values ORT
+# hands back at once, while keeping the number of session.run calls (tens of microseconds each) small.
 SEGMENT_STEPS = 16
 _LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -238,9 +239,21 @@ def _cut(plan: Plan, size: int) -> list[_Segment]:
         for name in step.outputs
         if name
     }
+    # Constant nodes cost ORT nothing to run (it holds their values as weights): only the other
+    # steps count towards a segment's size.
+    bounds = [0]
+    counted = 0
+    for position, step in enumerate(plan.steps):
+        if step.op_type == "Constant" and step.domain in ("", "ai.onnx"):
+            continue
+        if counted == size:
+            bounds.append(position)
+            counted = 0
+        counted += 1
+    bounds.append(len(plan.steps))
     segments = []
-    for start in range(0, len(plan.steps), size):
-        steps = plan.steps[start : start + size]
+    for start, stop in itertools.pairwise(bounds):
+        steps = plan.steps[start:stop]
         produced: set[str] = set()
         outputs: list[str] = []
         reads: dict[str, None] = {}
@@ -255,7 +268,7 @@ def _cut(plan: Plan, size: int) -> list[_Segment]:
         weights = tuple(n for n in reads if n in plan.initializers and n not in fed)
         constants = tuple(constant_steps[n] for n in reads if n in constant_steps and n not in fed)
         inputs = tuple(n for n in reads if (n not in plan.initializers or n in fed) and n not in constant_steps)
-        segments.append(_Segment(start, start + len(steps), inputs, weights, tuple(outputs), constants))
+        segments.append(_Segment(start, stop, inputs, weights, tuple(outputs), constants))
     return segments
 
 
