@@ -97,6 +97,9 @@ def test_step_template_fills_in_canonical_json() -> None:
     assert record["name"] == 're"lu%d' and record["seq"] == 7 and record["path"] == ["a", "b", "0"]
     assert record["inputs"] == [{"name": "x", "digest": "ab" * 32}, {"name": "", "digest": None}]
     assert record["since_version"] == step.since_version and record["step"] == step.index
+    # A constant step's record: the text up to its outputs, then path, prev and seq, then the rest.
+    known = template.head % (inputs, outputs)
+    assert known + ',"path":["a","b","0"],"prev":"' + "cd" * 32 + '","seq":7' + template.rest == body
 
 
 def test_helpers_make_the_same_log(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,6 +160,11 @@ def test_constant_step_outputs_are_summarized_once_by_identity(tmp_path: Any) ->
         logs.append([json.loads(line) for line in log.read_text().splitlines()])
         assert verify_log(log).ok
     assert len([k for k in facts._constant_entries if k[0] == id(weight)]) == 1
+    # The first step's whole record is kept (all but path, prev and seq); not the second's,
+    # whose "constant" output is writeable.
+    assert id(plan.steps[0]) in facts.constant_records and id(plan.steps[1]) not in facts.constant_records
+    first, second = ({k: v for k, v in log[1].items() if k not in ("digest", "prev")} for log in logs)
+    assert first == second
     assert [log[1]["outputs"][0]["digest"] for log in logs] == [tensor_digest(weight)] * 2
     assert [log[2]["outputs"][0]["digest"] for log in logs] == [
         tensor_digest(np.array([0, 1, 2], np.float32)),

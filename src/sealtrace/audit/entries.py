@@ -135,17 +135,20 @@ class StepTemplate:
     ``fmt % (inputs, outputs, path, prev, seq)`` is the record's canonical JSON without its digest.
     """
 
-    __slots__ = ("fmt", "inputs", "outputs", "path")
+    __slots__ = ("fmt", "head", "inputs", "outputs", "path", "rest")
 
     def __init__(self, step: Step) -> None:
         # Keys in canonical (sorted) order: domain, inputs, name, op_type, outputs, path, prev,
         # seq, since_version, step, type. The record's own digest is added in front.
-        self.fmt = (
+        # ``head % (inputs, outputs)`` is the text up to the outputs; ``rest`` the text after seq,
+        # so a record whose inputs and outputs are known in advance (a constant step's) is
+        # that text + path, prev and seq + rest.
+        self.head = (
             '{"domain":' + _escape(_json(step.domain)) + ',"inputs":[%s],"name":' + _escape(_json(step.name))
-            + ',"op_type":' + _escape(_json(step.op_type)) + ',"outputs":[%s],"path":%s,"prev":"%s","seq":%d'
-            + ',"since_version":' + _escape(_json(step.since_version)) + ',"step":' + _escape(_json(step.index))
-            + ',"type":"step"}'
+            + ',"op_type":' + _escape(_json(step.op_type)) + ',"outputs":[%s]'
         )  # fmt: skip
+        self.rest = ',"since_version":' + _json(step.since_version) + ',"step":' + _json(step.index) + ',"type":"step"}'
+        self.fmt = self.head + ',"path":%s,"prev":"%s","seq":%d' + _escape(self.rest)
         # Per input: (name, the entry's text after its digest, the entry with a null digest).
         self.inputs = tuple(
             (name, '","name":' + _json(name) + "}", '{"digest":null,"name":' + _json(name) + "}")
