@@ -320,7 +320,8 @@ def check_parity(
     if not isinstance(a, ReferenceBackend) and not isinstance(b, ReferenceBackend):
         local = False  # no reference kernel side to re-run steps on
     seconds: dict[str, float] = {}
-    stream = None if optimized else getattr(b, "stream", None)
+    # A backend set to optimized mode (per_op=False) has no steps to stream: it runs as it is set.
+    stream = None if optimized or getattr(b, "per_op", None) is False else getattr(b, "stream", None)
     start = time.perf_counter()
     if stream is not None:
         # B streams its steps: they are pulled as A's run reaches them (timings then overlap).
