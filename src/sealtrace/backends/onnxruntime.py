@@ -164,8 +164,8 @@ class OnnxRuntimeBackend:
         cached = self._segments.get(id(plan))
         if cached is None or cached[0] is not plan:
             segments = _cut(plan, SEGMENT_STEPS)
-            # Every session is built before the first segment runs: sessions built between runs
-            # would pin the heap above the freed values of the segments before them.
+            # Every session is built here, before the first segment runs (set-up, not run time),
+            # typed by shape inference's element types; shapes stay free (dynamic axes).
             types = _static_types(plan, feeds)
             for segment in segments:
                 # Types ORT rejects leave the segment to be built from the values at run time.
