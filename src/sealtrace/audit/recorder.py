@@ -8,11 +8,11 @@ has caught up (at least every 50 ms while the run goes), flushing them, so a cra
 prefix that verification reports as truncated. The pipe between them is bounded in steps and
 bytes, so the recorder never holds more tensors alive than the bound allows.
 
-The executor also hands large outputs (:data:`PARALLEL_MIN_BYTES`) to helper threads at once:
-hashing them is long stretches without the GIL, alongside the run. The worker takes back any the
-helpers have not started, so no thread waits on another while there is hashing to do. The worker
-itself is woken only when the pipe is half full, at the end, or every 50 ms: the rest of its work
-is mostly Python, which takes turns with the executor for the GIL at a thread switch a turn.
+The worker is woken only when the pipe is half full, at the end, or every 50 ms: much of its work
+is Python, which takes turns with the executor for the GIL at a thread switch a turn. When it
+still falls behind (:data:`AHEAD_BYTES` pending), the executor hands large outputs
+(:data:`PARALLEL_MIN_BYTES`) to helper threads too; the worker takes back any the helpers have not
+started, so no thread waits on another while there is hashing to do.
 
 Holding references to outputs until they are hashed is safe: the executor never mutates an array
 after producing it (kernels may return views of their inputs, which are equally immutable).
@@ -164,10 +164,12 @@ class _PlanFacts:
             return self._weight_digests
 
 
-# Outputs at least this large go to the helper threads as soon as they are made (when the worker
-# is at least AHEAD_BYTES behind: 0, always). Their hashing is long stretches without the GIL.
+# Outputs at least this large go to the helper threads when the worker is AHEAD_BYTES behind
+# (half the default bound: the worker is woken at half full, so when it alone is not keeping up).
+# On models whose audit one spare core can carry, a third busy thread on two cores and its GIL
+# turns cost more than they give; where hashing outruns a core, both cores hash.
 PARALLEL_MIN_BYTES = 256 << 10
-AHEAD_BYTES = 0
+AHEAD_BYTES = 4 << 20
 
 
 def default_hash_threads() -> int:
@@ -283,8 +285,8 @@ class AuditRecorder(BackgroundObserver):
 
     Memory: the recorder holds at most ``max_pending_bytes`` of tensors (and ``max_pending_steps``
     steps) not yet hashed; past that, the run waits for it. ``hash_threads`` helper threads
-    (default: half the CPUs, at most 8; 0 for none) hash outputs of 256 KiB and more as they are
-    made, in parallel with the run and the worker.
+    (default: half the CPUs, at most 8; 0 for none) hash outputs of 256 KiB and more in parallel
+    with the worker whenever it is 4 MiB behind.
     """
 
     what = "audit"
