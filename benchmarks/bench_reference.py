@@ -90,8 +90,6 @@ def side_by_side(key: str, threads: int, repeats: int, budget_s: float) -> dict[
 
 def alone(key: str, kind: str, threads: int, repeats: int, budget_s: float) -> dict[str, float]:
     """One engine in its own process: median latency and the peak RSS growth over the baseline."""
-    import resource
-
     import numpy as np
     import onnx.reference  # noqa: F401 - every engine's imports come before the baseline
     import onnxruntime  # noqa: F401
@@ -106,8 +104,16 @@ def alone(key: str, kind: str, threads: int, repeats: int, budget_s: float) -> d
         first = timed(run)
         count = repeats if first * repeats < budget_s else max(1, int(budget_s / max(first, 1e-9)))
         times = [timed(run) for _ in range(count)]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"median_s": statistics.median(times), "peak_mb": max(0, peak - baseline) / 2**20}
+    return {"median_s": statistics.median(times), "peak_mb": max(0.0, high_water_mib() - baseline / 2**20)}
+
+
+def high_water_mib() -> float:
+    """This process image's peak RSS (VmHWM; ru_maxrss would carry the parent's peak over exec)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def run_child(job: list[str], args: argparse.Namespace, threads: int, native: bool = False) -> dict[str, float] | None:
