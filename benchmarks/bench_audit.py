@@ -183,6 +183,32 @@ def measure(path: str, feeds: dict[str, Any], repeats: int, budget_s: float, log
     }
 
 
+def summary(bounds: dict[str, tuple[float, float, float]]) -> str:
+    """What the floors say about the 1.10 limit, model by model, in words."""
+    out_of_reach = [k for k, (floor, _, _) in bounds.items() if floor > TARGET]
+    within = [k for k, (floor, _, _) in bounds.items() if floor <= TARGET]
+    gil = [k for k in within if bounds[k][1] > TARGET]
+    parts = []
+    if out_of_reach:
+        parts.append(
+            "Out of reach on this many cores, by hashing and statistics alone: "
+            + ", ".join(f"{k} (floor {bounds[k][0]:.2f})" for k in out_of_reach)
+            + "."
+        )
+    if within:
+        parts.append(
+            "Within reach by that floor: "
+            + ", ".join(f"{k} (floor {bounds[k][0]:.2f}, measured {bounds[k][2]:.2f})" for k in within)
+            + (
+                "; of these, " + ", ".join(gil) + " spend more in the worker's Python than 10 % of the "
+                "plain run, which an executor that holds the GIL does not let overlap (GIL-serial ratio)."
+                if gil
+                else "."
+            )
+        )
+    return " ".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=11, help="pairs of runs per model at most")
@@ -202,6 +228,7 @@ def main() -> None:
     rows = []
     ratios = []
     busy: dict[str, float] = {}
+    bounds: dict[str, tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
         for key, path, feeds in zoo.benchmark_cases(wanted):
             logs = Path(tmp) / key
@@ -215,6 +242,7 @@ def main() -> None:
                 rows.append(f"| {key} | n/a | n/a | n/a | | | | | | | | | | | failed: {type(exc).__name__} |")
                 continue
             ratios.append(r["ratio"])
+            bounds[key] = (r["floor_ratio"], r["serial_ratio"], r["ratio"])
             verdict = "ok" if r["ratio"] <= TARGET else ("over; floor over" if r["floor_ratio"] > TARGET else "over")
             rows.append(
                 f"| {key} | {r['plain_s'] * 1e3:.1f} | {r['audit_s'] * 1e3:.1f} | **{r['ratio']:.2f}** | "
@@ -266,6 +294,8 @@ def main() -> None:
             "floor over' marks a model where even that floor is above 1.10. 'GIL-serial ratio' is "
             "(P + worker - sha256) / P: what the run costs when the executor holds the GIL all along "
             "(models whose steps take microseconds), so that none of the worker's Python overlaps it.",
+            "",
+            summary(bounds),
             "",
         ]
     )
