@@ -60,6 +60,7 @@ class BoundedPipe:
         self._woken_items = 0  # the producer's counts when the consumer last took work
         self._woken_bytes = 0
         self._closed = False
+        self._busy = False  # the consumer is handling items (set and cleared under the lock)
         self._consumer_waiting = False
         self._producer_waiting = False
         self._max_items = max(1, max_items)
@@ -117,26 +118,22 @@ class BoundedPipe:
 
     def wait(self) -> bool:
         """Wait for work (see the class docstring); False once the producer closed the pipe."""
-        if self.items and self._should_wake():
-            self._took()
-            return True
         with self._ready:
+            self._busy = False
             while True:
                 if self._closed:
                     return False
-                # Set the flag, then look: the producer appends, then reads the flag.
-                self._consumer_waiting = True
                 if self.items and self._should_wake():
                     break
-                woken = self._ready.wait(self._latency_s)
+                # Set the flag, then wait: the producer appends, then reads the flag.
+                self._consumer_waiting = True
+                self._ready.wait(self._latency_s)
                 self._consumer_waiting = False
                 if self._closed:
                     return False
-                if self.items and (woken or self._should_wake()):
-                    break
-                if not woken and self.items:
-                    break  # the latency bound: records reach the log while the run goes
-            self._consumer_waiting = False
+                if self.items:
+                    break  # woken for a batch, or the latency bound: records reach the log as the run goes
+            self._busy = True
         self._took()
         return True
 
@@ -146,11 +143,12 @@ class BoundedPipe:
         self._flush = False
 
     def close_if_idle(self) -> bool:
-        """At the end of a run: if the consumer waits for work, close the pipe (the caller then
-        takes what is left itself, sparing a thread hand-off) and return True; else False (the
-        consumer is busy: end it with an end marker)."""
+        """At the end of a run: if the consumer is not handling items (it waits for work, or has
+        not started yet: waking a parked thread takes longer than a small model's whole run),
+        close the pipe (the caller then takes what is left itself, sparing thread hand-offs) and
+        return True; else False (the consumer is busy: end it with an end marker)."""
         with self._ready:
-            if not self._consumer_waiting:
+            if self._busy:
                 return False
             self._closed = True
             self._ready.notify()
