@@ -83,7 +83,10 @@ def test_observers_see_every_step_in_order_with_folded_ones_marked() -> None:
     session = Session(model, backend=ReferenceBackend())
     session.run(None, {"x": x}, observers=[folded])
     first = [out for event in folded.events for out in event.outputs]
+    first_events = list(folded.events)
     session.run(None, {"x": x}, observers=[folded])
+    # A folded step's event is made once and handed out again (it is the same every run).
+    assert [a is b for a, b in zip(first_events, folded.events, strict=True)] == [True, True, False, True]
     Session(model, backend=ReferenceBackend(fold=False)).run(None, {"x": x}, observers=[unfolded])
     assert [e.step.name for e in folded.events] == [e.step.name for e in unfolded.events]
     assert [e.constant for e in folded.events] == [True, True, False, True]

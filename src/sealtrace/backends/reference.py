@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,8 @@ NONDETERMINISTIC_OPS = frozenset(
 # allowance, so a tiny shape fed to ConstantOfShape or Expand never pins a huge tensor.
 FOLD_GROWTH = 4
 FOLD_ALLOWANCE = 1 << 20
+# How many subgraph paths (Loop iterations included) keep their folded steps' events cached.
+FOLDED_EVENT_PATHS = 64
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,9 @@ class Program:
     functions: dict[int, KernelFn]
     # Identities of the constants: a graph output that is one is copied before it is handed out.
     constant_ids: frozenset[int]
+    # The events of the folded steps by subgraph path, made on first report: they are the same
+    # every run (same arrays), so observers are handed the same objects.
+    folded_events: dict[tuple[str, ...], dict[int, StepEvent]] = field(default_factory=dict)
 
     @property
     def folded_count(self) -> int:
@@ -271,12 +276,21 @@ def execute(
             _run_live(program.live, env, path, programs)
             return [env[name] for name in plan.output_names]
         functions = program.functions
+        # Loop bodies run under a new path each iteration: the cache keeps a bounded number of paths.
+        folded_events = program.folded_events.get(path)
+        if folded_events is None:
+            folded_events = {}
+            if len(program.folded_events) < FOLDED_EVENT_PATHS:
+                program.folded_events[path] = folded_events
         for step, release, folded in program.schedule:
             if folded is None:
                 args = _run_step(step, functions[id(step)], env, path, observers, programs)
                 event = StepEvent(path, step, args, [env[n] if n else None for n in step.outputs])
             else:
-                event = StepEvent(path, step, folded.inputs, folded.outputs, constant=True)
+                cached = folded_events.get(step.index)
+                if cached is None:
+                    cached = folded_events[step.index] = StepEvent(path, step, folded.inputs, folded.outputs, True)
+                event = cached
             for observer in observers:
                 observer.on_step(event)
             for name in release:
