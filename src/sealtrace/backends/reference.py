@@ -68,6 +68,9 @@ class Program:
     functions: dict[int, KernelFn]
     # Identities of the constants: a graph output that is one is copied before it is handed out.
     constant_ids: frozenset[int]
+    # Every step in Plan order for a run with observers: (step, its LiveStep or None, its folded
+    # values or None, release list).
+    observed: tuple[tuple[Step, LiveStep | None, FoldedStep | None, tuple[str, ...]], ...] = ()
     # The events of the folded steps by subgraph path, made on first report: they are the same
     # every run (same arrays), so observers are handed the same objects.
     folded_events: dict[tuple[str, ...], dict[int, StepEvent]] = field(default_factory=dict)
@@ -99,7 +102,11 @@ def prepare(plan: Plan, fold: bool = True) -> Program:
         if folded is None
     )
     constant_ids = frozenset(id(value) for value in constants.values())
-    return Program(constants, schedule, live, functions, constant_ids)
+    resolved = iter(live)
+    observed = tuple(
+        (step, next(resolved) if folded is None else None, folded, release) for step, release, folded in schedule
+    )
+    return Program(constants, schedule, live, functions, constant_ids, observed)
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
@@ -275,27 +282,53 @@ def execute(
         if not observers:
             _run_live(program.live, env, path, programs)
             return [env[name] for name in plan.output_names]
-        functions = program.functions
-        # Loop bodies run under a new path each iteration: the cache keeps a bounded number of paths.
-        folded_events = program.folded_events.get(path)
-        if folded_events is None:
-            folded_events = {}
-            if len(program.folded_events) < FOLDED_EVENT_PATHS:
-                program.folded_events[path] = folded_events
-        for step, release, folded in program.schedule:
-            if folded is None:
-                args = _run_step(step, functions[id(step)], env, path, observers, programs)
-                event = StepEvent(path, step, args, [env[n] if n else None for n in step.outputs])
-            else:
-                cached = folded_events.get(step.index)
-                if cached is None:
-                    cached = folded_events[step.index] = StepEvent(path, step, folded.inputs, folded.outputs, True)
-                event = cached
-            for observer in observers:
-                observer.on_step(event)
-            for name in release:
-                env.pop(name, None)
+        _run_observed(program, env, path, observers, programs)
     return [env[name] for name in plan.output_names]
+
+
+def _run_observed(
+    program: Program,
+    env: dict[str, Any],
+    path: tuple[str, ...],
+    observers: Sequence[StepObserver],
+    programs: ProgramCache | None,
+) -> None:
+    """The loop of a run with observers: every step in Plan order, folded ones from the cache."""
+    # Loop bodies run under a new path each iteration: the cache keeps a bounded number of paths.
+    folded_events = program.folded_events.get(path)
+    if folded_events is None:
+        folded_events = {}
+        if len(program.folded_events) < FOLDED_EVENT_PATHS:
+            program.folded_events[path] = folded_events
+    report = [observer.on_step for observer in observers]
+    for step, live, folded, release in program.observed:
+        if live is None:
+            assert folded is not None
+            event = folded_events.get(step.index)
+            if event is None:
+                event = folded_events[step.index] = StepEvent(path, step, folded.inputs, folded.outputs, True)
+        else:
+            _, fn, inputs, single, attributes, context, _ = live
+            args = [env[name] for name in inputs]
+            try:
+                if context:
+                    result = fn(StepContext(env, observers, path, step, programs), *args, **attributes)
+                else:
+                    result = fn(*args, **attributes)
+            except SealtraceError:
+                raise
+            except Exception as exc:  # any kernel failure is reported with its step
+                raise _kernel_error(step, path, exc) from exc
+            if single is not None and type(result) is np.ndarray:
+                env[single] = result
+                event = StepEvent(path, step, args, [result])
+            else:
+                _store_outputs(step, result, env)
+                event = StepEvent(path, step, args, [env[n] if n else None for n in step.outputs])
+        for on_step in report:
+            on_step(event)
+        for name in release:
+            env.pop(name, None)
 
 
 def _run_live(live: tuple[LiveStep, ...], env: dict[str, Any], path: tuple[str, ...], programs: ProgramCache | None) -> None:
@@ -337,26 +370,3 @@ def _store_outputs(step: Step, result: Any, env: dict[str, Any]) -> None:
                     "was asked for but the kernel does not produce it"
                 )
             env[name] = outputs[i]
-
-
-def _run_step(
-    step: Step,
-    fn: KernelFn,
-    env: dict[str, Any],
-    path: tuple[str, ...],
-    observers: Sequence[StepObserver],
-    programs: ProgramCache | None,
-) -> list[Any]:
-    """Run one step, put its outputs into ``env`` and return the arguments it read."""
-    args = [env[name] for name in step.inputs]
-    try:
-        if step.kernel.context:
-            result = fn(StepContext(env, observers, path, step, programs), *args, **step.attributes)
-        else:
-            result = fn(*args, **step.attributes)
-    except SealtraceError:
-        raise
-    except Exception as exc:  # any kernel failure is reported with its step
-        raise _kernel_error(step, path, exc) from exc
-    _store_outputs(step, result, env)
-    return args
