@@ -83,6 +83,7 @@ CONV_CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
     ((1, 3, 10, 10), (4, 3, 3, 3), {"auto_pad": "VALID", "strides": [2, 3]}),
     ((1, 3, 5, 5), (2, 3, 5, 5), {"pads": [4, 4, 4, 4]}),  # window wider than the input
     ((2, 4, 50), (8, 4, 5), {"pads": [2, 2], "strides": [2]}),  # 1-D
+    ((3, 5, 4), (6, 5, 3), {"pads": [1, 1]}),  # batch of short 1-D signals (Silero's chunks), bias < 64 outputs
     ((1, 16, 64), (16, 1, 3), {"group": 16, "pads": [1, 1], "dilations": [3]}),  # 1-D depthwise
     ((1, 2, 5, 6, 7), (3, 2, 3, 2, 3), {"pads": [1, 0, 1, 1, 1, 0], "strides": [1, 2, 2]}),  # 3-D
     ((1, 3, 4, 5, 6), (3, 1, 2, 2, 2), {"group": 3, "dilations": [2, 1, 2]}),  # 3-D depthwise
@@ -94,6 +95,19 @@ def test_conv_matches_onnxruntime(x_shape: tuple[int, ...], w_shape: tuple[int, 
     feeds = {"x": normal(*x_shape)}
     weights = {"w": normal(*w_shape), "b": normal(w_shape[0])}
     same(build("Conv", feeds, 17, weights, kernel_shape=list(w_shape[2:]), **attrs), feeds)
+
+
+def test_batched_conv_in_several_row_blocks() -> None:
+    """A batch whose im2col exceeds one block: the images share each block's GEMM columns."""
+    from sealtrace.ops.conv import _IM2COL_BYTES
+
+    x_shape, w_shape = (2, 256, 40, 40), (8, 256, 3, 3)
+    assert _IM2COL_BYTES // (256 * 9 * 20 * 4) < 20  # rows per block < the 20 output rows
+    feeds = {"x": normal(*x_shape)}
+    # Weights scaled by 1/sqrt(fan-in) keep outputs of order 1, so float32 sums of 2304 terms
+    # stay within the absolute tolerance.
+    weights = {"w": normal(*w_shape) / np.float32(48.0), "b": normal(w_shape[0])}
+    same(build("Conv", feeds, 17, weights, strides=[2, 2], pads=[1, 1, 1, 1]), feeds)
 
 
 @pytest.mark.parametrize("opset", [7, 11, 22])

@@ -125,6 +125,16 @@ def _direct_conv(x: Array, w: Array, window: Window, group: int) -> Array:
     for r0 in range(0, out[0], step):
         r1 = min(out[0], r0 + step)
         block = windows[(slice(None),) * (2 + len(out)) + (slice(r0, r1),)]  # rows r0:r1 of the output
+        if n > 1 and group == 1:
+            # A batch: the images side by side in the GEMM's columns, one [M, C*K] x [C*K, N*L]
+            # product instead of N thin ones that each read the whole weight (Silero's 8-chunk
+            # convolutions: 4x faster).
+            block = np.moveaxis(block, 0, 1 + len(out))  # [C, *kernel, N, rows, ...]
+            cols = scratch("im2col", block.shape, x.dtype)
+            np.copyto(cols, block)
+            product = np.matmul(wg[0], cols.reshape(c * k, n * (r1 - r0) * rest))
+            y[:, 0, :, r0 * rest : r1 * rest] = product.reshape(m, n, (r1 - r0) * rest).transpose(1, 0, 2)
+            continue
         cols = scratch("im2col", block.shape, x.dtype)
         np.copyto(cols, block)
         cols = cols.reshape(n, group, cg * k, (r1 - r0) * rest)
@@ -193,8 +203,18 @@ def _channel_blocks(channels: int, bytes_per_channel: int) -> list[tuple[int, in
 
 
 def _add_bias(y: Array, b: Array | None) -> Array:
-    if b is not None:
-        y += b.reshape((-1,) + (1,) * (y.ndim - 2)).astype(y.dtype, copy=False)
+    if b is None:
+        return y
+    bias = b.astype(y.dtype, copy=False)
+    spatial = prod(y.shape[2:])
+    if spatial < _SMALL_OUTPUT and y.flags.c_contiguous:
+        # Few output positions per channel: NumPy's broadcast of one bias value per row would run
+        # an inner loop that short for every row; one contiguous add of the repeated bias instead
+        # (the same additions, so the same bits).
+        flat = y.reshape(y.shape[0], -1)
+        flat += np.repeat(bias, spatial)
+        return y
+    y += bias.reshape((-1,) + (1,) * (y.ndim - 2))
     return y
 
 
