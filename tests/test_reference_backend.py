@@ -144,3 +144,42 @@ def test_a_failing_weight_only_step_fails_at_run_time_naming_its_step() -> None:
     session = Session(model, backend=ReferenceBackend())
     with pytest.raises(KernelError, match="bad_reshape"):
         session.run(None, {"x": np.zeros(3, np.float32)})
+
+
+def test_subgraph_steps_on_captured_weights_fold() -> None:
+    """A branch that slices a weight of the enclosing graph (Silero's LSTM weights inside If)."""
+    weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "w")
+    starts, ends = (numpy_helper.from_array(np.array([v], np.int64), n) for v, n in ((1, "starts"), (3, "ends")))
+
+    def branch(name: str, op: str) -> onnx.GraphProto:
+        nodes = [
+            helper.make_node("Slice", ["w", "starts", "ends"], [f"{name}_rows"], name=f"{name}_slice"),
+            helper.make_node(op, ["x", f"{name}_rows"], [f"{name}_out"], name=f"{name}_combine"),
+        ]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, None)])
+
+    nodes = [
+        helper.make_node("If", ["flag"], ["y"], then_branch=branch("then", "Add"), else_branch=branch("else", "Mul")),
+    ]
+    model = make_model(
+        nodes,
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [weight, starts, ends],
+    )
+    x = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
+    session = Session(model, backend=ReferenceBackend())
+    unfolded = Session(model, backend=ReferenceBackend(fold=False))
+    for flag in (True, False, True):
+        feeds = {"x": x, "flag": np.array(flag)}
+        events = Recorder()
+        got = session.run(None, feeds, observers=[events])[0]
+        assert got.tobytes() == unfolded.run(None, feeds)[0].tobytes()
+        # The branch's Slice reads only the enclosing graph's weights: reported as constant.
+        assert [(e.step.name, e.constant) for e in events.events if e.path] == [
+            (f"{'then' if flag else 'else'}_slice", True),
+            (f"{'then' if flag else 'else'}_combine", False),
+        ]

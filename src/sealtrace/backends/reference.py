@@ -80,9 +80,15 @@ class Program:
         return sum(1 for _, _, folded in self.schedule if folded is not None)
 
 
-def prepare(plan: Plan, fold: bool = True) -> Program:
-    """Fold ``plan``'s weight-only steps (subgraph Plans are prepared when they first run)."""
+def prepare(plan: Plan, fold: bool = True, outer_constants: Mapping[str, Any] | None = None) -> Program:
+    """Fold ``plan``'s weight-only steps (subgraph Plans are prepared when they first run).
+
+    ``outer_constants`` are the enclosing Program's constants, for a subgraph: a value it captures
+    from there (an LSTM's weights read inside an If branch) is as constant as its own weights.
+    """
     constants: dict[str, Any] = dict(plan.initializers)
+    if outer_constants:
+        constants.update((c, outer_constants[c]) for c in plan.captures if c in outer_constants and c not in constants)
     schedule = tuple(
         (step, release, _fold(step, constants) if fold else None)
         for step, release in zip(plan.steps, plan.release_after, strict=True)
@@ -152,13 +158,15 @@ class ProgramCache:
         self._programs: weakref.WeakKeyDictionary[Plan, Program] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
-    def get(self, plan: Plan) -> Program:
+    def get(self, plan: Plan, outer_constants: Mapping[str, Any] | None = None) -> Program:
+        """``plan``'s Program; a subgraph Plan has one enclosing step, so ``outer_constants`` (its
+        Program's constants) are the same on every call."""
         program = self._programs.get(plan)
         if program is None:
             with self._lock:
                 program = self._programs.get(plan)
                 if program is None:
-                    program = self._programs[plan] = prepare(plan, self.fold)
+                    program = self._programs[plan] = prepare(plan, self.fold, outer_constants)
         return program
 
 
@@ -217,7 +225,7 @@ def _owned(value: Any, given: frozenset[int]) -> Any:
 class StepContext:
     """The KernelContext handed to control-flow kernels."""
 
-    __slots__ = ("_calls", "_env", "_observers", "_path", "_programs", "_step")
+    __slots__ = ("_calls", "_constants", "_env", "_observers", "_path", "_programs", "_step")
 
     def __init__(
         self,
@@ -226,12 +234,14 @@ class StepContext:
         path: tuple[str, ...],
         step: Step,
         programs: ProgramCache | None = None,
+        constants: Mapping[str, Any] | None = None,
     ) -> None:
         self._env = env
         self._observers = observers
         self._path = path
         self._step = step
         self._programs = programs
+        self._constants = constants  # the running Program's: what its subgraphs may fold
         self._calls: dict[str, int] = {}
 
     @property
@@ -258,7 +268,7 @@ class StepContext:
         outer = {c: self._env[c] for c in plan.captures}
         outer.update(zip(plan.input_names, feeds, strict=False))
         path = (*self._path, self._step.name, name, str(call))
-        return execute(plan, outer, self._observers, path, self._programs)
+        return execute(plan, outer, self._observers, path, self._programs, self._constants)
 
 
 def execute(
@@ -267,12 +277,14 @@ def execute(
     observers: Sequence[StepObserver],
     path: tuple[str, ...],
     programs: ProgramCache | None = None,
+    outer_constants: Mapping[str, Any] | None = None,
 ) -> list[Any]:
     """Run ``plan`` on ``feeds`` (which may also carry captured outer values); return its outputs.
 
-    With ``programs``, weight-only steps come from its cache; without, every step runs.
+    With ``programs``, weight-only steps come from its cache (``outer_constants``: the enclosing
+    Program's constants, for a subgraph); without, every step runs.
     """
-    program = programs.get(plan) if programs is not None else prepare(plan, fold=False)
+    program = programs.get(plan, outer_constants) if programs is not None else prepare(plan, fold=False)
     env: dict[str, Any] = program.constants.copy()
     env.update(feeds)
     env[""] = None  # an omitted optional input reads as None without a test per input
@@ -280,7 +292,7 @@ def execute(
     # rather than once per kernel call.
     with np.errstate(all="ignore"):
         if not observers:
-            _run_live(program.live, env, path, programs)
+            _run_live(program, env, path, programs)
             return [env[name] for name in plan.output_names]
         _run_observed(program, env, path, observers, programs)
     return [env[name] for name in plan.output_names]
@@ -312,7 +324,8 @@ def _run_observed(
             args = [env[name] for name in inputs]
             try:
                 if context:
-                    result = fn(StepContext(env, observers, path, step, programs), *args, **attributes)
+                    kernel_context = StepContext(env, observers, path, step, programs, program.constants)
+                    result = fn(kernel_context, *args, **attributes)
                 else:
                     result = fn(*args, **attributes)
             except SealtraceError:
@@ -331,14 +344,14 @@ def _run_observed(
             env.pop(name, None)
 
 
-def _run_live(live: tuple[LiveStep, ...], env: dict[str, Any], path: tuple[str, ...], programs: ProgramCache | None) -> None:
+def _run_live(program: Program, env: dict[str, Any], path: tuple[str, ...], programs: ProgramCache | None) -> None:
     """The loop of a run without observers: kernels called straight from the resolved steps."""
     step = None
     try:
-        for step, fn, inputs, single, attributes, context, release in live:
+        for step, fn, inputs, single, attributes, context, release in program.live:
             args = [env[name] for name in inputs]
             if context:
-                result = fn(StepContext(env, (), path, step, programs), *args, **attributes)
+                result = fn(StepContext(env, (), path, step, programs, program.constants), *args, **attributes)
             else:
                 result = fn(*args, **attributes)
             if single is not None and type(result) is np.ndarray:
