@@ -58,7 +58,7 @@ LiveStep = tuple[Step, KernelFn, tuple[str, ...], str | None, dict[str, Any], bo
 class Program:
     """A Plan prepared for execution: the folded steps' values and the schedule of the rest."""
 
-    # Weights and folded outputs: what every run's environment starts from.
+    # Weights, captured constants of the enclosing graph and folded outputs.
     constants: dict[str, Any]
     # Every step in Plan order, with its release list and its folded values (None: runs each time).
     schedule: tuple[tuple[Step, tuple[str, ...], FoldedStep | None], ...]
@@ -68,9 +68,14 @@ class Program:
     functions: dict[int, KernelFn]
     # Identities of the constants: a graph output that is one is copied before it is handed out.
     constant_ids: frozenset[int]
+    # The constants a run reads (live steps' inputs, their subgraphs' captures, graph outputs):
+    # what each run's environment starts from. Most folded values feed only other folded steps,
+    # and copying them into every run (every If branch, every Loop iteration) would cost more
+    # than some steps.
+    run_constants: dict[str, Any]
     # Every step in Plan order for a run with observers: (step, its LiveStep or None, its folded
     # values or None, release list).
-    observed: tuple[tuple[Step, LiveStep | None, FoldedStep | None, tuple[str, ...]], ...] = ()
+    observed: tuple[tuple[Step, LiveStep | None, FoldedStep | None, tuple[str, ...]], ...]
     # The events of the folded steps by subgraph path, made on first report: they are the same
     # every run (same arrays), so observers are handed the same objects.
     folded_events: dict[tuple[str, ...], dict[int, StepEvent]] = field(default_factory=dict)
@@ -112,7 +117,12 @@ def prepare(plan: Plan, fold: bool = True, outer_constants: Mapping[str, Any] | 
     observed = tuple(
         (step, next(resolved) if folded is None else None, folded, release) for step, release, folded in schedule
     )
-    return Program(constants, schedule, live, functions, constant_ids, observed)
+    read = set(plan.output_names)
+    for step, *_ in live:
+        read.update(step.inputs)
+        read.update(step.implicit_inputs)
+    run_constants = {name: value for name, value in constants.items() if name in read}
+    return Program(constants, schedule, live, functions, constant_ids, run_constants, observed)
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
@@ -285,7 +295,7 @@ def execute(
     Program's constants, for a subgraph); without, every step runs.
     """
     program = programs.get(plan, outer_constants) if programs is not None else prepare(plan, fold=False)
-    env: dict[str, Any] = program.constants.copy()
+    env: dict[str, Any] = program.run_constants.copy()
     env.update(feeds)
     env[""] = None  # an omitted optional input reads as None without a test per input
     # Floating-point warnings are off for the whole run (IEEE results are the spec), once here
