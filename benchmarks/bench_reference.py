@@ -149,10 +149,10 @@ NOTES = """What bounds the latency ratio (mechanisms measured on this machine; t
   per step, against ONNX Runtime's whole run of 10-300 us on Silero VAD and ACAS Xu; weight-only steps
   (Constant nodes, int8 dequantization) are folded once per Plan, which leaves the steps that depend on the
   input.
-- **onnx.reference** is itself a per-node Python interpreter: on the models of many small steps it is only
-  2.5-7x slower than the reference backend, on conv-heavy models 12-51x (MiniLM 6x). Measured at 1 BLAS thread in its
-  own process; an earlier version of this benchmark left it at 2 BLAS threads, whose spinning threads made it
-  look up to 10x slower on the Silero models.
+- **onnx.reference** is itself a per-node Python interpreter: on the models of many small steps it is only a
+  few times slower than the reference backend, on conv-heavy models one to two orders of magnitude (table).
+  Measured at 1 BLAS thread in its own process; an earlier version of this benchmark left it at 2 BLAS
+  threads, whose spinning threads made it look up to 10x slower on the Silero models (11.9x geomean then).
 - **2 threads** is slower than 1 for the reference backend on this shared 2-core machine: OpenBLAS's worker
   threads spin and collapse when the cores are shared, which is why `ReferenceBackend` defaults to 1 thread.
 """
