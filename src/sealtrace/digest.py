@@ -44,13 +44,25 @@ def tensor_bytes(array: np.ndarray) -> bytes | memoryview:
     return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
 
 
+def tensor_digest_prefix(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
+    """What the canonical encoding holds before a tensor's bytes: tag, dtype name, rank, shape.
+
+    Callers that digest many tensors of one dtype and shape (the audit recorder) hash this once
+    and copy the hash state; :func:`tensor_digest` is the definition either way.
+    """
+    return (
+        TENSOR_DIGEST_TAG
+        + canonical_dtype(dtype).encode("ascii")
+        + b"\0"
+        + struct.pack("<Q", len(shape))
+        + struct.pack(f"<{len(shape)}Q", *shape)
+    )
+
+
 def tensor_digest(array: np.ndarray) -> str:
     """Hex sha256 of the canonical encoding of ``array`` (dtype, shape, C-order LE bytes)."""
     array = np.asarray(array)
-    h = hashlib.sha256(TENSOR_DIGEST_TAG)
-    h.update(canonical_dtype(array.dtype).encode("ascii") + b"\0")
-    h.update(struct.pack("<Q", array.ndim))
-    h.update(struct.pack(f"<{array.ndim}Q", *array.shape))
+    h = hashlib.sha256(tensor_digest_prefix(array.dtype, array.shape))
     h.update(tensor_bytes(array))
     return h.hexdigest()
 

@@ -10,8 +10,8 @@ once per dtype and shape), the sample and the statistics, formatted as canonical
 The text is exactly :func:`sealtrace.digest.canonical_json` of the record (tests check it on every
 kind of value and on the real models; the verifier rejects any line that is not canonical), and
 the tensor digest is exactly :func:`sealtrace.digest.tensor_digest`: the prefix of its encoding
-(domain tag, dtype, rank, shape) is hashed once per dtype and shape and copied, then the tensor's
-bytes are added. Anything unusual (non-finite floats in the sample, strings, non-contiguous or
+(:func:`sealtrace.digest.tensor_digest_prefix`: domain tag, dtype, rank, shape) is hashed once per
+dtype and shape and copied, then the tensor's bytes are added. Anything unusual (non-finite floats in the sample, strings, non-contiguous or
 big-endian arrays, sequences) takes the general path through :func:`~sealtrace.audit.records.value_summary`.
 """
 
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import struct
 import sys
 from typing import Any
 
 import numpy as np
 
 from sealtrace.audit.records import float_stats, value_summary
-from sealtrace.digest import TENSOR_DIGEST_TAG, canonical_dtype, canonical_json
+from sealtrace.digest import canonical_dtype, canonical_json, tensor_digest_prefix
 from sealtrace.plan.model import Step
 
 # An output entry is HEAD + the output's name as JSON + TAIL: "name" sorts between "kind" and
@@ -36,8 +35,8 @@ Entry = tuple[str, str, str | None]  # head, tail, digest
 _LITTLE = sys.byteorder == "little"
 _NAME_SPLIT = '"name":""'
 
-# Per dtype: the JSON of its canonical name and the digest prefix up to the rank.
-_DTYPES: dict[np.dtype[Any], tuple[str, bytes]] = {}
+# Per dtype: the JSON of its canonical name.
+_DTYPE_JSON: dict[np.dtype[Any], str] = {}
 # Per (dtype, shape): the shape's JSON and a sha256 that has hashed the encoding's prefix.
 _PREFIXES: dict[tuple[np.dtype[Any], tuple[int, ...]], tuple[str, Any]] = {}
 
@@ -46,12 +45,9 @@ def _prefix(dtype: np.dtype[Any], shape: tuple[int, ...]) -> tuple[str, Any]:
     key = (dtype, shape)
     found = _PREFIXES.get(key)
     if found is None:
-        named = _DTYPES.get(dtype)
-        if named is None:
-            name = canonical_dtype(dtype)
-            named = _DTYPES[dtype] = ('"' + name + '"', TENSOR_DIGEST_TAG + name.encode("ascii") + b"\0")
-        # The encoding tensor_digest hashes before the bytes: tag, dtype, rank, shape.
-        h = hashlib.sha256(named[1] + struct.pack("<Q", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape))
+        if dtype not in _DTYPE_JSON:
+            _DTYPE_JSON[dtype] = '"' + canonical_dtype(dtype) + '"'
+        h = hashlib.sha256(tensor_digest_prefix(dtype, shape))
         shape_json = "[" + ",".join(str(int(d)) for d in shape) + "]"
         found = (shape_json, h)
         if len(_PREFIXES) < 4096:  # shapes vary with inputs; keep the cache from growing without end
@@ -115,7 +111,7 @@ def tensor_entry(value: Any, sample: int) -> Entry:
         mean = float(np.add.reduce(flat, axis=None, dtype=np.float64)) / flat.size
         stats_json = f'{{"inf":0,"max":{hi},"mean":{_number(mean)},"min":{lo},"nan":0}}'
     return (
-        '{"digest":"' + digest + '","dtype":' + _DTYPES[dtype][0] + ',"kind":"tensor","name":',
+        '{"digest":"' + digest + '","dtype":' + _DTYPE_JSON[dtype] + ',"kind":"tensor","name":',
         ',"sample":' + sample_json + ',"shape":' + shape_json + ',"stats":' + stats_json + "}",
         digest,
     )
