@@ -155,3 +155,34 @@ def test_outputs_never_alias_inputs_or_weights() -> None:
     (y,) = Session(model).run(None, {"x": x})
     y[0, 0] = 5.0
     assert x[0, 0] == 1.0 and y.flags.writeable
+
+
+def test_plan_weights_are_read_only_however_stored() -> None:
+    """raw_data, float_data lists and sparse initializers alike: no kernel or caller edits a weight."""
+    dense_list = helper.make_tensor("listed", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])  # float_data
+    dense_raw = numpy_helper.from_array(np.ones(3, np.float32), "raw")  # raw_data
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([5.0], np.float32), "sparse"),
+        numpy_helper.from_array(np.array([1], np.int64), "sparse_indices"),
+        [3],
+    )
+    nodes = [
+        helper.make_node("Add", ["x", "listed"], ["a"]),
+        helper.make_node("Add", ["a", "raw"], ["b"]),
+        helper.make_node("Add", ["b", "sparse"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        [dense_list, dense_raw],
+    )
+    model.graph.sparse_initializer.append(sparse)
+    plan = build_plan(model)
+    assert set(plan.initializers) == {"listed", "raw", "sparse"}
+    for name, value in plan.initializers.items():
+        assert not value.flags.writeable, name
+        with pytest.raises(ValueError):
+            value[0] = 0
+    y = Session(plan).run(None, {"x": np.zeros(3, np.float32)})[0]
+    assert y.tolist() == [2.0, 8.0, 4.0]

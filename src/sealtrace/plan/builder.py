@@ -443,6 +443,10 @@ def _to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
         raise InvalidModelError(f"{what}: unreadable tensor data ({exc})") from None
     if array.dtype.kind in "US":
         array = array.astype(object)
+    # A Plan's weights never change: read-only whichever way onnx decoded them (raw_data gives a
+    # read-only view already, float_data lists a fresh array), so no kernel or caller can edit one
+    # in place and caches keyed by a weight's identity stay valid.
+    array.setflags(write=False)
     return array
 
 
@@ -454,6 +458,7 @@ def _sparse_to_array(sparse: onnx.SparseTensorProto) -> np.ndarray:
         dense.reshape(-1)[indices] = values
     else:
         dense[tuple(indices.T)] = values
+    dense.setflags(write=False)
     return dense
 
 
