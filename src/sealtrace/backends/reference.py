@@ -1,8 +1,8 @@
 """The reference backend: executes a Plan step by step with the NumPy kernels in sealtrace.ops.
 
 Weight-only steps (every input a weight or the output of another such step: Constant nodes, the
-Cast and Mul that dequantize int8 weights, a Reshape of a weight) produce the same bytes on every
-run. The backend evaluates them once per Plan, with the same kernels, and keeps their read-only
+Cast and Mul that dequantize int8 weights, a Reshape of a weight, a subgraph step that reads only
+the enclosing graph's weights) produce the same bytes on every run. The backend evaluates them once per Plan, with the same kernels, and keeps their read-only
 outputs, as ONNX Runtime folds constants when it loads a model. They are still reported to
 observers in Plan order (marked ``constant``), so an audit log or a parity report is the same as
 if they had run again.
@@ -64,8 +64,6 @@ class Program:
     schedule: tuple[tuple[Step, tuple[str, ...], FoldedStep | None], ...]
     # The steps that run each time: all a run without observers iterates (see LiveStep).
     live: tuple[LiveStep, ...]
-    # Each step's kernel function as the executor calls it (inside one np.errstate for the run).
-    functions: dict[int, KernelFn]
     # Identities of the constants: a graph output that is one is copied before it is handed out.
     constant_ids: frozenset[int]
     # The constants a run reads (live steps' inputs, their subgraphs' captures, graph outputs):
@@ -98,11 +96,10 @@ def prepare(plan: Plan, fold: bool = True, outer_constants: Mapping[str, Any] | 
         (step, release, _fold(step, constants) if fold else None)
         for step, release in zip(plan.steps, plan.release_after, strict=True)
     )
-    functions = {id(step): unquieted(step.kernel.fn) for step in plan.steps}
     live = tuple(
         (
             step,
-            functions[id(step)],
+            unquieted(step.kernel.fn),  # called inside the run's one np.errstate
             step.inputs,
             step.outputs[0] if len(step.outputs) == 1 and step.outputs[0] else None,
             dict(step.attributes),
@@ -122,7 +119,7 @@ def prepare(plan: Plan, fold: bool = True, outer_constants: Mapping[str, Any] | 
         read.update(step.inputs)
         read.update(step.implicit_inputs)
     run_constants = {name: value for name, value in constants.items() if name in read}
-    return Program(constants, schedule, live, functions, constant_ids, run_constants, observed)
+    return Program(constants, schedule, live, constant_ids, run_constants, observed)
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
