@@ -60,8 +60,6 @@ class Program:
 
     # Weights, captured constants of the enclosing graph and folded outputs.
     constants: dict[str, Any]
-    # Every step in Plan order, with its release list and its folded values (None: runs each time).
-    schedule: tuple[tuple[Step, tuple[str, ...], FoldedStep | None], ...]
     # The steps that run each time: all a run without observers iterates (see LiveStep).
     live: tuple[LiveStep, ...]
     # Identities of the constants: a graph output that is one is copied before it is handed out.
@@ -80,7 +78,7 @@ class Program:
 
     @property
     def folded_count(self) -> int:
-        return sum(1 for _, _, folded in self.schedule if folded is not None)
+        return sum(1 for _, live, _, _ in self.observed if live is None)
 
 
 def prepare(plan: Plan, fold: bool = True, outer_constants: Mapping[str, Any] | None = None) -> Program:
@@ -119,7 +117,7 @@ def prepare(plan: Plan, fold: bool = True, outer_constants: Mapping[str, Any] | 
         read.update(step.inputs)
         read.update(step.implicit_inputs)
     run_constants = {name: value for name, value in constants.items() if name in read}
-    return Program(constants, schedule, live, constant_ids, run_constants, observed)
+    return Program(constants, live, constant_ids, run_constants, observed)
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
