@@ -29,11 +29,13 @@ CORETYPE_VARS = ("OPENBLAS_CORETYPE",)
 
 
 def load(key: str) -> tuple[str, dict[str, Any]]:
+    """The model path and real inputs of one benchmark case (sealtrace.zoo.benchmark_cases)."""
     from sealtrace import zoo
 
-    real = zoo.model(key) if key != "acasxu" else None
-    path = str(real.path) if real else str(zoo.acasxu_networks()[0])
-    feeds = real.inputs() if real else zoo.acasxu_inputs(1, 1)[0]
+    cases = zoo.benchmark_cases([key])
+    if not cases:
+        raise SystemExit(f"{key}: no such benchmark case, or its material is not installed")
+    _, path, feeds = cases[0]
     return path, feeds
 
 
