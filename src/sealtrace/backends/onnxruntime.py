@@ -34,7 +34,7 @@ import onnxruntime as ort
 
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.errors import BackendError
-from sealtrace.plan.model import Plan, Step
+from sealtrace.plan.model import Plan
 
 _PROTOBUF_LIMIT = 2_000_000_000
 # Steps per per-op segment (Constant nodes not counted): bounds how many intermediate values ORT
@@ -181,18 +181,6 @@ class OnnxRuntimeBackend:
             return list(session.run(list(names), dict(feeds)))
         except Exception as exc:  # ORT raises its own exception types
             raise BackendError(f"onnxruntime failed: {_first_line(exc)}") from None
-
-    def run_step(self, plan: Plan, step: Step, inputs: Sequence[Any]) -> list[Any] | None:
-        """Run one step alone on ORT with the given inputs (None for steps with subgraphs)."""
-        if step.subgraphs or step.node is None or plan.source is None:
-            return None
-        model = _single_node_model(plan, step, inputs)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = _LEVELS["disabled"]
-        options.log_severity_level = 3
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        feeds = {f"in{i}": v for i, v in enumerate(inputs) if step.inputs[i]}
-        return list(session.run(None, feeds))
 
 
 _ARENA: list[bool] = []
@@ -379,25 +367,6 @@ def _expose_intermediates(plan: Plan) -> onnx.ModelProto:
                 else:
                     model.graph.output.append(onnx.ValueInfoProto(name=name))
     return model
-
-
-def _single_node_model(plan: Plan, step: Step, inputs: Sequence[Any]) -> onnx.ModelProto:
-    node = onnx.NodeProto()
-    node.CopyFrom(step.node)
-    del node.input[:]
-    graph_inputs = []
-    for i, (name, value) in enumerate(zip(step.inputs, inputs, strict=True)):
-        if not name:
-            node.input.append("")
-            continue
-        node.input.append(f"in{i}")
-        array = np.asarray(value)
-        elem = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
-        graph_inputs.append(onnx.helper.make_tensor_value_info(f"in{i}", elem, list(array.shape)))
-    outputs = [onnx.ValueInfoProto(name=o) for o in step.outputs if o]
-    graph = onnx.helper.make_graph([node], f"step_{step.index}", graph_inputs, outputs)
-    source = plan.source
-    return onnx.helper.make_model(graph, ir_version=source.ir_version, opset_imports=list(source.opset_import))
 
 
 def _first_line(exc: BaseException) -> str:
