@@ -22,11 +22,6 @@ def _blas_libraries() -> tuple[Any, ...]:
     return tuple(lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas")
 
 
-def blas_info() -> list[dict[str, Any]]:
-    """What BLAS NumPy uses: library, version, architecture, threads (for audit headers, reports)."""
-    return [lib.info() for lib in _blas_libraries()]
-
-
 class blas_threads:  # noqa: N801 - used like the function it replaced: `with blas_threads(1):`
     """Limit NumPy's BLAS to ``count`` threads inside the block (None: leave it as it is).
 

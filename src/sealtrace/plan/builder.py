@@ -6,7 +6,6 @@ reported together (all unsupported nodes in one error, all dangling inputs in on
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import os
 from collections.abc import Iterable, Mapping
@@ -18,6 +17,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, numpy_helper
 
+from sealtrace.digest import bytes_digest
 from sealtrace.errors import InvalidModelError, PlanError, UnsupportedError
 from sealtrace.ops import lookup
 from sealtrace.ops.registry import Kernel
@@ -55,7 +55,7 @@ def load_model_file(source: str | os.PathLike[str]) -> tuple[ModelProto, str]:
         onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
     except (OSError, ValueError) as exc:
         raise InvalidModelError(f"{path}: cannot load external data: {exc}") from None
-    return model, hashlib.sha256(data).hexdigest()
+    return model, bytes_digest(data)
 
 
 def _parse(data: bytes, where: str) -> ModelProto:
