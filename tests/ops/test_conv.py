@@ -97,6 +97,31 @@ def test_conv_matches_onnxruntime(x_shape: tuple[int, ...], w_shape: tuple[int, 
     same(build("Conv", feeds, 17, weights, kernel_shape=list(w_shape[2:]), **attrs), feeds)
 
 
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs"), CONV_CASES)
+def test_conv_general_paths_match_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch, x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any]
+) -> None:
+    # The small single images above take the one-GEMM path; the same cases through the paths
+    # larger convolutions take (flat im2col, direct strided im2col, depthwise, 1x1).
+    monkeypatch.setattr(conv_ops, "_ONE_BLOCK_BYTES", 0)
+    monkeypatch.setattr(conv_ops, "_GEOMETRIES", {})
+    feeds = {"x": normal(*x_shape)}
+    weights = {"w": normal(*w_shape), "b": normal(w_shape[0])}
+    same(build("Conv", feeds, 17, weights, kernel_shape=list(w_shape[2:]), **attrs), feeds)
+
+
+def test_conv_geometry_is_cached_per_input_shape() -> None:
+    w = normal(4, 3, 3, 3)
+    attrs = {"auto_pad": "NOTSET", "dilations": None, "kernel_shape": None, "strides": (2, 2), "pads": (1, 1, 1, 1)}
+    small, large = normal(1, 3, 8, 8), normal(1, 3, 9, 11)
+    first = conv_ops.conv(small, w, group=1, **attrs)
+    assert conv_ops.conv(large, w, group=1, **attrs).shape == (1, 4, 5, 6)
+    assert conv_ops.conv(small, w, group=1, **attrs).tobytes() == first.tobytes()
+    # List-valued attributes (a direct call) are not hashable: computed, not cached.
+    listed = conv_ops.conv(small, w, group=1, **(attrs | {"pads": [1, 1, 1, 1]}))
+    assert listed.tobytes() == first.tobytes()
+
+
 def test_batched_conv_in_several_row_blocks() -> None:
     """A batch whose im2col exceeds one block: the images share each block's GEMM columns."""
     from sealtrace.ops.conv import _IM2COL_BYTES

@@ -14,6 +14,7 @@ output canvas). im2col blocks and padded inputs live in reused per-thread scratc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from math import prod
 from typing import Any
 
@@ -86,6 +87,115 @@ def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
 
 # Bytes of im2col columns built per GEMM: about what stays in a core's L2 cache.
 _IM2COL_BYTES = 2 << 20
+# A single image whose whole im2col matrix is at most this big is convolved in one GEMM from a
+# fresh copy (small enough to come from the allocator's free lists, not a new mapping).
+_ONE_BLOCK_BYTES = 128 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class _Geometry:
+    """A Window resolved for one input shape and dtype: how the input is padded and the layout of
+    the zero-copy view of all its windows. Resolving this per call cost more than the arithmetic
+    of Silero VAD's convolutions (a few microseconds each), so it is cached (see _conv_geometry)."""
+
+    window: Window
+    # Whether _one_block_conv takes it: one image whose im2col matrix is at most _ONE_BLOCK_BYTES.
+    one_block: bool
+    # The padded input's shape, or None when the input needs no padding.
+    padded: tuple[int, ...] | None
+    # Where the input goes in the padded canvas, and which part of it (negative pads crop).
+    target: tuple[slice, ...]
+    source: tuple[slice, ...]
+    # The view [N, C, *kernel, *out] of every window of the (padded, C-contiguous) input: strides in bytes.
+    windows_shape: tuple[int, ...]
+    windows_strides: tuple[int, ...]
+
+    @classmethod
+    def of(cls, x: Array, window: Window) -> _Geometry:
+        spatial = x.shape[2:]
+        ends = window.needed_end_pads(spatial)
+        padded_spatial = tuple(s + b + e for s, b, e in zip(spatial, window.pads_begin, ends, strict=True))
+        target: list[slice] = [slice(None), slice(None)]
+        source: list[slice] = [slice(None), slice(None)]
+        for size, b, e in zip(spatial, window.pads_begin, ends, strict=True):
+            lo, hi = max(-b, 0), size - max(-e, 0)
+            source.append(slice(lo, max(hi, lo)))
+            target.append(slice(lo + b, max(hi, lo) + b))
+        shape = (*x.shape[:2], *padded_spatial)
+        # C-contiguous strides of the padded input, in bytes.
+        strides = [x.itemsize] * len(shape)
+        for axis in range(len(shape) - 2, -1, -1):
+            strides[axis] = strides[axis + 1] * shape[axis + 1]
+        spatial_strides = strides[2:]
+        n, c = x.shape[:2]
+        return cls(
+            window,
+            n == 1 and c * prod(window.kernel) * prod(window.out_shape) * x.itemsize <= _ONE_BLOCK_BYTES,
+            None if padded_spatial == tuple(spatial) else shape,
+            tuple(target),
+            tuple(source),
+            (*shape[:2], *window.kernel, *window.out_shape),
+            (
+                *strides[:2],
+                *(st * d for st, d in zip(spatial_strides, window.dilations, strict=True)),
+                *(st * s for st, s in zip(spatial_strides, window.strides, strict=True)),
+            ),
+        )
+
+
+def _one_block_conv(x: Array, w: Array, b: Array | None, geometry: _Geometry, group: int) -> Array:
+    """Convolution of one small image, bias added: its windows copied into one im2col matrix, one
+    GEMM per group (the arithmetic of _direct_conv's single-block case, with none of its set-up)."""
+    if w.shape[1] * group != x.shape[1] or w.shape[0] % group:
+        raise ValueError(f"Conv: input channels {x.shape[1]}, weight {w.shape} and group {group} disagree")
+    if geometry.padded is None:
+        canvas = np.ascontiguousarray(x)
+    else:
+        canvas = np.zeros(geometry.padded, dtype=x.dtype)
+        canvas[geometry.target] = x[geometry.source]
+    windows: Array = np.ndarray(geometry.windows_shape, x.dtype, buffer=canvas, strides=geometry.windows_strides)
+    m = w.shape[0]
+    out = geometry.window.out_shape
+    length = prod(out)
+    if group == 1:
+        y = np.matmul(w.reshape(m, -1), windows.reshape(-1, length))
+    else:
+        y = np.matmul(w.reshape(group, m // group, -1), windows.reshape(group, -1, length)).reshape(m, length)
+    if b is not None:
+        y += b.astype(y.dtype, copy=False)[:, None]
+    return y.reshape((1, m, *out))
+
+
+# Geometries of recent convolutions, by input shape, dtype and attributes: a model asks for the
+# same few on every run. Cleared when full, so a stream of new shapes cannot grow it without bound.
+_GEOMETRIES: dict[tuple[Any, ...], _Geometry] = {}
+_GEOMETRIES_MAX = 4096
+
+
+def _conv_geometry(
+    x: Array,
+    w: Array,
+    kernel_shape: Sequence[int] | None,
+    strides: Sequence[int] | None,
+    dilations: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    auto_pad: str,
+) -> _Geometry:
+    key = (x.shape, x.dtype, w.shape, kernel_shape, strides, dilations, pads, auto_pad)
+    # (group is not part of the key: nothing here depends on it)
+    try:
+        geometry = _GEOMETRIES.get(key)
+    except TypeError:  # list-valued attributes from a direct call: not cached
+        key = None
+        geometry = None
+    if geometry is None:
+        window = resolve_window(x.shape[2:], _kernel_of(w, kernel_shape), strides, dilations, pads, auto_pad)
+        geometry = _Geometry.of(x, window)
+        if key is not None:
+            if len(_GEOMETRIES) >= _GEOMETRIES_MAX:
+                _GEOMETRIES.clear()
+            _GEOMETRIES[key] = geometry
+    return geometry
 
 
 def _im2col(
@@ -236,10 +346,14 @@ def conv(
     strides: Sequence[int] | None,
 ) -> Array:
     """ONNX Conv (versions 1, 11, 22): N-D grouped, dilated, strided, padded convolution."""
-    window = resolve_window(x.shape[2:], _kernel_of(w, kernel_shape), strides, dilations, pads, auto_pad)
     dtype = _compute_dtype(x.dtype)
-    y = _conv_core(x.astype(dtype, copy=False), w.astype(dtype, copy=False), window, group)
-    return _add_bias(y, b).astype(x.dtype, copy=False)
+    xc = x.astype(dtype, copy=False)
+    geometry = _conv_geometry(xc, w, kernel_shape, strides, dilations, pads, auto_pad)
+    if geometry.one_block:
+        y = _one_block_conv(xc, w.astype(dtype, copy=False), b, geometry, group)
+    else:
+        y = _add_bias(_conv_core(xc, w.astype(dtype, copy=False), geometry.window, group), b)
+    return y.astype(x.dtype, copy=False)
 
 
 @register("ConvInteger", 10)
