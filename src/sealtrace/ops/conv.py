@@ -181,7 +181,7 @@ def _conv_geometry(
     pads: Sequence[int] | None,
     auto_pad: str,
 ) -> _Geometry:
-    key = (x.shape, x.dtype, w.shape, kernel_shape, strides, dilations, pads, auto_pad)
+    key: tuple[Any, ...] | None = (x.shape, x.dtype, w.shape, kernel_shape, strides, dilations, pads, auto_pad)
     # (group is not part of the key: nothing here depends on it)
     try:
         geometry = _GEOMETRIES.get(key)
