@@ -181,17 +181,17 @@ def _conv_geometry(
     pads: Sequence[int] | None,
     auto_pad: str,
 ) -> _Geometry:
-    key: tuple[Any, ...] | None = (x.shape, x.dtype, w.shape, kernel_shape, strides, dilations, pads, auto_pad)
+    key = (x.shape, x.dtype, w.shape, kernel_shape, strides, dilations, pads, auto_pad)
     # (group is not part of the key: nothing here depends on it)
     try:
         geometry = _GEOMETRIES.get(key)
+        cacheable = True
     except TypeError:  # list-valued attributes from a direct call: not cached
-        key = None
-        geometry = None
+        geometry, cacheable = None, False
     if geometry is None:
         window = resolve_window(x.shape[2:], _kernel_of(w, kernel_shape), strides, dilations, pads, auto_pad)
         geometry = _Geometry.of(x, window)
-        if key is not None:
+        if cacheable:
             if len(_GEOMETRIES) >= _GEOMETRIES_MAX:
                 _GEOMETRIES.clear()
             _GEOMETRIES[key] = geometry
