@@ -29,19 +29,23 @@ def _accumulator(x: Array) -> Array:
     return x
 
 
+# The reductions call the ufuncs' reduce directly: np.sum, np.max ... do the same for arrays after
+# a few microseconds of Python dispatch, more than reducing a small tensor costs.
+
+
 def _sum(x: Array, axes: Axes) -> Array:
     acc = _accumulator(x)
-    return np.sum(acc, axis=axes, dtype=acc.dtype, keepdims=True)
+    return np.add.reduce(acc, axis=axes, dtype=acc.dtype, keepdims=True)
 
 
 def _sum_square(x: Array, axes: Axes) -> Array:
     acc = _accumulator(x)
-    return np.sum(np.square(acc), axis=axes, dtype=acc.dtype, keepdims=True)
+    return np.add.reduce(np.square(acc), axis=axes, dtype=acc.dtype, keepdims=True)
 
 
 def _l1(x: Array, axes: Axes) -> Array:
     acc = _accumulator(x)
-    return np.sum(np.abs(acc), axis=axes, dtype=acc.dtype, keepdims=True)
+    return np.add.reduce(np.abs(acc), axis=axes, dtype=acc.dtype, keepdims=True)
 
 
 def _l2(x: Array, axes: Axes) -> Array:
@@ -79,16 +83,16 @@ def _mean(x: Array, axes: Axes) -> Array:
 
 
 def _max(x: Array, axes: Axes) -> Array:
-    return np.max(x, axis=axes, keepdims=True, initial=_lowest(x.dtype))
+    return np.maximum.reduce(x, axis=axes, keepdims=True, initial=_lowest(x.dtype))
 
 
 def _min(x: Array, axes: Axes) -> Array:
-    return np.min(x, axis=axes, keepdims=True, initial=_highest(x.dtype))
+    return np.minimum.reduce(x, axis=axes, keepdims=True, initial=_highest(x.dtype))
 
 
 def _prod(x: Array, axes: Axes) -> Array:
     acc = _accumulator(x)
-    return np.prod(acc, axis=axes, dtype=acc.dtype, keepdims=True)
+    return np.multiply.reduce(acc, axis=axes, dtype=acc.dtype, keepdims=True)
 
 
 def _lowest(dtype: np.dtype[Any]) -> Any:
