@@ -22,7 +22,7 @@ from sealtrace import __version__
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.backends.threads import blas_threads
 from sealtrace.errors import KernelError, SealtraceError, UnsupportedError
-from sealtrace.ops.registry import KernelFn, as_outputs, unquieted
+from sealtrace.ops.registry import VARIES, KernelFn, as_outputs, specialized, unquieted
 from sealtrace.plan.model import Plan, Step
 
 # Operators whose output is not a function of their inputs alone: never folded.
@@ -47,9 +47,10 @@ class FoldedStep:
 
 
 # What the executor's inner loop unpacks for each step, resolved once per Plan: the step, its
-# kernel function, its input names ('' for an omitted optional input), its one output name
-# (None when it has several or omits one), its attributes, whether the kernel takes a context,
-# and the values no later step reads. On models whose steps take microseconds the loop's own
+# kernel function (or that kernel specialized for the step's constant inputs, which takes no
+# attributes), its input names ('' for an omitted optional input), its one output name (None
+# when it has several or omits one), its attributes, whether the kernel takes a context, and
+# the values no later step reads. On models whose steps take microseconds the loop's own
 # bookkeeping is a visible part of the run.
 LiveStep = tuple[Step, KernelFn, tuple[str, ...], str | None, dict[str, Any], bool, tuple[str, ...]]
 
@@ -94,19 +95,7 @@ def prepare(plan: Plan, fold: bool = True, outer_constants: Mapping[str, Any] | 
         (step, release, _fold(step, constants) if fold else None)
         for step, release in zip(plan.steps, plan.release_after, strict=True)
     )
-    live = tuple(
-        (
-            step,
-            unquieted(step.kernel.fn),  # called inside the run's one np.errstate
-            step.inputs,
-            step.outputs[0] if len(step.outputs) == 1 and step.outputs[0] else None,
-            dict(step.attributes),
-            step.kernel.context,
-            release,
-        )
-        for step, release, folded in schedule
-        if folded is None
-    )
+    live = tuple(_live_step(step, release, constants) for step, release, folded in schedule if folded is None)
     constant_ids = frozenset(id(value) for value in constants.values())
     resolved = iter(live)
     observed = tuple(
@@ -118,6 +107,20 @@ def prepare(plan: Plan, fold: bool = True, outer_constants: Mapping[str, Any] | 
         read.update(step.implicit_inputs)
     run_constants = {name: value for name, value in constants.items() if name in read}
     return Program(constants, live, constant_ids, run_constants, observed)
+
+
+def _live_step(step: Step, release: tuple[str, ...], constants: Mapping[str, Any]) -> LiveStep:
+    """How the executor calls ``step``: its kernel, or the kernel specialized for the step's
+    constant inputs (see sealtrace.ops.registry.specializes), without its attributes."""
+    fn = None
+    if not step.kernel.context:
+        known = tuple((constants.get(name, VARIES) if name else None) for name in step.inputs)
+        fn = specialized(step.kernel, known, step.attributes)
+    single = step.outputs[0] if len(step.outputs) == 1 and step.outputs[0] else None
+    if fn is not None:
+        return (step, fn, step.inputs, single, {}, False, release)
+    # Called inside the run's one np.errstate.
+    return (step, unquieted(step.kernel.fn), step.inputs, single, dict(step.attributes), step.kernel.context, release)
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
@@ -270,10 +273,25 @@ class StepContext:
     def run_subgraph(self, name: str, plan: Plan, feeds: Sequence[Any]) -> list[Any]:
         call = self._calls.get(name, 0)
         self._calls[name] = call + 1
-        outer = {c: self._env[c] for c in plan.captures}
-        outer.update(zip(plan.input_names, feeds, strict=False))
         path = (*self._path, self._step.name, name, str(call))
-        return execute(plan, outer, self._observers, path, self._programs, self._constants)
+        programs = self._programs
+        if programs is None:  # a kernel called outside a run (torch bridge, parity re-runs)
+            outer = {c: self._env[c] for c in plan.captures}
+            outer.update(zip(plan.input_names, feeds, strict=False))
+            return execute(plan, outer, self._observers, path)
+        # Inside a run: the body runs in the enclosing run's np.errstate, its environment made
+        # straight from the Program's constants (Silero VAD runs seven If steps per call).
+        program = programs.get(plan, self._constants)
+        env = program.run_constants.copy()
+        outer_env = self._env
+        env.update((c, outer_env[c]) for c in plan.captures)
+        env.update(zip(plan.input_names, feeds, strict=False))
+        env[""] = None
+        if self._observers:
+            _run_observed(program, env, path, self._observers, programs)
+        else:
+            _run_live(program, env, path, programs)
+        return [env[name] for name in plan.output_names]
 
 
 def execute(

@@ -13,7 +13,7 @@ import numpy as np
 
 from sealtrace.ops._values import axis_index as _axis
 from sealtrace.ops._values import int_list as _ints
-from sealtrace.ops.registry import register
+from sealtrace.ops.registry import VARIES, KernelFn, register, specializes
 
 
 def _positive(indices: np.ndarray, dim: int) -> np.ndarray:
@@ -33,7 +33,18 @@ def _slice(
     axes: Sequence[int] | None,
     steps: Sequence[int] | None,
 ) -> np.ndarray:
-    rank = data.ndim
+    return data[_slice_index(data.shape, starts, ends, axes, steps)]
+
+
+def _slice_index(
+    shape: tuple[int, ...],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    axes: Sequence[int] | None,
+    steps: Sequence[int] | None,
+) -> tuple[slice, ...]:
+    """The basic index that Slice's clamped bounds select on an input of ``shape``."""
+    rank = len(shape)
     if axes is None or len(axes) == 0:
         axes = list(range(len(starts)))
     if steps is None or len(steps) == 0:
@@ -43,7 +54,7 @@ def _slice(
     index: list[slice] = [slice(None)] * rank
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         axis = _axis(axis, rank)
-        dim = data.shape[axis]
+        dim = shape[axis]
         if step == 0:
             raise ValueError("Slice step cannot be 0")
         start = start + dim if start < 0 else start
@@ -59,7 +70,7 @@ def _slice(
                 index[axis] = slice(0, 0)
             else:
                 index[axis] = slice(start, None if end < 0 else end, step)
-    return data[tuple(index)]
+    return tuple(index)
 
 
 @register("Slice", 1)
@@ -86,6 +97,29 @@ def slice_v10(
         None if axes is None else _ints(axes),
         None if steps is None else _ints(steps),
     )
+
+
+@specializes(slice_v10)
+def _slice_constant_bounds(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
+    """Slice whose starts, ends, axes and steps are all constants: the index for each input
+    shape worked out once (Silero VAD slices its STFT with constant bounds)."""
+    if any(value is VARIES for value in inputs[1:]):
+        return None
+    starts, ends, axes_in, steps_in = (*inputs[1:], None, None)[:4]
+    starts, ends = _ints(starts), _ints(ends)
+    axes = None if axes_in is None else _ints(axes_in)
+    steps = None if steps_in is None else _ints(steps_in)
+    indexes: dict[tuple[int, ...], tuple[slice, ...]] = {}
+
+    def run(data: np.ndarray, *_constants: Any) -> np.ndarray:
+        index = indexes.get(data.shape)
+        if index is None:
+            index = _slice_index(data.shape, starts, ends, axes, steps)
+            if len(indexes) < 64:
+                indexes[data.shape] = index
+        return data[index]
+
+    return run
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ how many outputs the node asked for and runs subgraphs for control-flow operator
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
@@ -126,6 +126,49 @@ def unquieted(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The function a :func:`quiet` wrapper runs (``fn`` itself when it is not one); call it only
     with NumPy's floating-point warnings already off."""
     return getattr(fn, "__quiet_inner__", fn)
+
+
+class _Varies:
+    """The marker a specializer sees for an input whose value changes from run to run."""
+
+    def __repr__(self) -> str:
+        return "VARIES"
+
+
+VARIES: Any = _Varies()
+
+# Specializers, by the kernel function they specialize (see `specializes`).
+Specializer = Callable[[tuple[Any, ...], Mapping[str, Any]], "KernelFn | None"]
+_SPECIALIZERS: dict[KernelFn, Specializer] = {}
+
+
+def specializes(*kernels: KernelFn) -> Callable[[Specializer], Specializer]:
+    """Register the decorated function as the specializer of ``kernels``.
+
+    A specializer is called once when a Plan is prepared for running, for each step whose kernel
+    it specializes, with the step's inputs (each input's value where it is a constant of the
+    Plan: a weight or a folded value; ``VARIES`` where it changes from run to run; None where it
+    is omitted) and its attributes. It returns a function called as ``fn(*inputs)`` (no
+    attributes) that gives bit for bit what the kernel gives for any values of the varying
+    inputs, or None to keep the kernel. Shape and indexing steps whose axes, starts or shape are
+    constants spend most of their microseconds turning those tensors into Python integers on
+    every run: a specialized function does it once.
+    """
+
+    def decorate(specializer: Specializer) -> Specializer:
+        for kernel in kernels:
+            _SPECIALIZERS[unquieted(kernel)] = specializer
+        return specializer
+
+    return decorate
+
+
+def specialized(kernel: Kernel, inputs: tuple[Any, ...], attributes: Mapping[str, Any]) -> KernelFn | None:
+    """The specialized function for one step (see :func:`specializes`), or None."""
+    specializer = _SPECIALIZERS.get(unquieted(kernel.fn))
+    if specializer is None or all(value is VARIES for value in inputs):
+        return None
+    return specializer(inputs, attributes)
 
 
 def as_outputs(result: Any) -> list[Any]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sealtrace.ops._values import axis_index as _axis
 from sealtrace.ops._values import int_list as _ints
-from sealtrace.ops.registry import KernelContext, register
+from sealtrace.ops.registry import VARIES, KernelContext, KernelFn, register, specializes
 
 _ALL_VERSIONS_FROM_13 = (13, 21, 23, 24, 25)
 
@@ -56,6 +56,37 @@ def reshape_v5(data: np.ndarray, shape: np.ndarray) -> np.ndarray:
 def reshape_v14(data: np.ndarray, shape: np.ndarray, *, allowzero: int) -> np.ndarray:
     """Reshape-14+: with ``allowzero`` (0 means an empty dimension instead of 'copy')."""
     return _reshape(data, _ints(shape), allowzero)
+
+
+# How many input shapes one specialized step remembers (models feed a step one or a few).
+_SHAPES_REMEMBERED = 64
+
+
+def _by_input_shape(generic: KernelFn) -> KernelFn:
+    """A reshape-like step with constant operands: its output shape is a function of its input's
+    shape alone, worked out by ``generic(data)`` (which also checks it) the first time a shape is
+    seen and a bare ``reshape`` afterwards, the same view the kernel returns."""
+    shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+    def run(data: np.ndarray, *_constants: Any) -> np.ndarray:
+        target = shapes.get(data.shape)
+        if target is None:
+            out = generic(data)
+            if len(shapes) < _SHAPES_REMEMBERED:
+                shapes[data.shape] = out.shape
+            return out
+        return data.reshape(target)
+
+    return run
+
+
+@specializes(reshape_v5, reshape_v14)
+def _reshape_to_constant_shape(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
+    if inputs[1] is VARIES:
+        return None
+    target = _ints(inputs[1])
+    allowzero = attributes.get("allowzero", 0)
+    return _by_input_shape(lambda data: _reshape(data, target, allowzero))
 
 
 @register("Transpose", 1, *_ALL_VERSIONS_FROM_13)
@@ -108,6 +139,22 @@ def unsqueeze_v1(data: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
 def unsqueeze_v13(data: np.ndarray, axes: np.ndarray) -> np.ndarray:
     """Unsqueeze-13+: axes as an input."""
     return _unsqueeze(data, _ints(axes))
+
+
+@specializes(squeeze_v13)
+def _squeeze_constant_axes(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
+    if inputs[1] is VARIES:
+        return None
+    axes = _ints(inputs[1])
+    return _by_input_shape(lambda data: _squeeze(data, axes))
+
+
+@specializes(unsqueeze_v13)
+def _unsqueeze_constant_axes(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
+    if inputs[1] is VARIES:
+        return None
+    axes = _ints(inputs[1])
+    return _by_input_shape(lambda data: _unsqueeze(data, axes))
 
 
 @register("Flatten", 1, 9, 11, *_ALL_VERSIONS_FROM_13)
@@ -245,89 +292,114 @@ def split_v18(
 # Pad, CenterCropPad
 
 
-def _pad(
-    data: np.ndarray, pads: Sequence[int], mode: str, value: Any, axes: Sequence[int] | None = None
-) -> np.ndarray:
-    rank = data.ndim
+Index = tuple[slice, ...]
+
+
+class _PadRecipe(NamedTuple):
+    """How Pad fills its output for one input shape: a few slice copies, worked out from the
+    shapes alone (a specialized Pad step keeps it per input shape; np.pad spends ~15 us in Python
+    on every call, more than the copying itself on the small tensors models pad)."""
+
+    crop: Index | None  # negative pads remove elements: what of the input is kept
+    width: tuple[tuple[int, int], ...]  # the (non-negative) pads per axis, after cropping
+    out_shape: tuple[int, ...]
+    interior: Index  # where the (cropped) input goes
+    # constant mode: the borders that get the value; other modes: (border, what it copies), in order
+    borders: tuple[Index, ...]
+    copies: tuple[tuple[Index, Index], ...]
+    general: bool  # reflect/wrap pads wider than one reflection: np.pad does it
+
+
+def _pad_recipe(shape: tuple[int, ...], pads: Sequence[int], mode: str, axes: Sequence[int] | None) -> _PadRecipe:
+    rank = len(shape)
     axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
     if len(pads) != 2 * len(axes):
         raise ValueError(f"pads has {len(pads)} values, expected {2 * len(axes)}")
     width = [(0, 0)] * rank
     for i, axis in enumerate(axes):
         width[axis] = (pads[i], pads[len(axes) + i])
-    # Negative pads remove elements: crop first, then pad what is positive.
+    crop = None
     if any(b < 0 or e < 0 for b, e in width):
-        crop = tuple(
-            slice(max(-b, 0), dim - max(-e, 0)) for (b, e), dim in zip(width, data.shape, strict=True)
-        )
-        data = data[crop]
+        crop = tuple(slice(max(-b, 0), dim - max(-e, 0)) for (b, e), dim in zip(width, shape, strict=True))
+        shape = tuple(len(range(*c.indices(dim))) for c, dim in zip(crop, shape, strict=True))
         width = [(max(b, 0), max(e, 0)) for b, e in width]
+    out_shape = tuple(d + b + e for d, (b, e) in zip(shape, width, strict=True))
+    interior = tuple(slice(b, b + d) for d, (b, _e) in zip(shape, width, strict=True))
+    recipe = _PadRecipe(crop, tuple(width), out_shape, interior, (), (), False)
     if not any(b or e for b, e in width):
-        return data
+        return recipe
+
+    def at(axis: int, part: slice) -> Index:
+        index = [slice(None)] * rank
+        index[axis] = part
+        return tuple(index)
+
     if mode == "constant":
-        fill = np.asarray(value if value is not None else ("" if data.dtype == object else 0))
-        out = np.empty(
-            tuple(d + b + e for d, (b, e) in zip(data.shape, width, strict=True)), dtype=data.dtype
-        )
-        fill = fill.astype(data.dtype) if data.dtype != object else fill
-        out[tuple(slice(b, b + d) for d, (b, _e) in zip(data.shape, width, strict=True))] = data
-        # Only the borders get the constant: the interior is written once, by the copy above.
-        for axis, (b, _e) in enumerate(width):
-            head = [slice(None)] * data.ndim
-            for part in (slice(0, b), slice(b + data.shape[axis], None)):
-                head[axis] = part
-                out[tuple(head)] = fill
-        return out
+        # Only the borders get the constant: the interior is written once, by the input's copy.
+        borders = [
+            at(axis, part)
+            for axis, ((b, e), dim) in enumerate(zip(width, shape, strict=True))
+            for part, size in ((slice(0, b), b), (slice(b + dim, None), e))
+            if size
+        ]
+        return recipe._replace(borders=tuple(borders))
     if mode not in ("reflect", "edge", "wrap"):
         raise ValueError(f"unknown Pad mode {mode!r}")
-    if data.size == 0:
+    if math.prod(shape) == 0:
         raise ValueError(f"Pad mode {mode!r} needs a non-empty input")
-    if all(_fits(mode, dim, b, e) for dim, (b, e) in zip(data.shape, width, strict=True)):
-        return _pad_by_slices(data, width, mode)
-    return np.pad(data, width, mode=mode)  # type: ignore[call-overload]
+    if not all(_fits(mode, dim, b, e) for dim, (b, e) in zip(shape, width, strict=True)):
+        return recipe._replace(general=True)
+    # Axes are padded in order over the whole output, as np.pad does: the borders of later axes
+    # hold garbage until their own turn overwrites them, and earlier axes' borders are final.
+    copies: list[tuple[Index, Index]] = []
+    for axis, ((before, after), dim) in enumerate(zip(width, shape, strict=True)):
+        end = before + dim  # one past the last original element along this axis
+        if mode == "reflect":  # mirror without repeating the edge element
+            stop = end - 2 - after  # -1 (before the front) only when the mirror reaches index 0
+            left, right = slice(before + before, before, -1), slice(end - 2, None if stop < 0 else stop, -1)
+        elif mode == "edge":
+            left, right = slice(before, before + 1), slice(end - 1, end)
+        else:  # wrap
+            left, right = slice(end - before, end), slice(before, before + after)
+        if before:
+            copies.append((at(axis, slice(0, before)), at(axis, left)))
+        if after:
+            copies.append((at(axis, slice(end, end + after)), at(axis, right)))
+    return recipe._replace(copies=tuple(copies))
+
+
+def _apply_pad(data: np.ndarray, recipe: _PadRecipe, mode: str, value: Any) -> np.ndarray:
+    if recipe.crop is not None:
+        data = data[recipe.crop]
+    if not (recipe.borders or recipe.copies or recipe.general):
+        return data
+    if recipe.general:
+        return np.pad(data, recipe.width, mode=mode)  # type: ignore[call-overload]
+    out = np.empty(recipe.out_shape, dtype=data.dtype)
+    out[recipe.interior] = data
+    if recipe.borders:
+        fill = np.asarray(value if value is not None else ("" if data.dtype == object else 0))
+        fill = fill.astype(data.dtype) if data.dtype != object else fill
+        for border in recipe.borders:
+            out[border] = fill
+    for border, source in recipe.copies:
+        out[border] = out[source]
+    return out
+
+
+def _pad(
+    data: np.ndarray, pads: Sequence[int], mode: str, value: Any, axes: Sequence[int] | None = None
+) -> np.ndarray:
+    return _apply_pad(data, _pad_recipe(data.shape, pads, mode, axes), mode, value)
 
 
 def _fits(mode: str, dim: int, before: int, after: int) -> bool:
-    """Whether one reflection (or one wrap) covers the pads, so _pad_by_slices applies."""
+    """Whether one reflection (or one wrap) covers the pads, so slice copies do it."""
     if mode == "reflect":
         return max(before, after) <= dim - 1 or before == after == 0
     if mode == "wrap":
         return max(before, after) <= dim
     return True  # edge
-
-
-def _pad_by_slices(data: np.ndarray, width: list[tuple[int, int]], mode: str) -> np.ndarray:
-    """reflect, edge and wrap padding as a few slice copies (np.pad spends ~15 us in Python on
-    every call, more than the copying itself on the small tensors models pad).
-
-    Axes are padded in order over the whole output, as np.pad does: the borders of later axes
-    hold garbage until their own turn overwrites them, and earlier axes' borders are final.
-    """
-    shape = tuple(d + b + e for d, (b, e) in zip(data.shape, width, strict=True))
-    out = np.empty(shape, dtype=data.dtype)
-    out[tuple(slice(b, b + d) for d, (b, _e) in zip(data.shape, width, strict=True))] = data
-    for axis, ((before, after), dim) in enumerate(zip(width, data.shape, strict=True)):
-        if not (before or after):
-            continue
-        end = before + dim  # one past the last original element along this axis
-
-        def at(part: slice, axis: int = axis) -> tuple[slice, ...]:
-            index = [slice(None)] * out.ndim
-            index[axis] = part
-            return tuple(index)
-
-        if mode == "reflect":  # mirror without repeating the edge element
-            stop = end - 2 - after  # -1 (before the front) only when the mirror reaches index 0
-            left, right = at(slice(before + before, before, -1)), at(slice(end - 2, None if stop < 0 else stop, -1))
-        elif mode == "edge":
-            left, right = at(slice(before, before + 1)), at(slice(end - 1, end))
-        else:  # wrap
-            left, right = at(slice(end - before, end)), at(slice(before, before + after))
-        if before:
-            out[at(slice(0, before))] = out[left]
-        if after:
-            out[at(slice(end, end + after))] = out[right]
-    return out
 
 
 @register("Pad", 1)
@@ -361,6 +433,28 @@ def pad_v18(
 ) -> np.ndarray:
     """Pad-18+: with ``axes`` (18) and mode ``wrap`` (19)."""
     return _pad(data, _ints(pads), mode, _scalar(constant_value), None if axes is None else _ints(axes))
+
+
+@specializes(pad_v11, pad_v18)
+def _pad_constant_pads(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
+    """Pad whose pads, value and axes are constants: the recipe for each input shape made once."""
+    if any(value is VARIES for value in inputs[1:]):
+        return None
+    pads_in, value_in, axes_in = (*inputs[1:], None, None)[:3]
+    pads, value = _ints(pads_in), _scalar(value_in)
+    axes = None if axes_in is None else _ints(axes_in)
+    mode = attributes["mode"]
+    recipes: dict[tuple[int, ...], _PadRecipe] = {}
+
+    def run(data: np.ndarray, *_constants: Any) -> np.ndarray:
+        recipe = recipes.get(data.shape)
+        if recipe is None:
+            recipe = _pad_recipe(data.shape, pads, mode, axes)
+            if len(recipes) < _SHAPES_REMEMBERED:
+                recipes[data.shape] = recipe
+        return _apply_pad(data, recipe, mode, value)
+
+    return run
 
 
 def _scalar(value: np.ndarray | None) -> Any:
