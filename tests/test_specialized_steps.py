@@ -32,6 +32,13 @@ CASES: list[tuple[str, list[np.ndarray | None], dict[str, Any], list[tuple[int, 
     ("Pad", [np.array([-1, 2, 0, -2], np.int64)], {"mode": "edge"}, [(3, 4), (4, 5)]),
     ("Pad", [np.array([3, 3], np.int64), None, np.array([-1], np.int64)], {"mode": "wrap"}, [(2, 3), (2, 5)]),
     ("Pad", [np.array([0, 4, 0, 4], np.int64)], {"mode": "reflect"}, [(2, 3)]),  # wider than one reflection
+    (
+        "BatchNormalization",
+        [RNG.standard_normal(3).astype(np.float32), RNG.standard_normal(3).astype(np.float32),
+         RNG.standard_normal(3).astype(np.float32), RNG.random(3).astype(np.float32)],
+        {"epsilon": 1e-3},
+        [(2, 3, 4, 5), (1, 3, 7), (1, 3)],
+    ),
 ]
 
 
