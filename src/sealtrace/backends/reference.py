@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -50,9 +51,13 @@ class FoldedStep:
 # kernel function (or that kernel specialized for the step's constant inputs, which takes no
 # attributes), its input names ('' for an omitted optional input), its one output name (None
 # when it has several or omits one), its attributes, whether the kernel takes a context, and
-# the values no later step reads. On models whose steps take microseconds the loop's own
-# bookkeeping is a visible part of the run.
-LiveStep = tuple[Step, KernelFn, tuple[str, ...], str | None, dict[str, Any], bool, tuple[str, ...]]
+# the values no later step reads; then for the loop without observers, a function that takes the
+# inputs out of the run's environment (an itemgetter: a tuple, or the one value of a step with one
+# input and no context, flagged by the last field). On models whose steps take microseconds the
+# loop's own bookkeeping is a visible part of the run.
+LiveStep = tuple[
+    Step, KernelFn, tuple[str, ...], str | None, dict[str, Any], bool, tuple[str, ...], Callable[[Any], Any], bool
+]
 
 
 @dataclass(frozen=True)
@@ -117,10 +122,24 @@ def _live_step(step: Step, release: tuple[str, ...], constants: Mapping[str, Any
         known = tuple((constants.get(name, VARIES) if name else None) for name in step.inputs)
         fn = specialized(step.kernel, known, step.attributes)
     single = step.outputs[0] if len(step.outputs) == 1 and step.outputs[0] else None
+    context = fn is None and step.kernel.context
+    unary = len(step.inputs) == 1 and not context
+    gather: Callable[[Any], Any] = itemgetter(*step.inputs) if step.inputs else _no_inputs
+    if len(step.inputs) == 1 and context:
+        gather = _as_tuple(gather)
     if fn is not None:
-        return (step, fn, step.inputs, single, {}, False, release)
+        return (step, fn, step.inputs, single, {}, False, release, gather, unary)
     # Called inside the run's one np.errstate.
-    return (step, unquieted(step.kernel.fn), step.inputs, single, dict(step.attributes), step.kernel.context, release)
+    attributes = dict(step.attributes)
+    return (step, unquieted(step.kernel.fn), step.inputs, single, attributes, context, release, gather, unary)
+
+
+def _no_inputs(env: Any) -> tuple[()]:
+    return ()
+
+
+def _as_tuple(get: Callable[[Any], Any]) -> Callable[[Any], tuple[Any]]:
+    return lambda env: (get(env),)
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
@@ -209,24 +228,25 @@ class ReferenceBackend:
             observer.on_run_start(plan, feeds, self)
         with blas_threads(self.threads):
             outputs = execute(plan, feeds, observers, (), self.programs)
-        given = self.programs.get(plan).constant_ids.union(id(v) for v in feeds.values())
-        outputs = [_owned(value, given) for value in outputs]
+        constant_ids = self.programs.get(plan).constant_ids
+        feed_ids = {id(v) for v in feeds.values()}
+        outputs = [_owned(value, constant_ids, feed_ids) for value in outputs]
         result = dict(zip(plan.output_names, outputs, strict=True))
         for observer in observers:
             observer.on_run_end(result)
         return result
 
 
-def _owned(value: Any, given: frozenset[int]) -> Any:
+def _owned(value: Any, constant_ids: frozenset[int], feed_ids: set[int]) -> Any:
     """A graph output the caller may keep and modify: views (Expand's broadcast, a Reshape of a
     weight), folded constants and the caller's own arrays (Identity of an input) are copied, as
     ONNX Runtime hands back fresh arrays."""
     if isinstance(value, np.ndarray) and (
-        id(value) in given or not (value.flags.owndata and value.flags.writeable)
+        id(value) in constant_ids or id(value) in feed_ids or not (value.flags.owndata and value.flags.writeable)
     ):
         return value.copy()
     if isinstance(value, list):
-        return [_owned(v, given) for v in value]
+        return [_owned(v, constant_ids, feed_ids) for v in value]
     return value
 
 
@@ -343,7 +363,7 @@ def _run_observed(
             if event is None:
                 event = folded_events[step.index] = StepEvent(path, step, folded.inputs, folded.outputs, True)
         else:
-            _, fn, inputs, single, attributes, context, _ = live
+            _, fn, inputs, single, attributes, context, *_ = live
             args = [env[name] for name in inputs]
             try:
                 if context:
@@ -371,12 +391,13 @@ def _run_live(program: Program, env: dict[str, Any], path: tuple[str, ...], prog
     """The loop of a run without observers: kernels called straight from the resolved steps."""
     step = None
     try:
-        for step, fn, inputs, single, attributes, context, release in program.live:
-            args = [env[name] for name in inputs]
-            if context:
-                result = fn(StepContext(env, (), path, step, programs, program.constants), *args, **attributes)
+        for step, fn, _, single, attributes, context, release, gather, unary in program.live:
+            if unary:
+                result = fn(gather(env), **attributes)
+            elif context:
+                result = fn(StepContext(env, (), path, step, programs, program.constants), *gather(env), **attributes)
             else:
-                result = fn(*args, **attributes)
+                result = fn(*gather(env), **attributes)
             if single is not None and type(result) is np.ndarray:
                 env[single] = result
             else:

@@ -49,8 +49,10 @@ def _fresh(x: Array) -> Array:
 def relu(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
     """ONNX Relu (1, 6, 13, 14; integer types from 14)."""
     zero = x.dtype.type(0)
-    out = np.asarray(np.maximum(x, zero))
-    if out.dtype.kind != "i":
+    out = np.maximum(x, zero)
+    if type(out) is not np.ndarray:  # a 0-d input gives a NumPy scalar
+        out = np.asarray(out)
+    if out.dtype.kind not in "iu":
         # SIMD max(-0, +0) returns either zero depending on the CPU; adding +0 makes it +0 on
         # every machine (a select would keep -0 like ONNX Runtime, but costs 10x a max)
         out += zero

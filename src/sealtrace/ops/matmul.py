@@ -22,7 +22,10 @@ def _compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 def _matmul(a: Array, b: Array) -> Array:
-    if a.dtype == _FLOAT32 and b.dtype == _FLOAT32:  # the common case, without the checks below
+    if a.dtype is _FLOAT32 and b.dtype is _FLOAT32 and a.ndim <= 2:  # the common case, without the checks below
+        product = np.matmul(a, b)
+        return product if type(product) is np.ndarray else np.asarray(product)
+    if a.dtype == _FLOAT32 and b.dtype == _FLOAT32:
         return np.asarray(_product(a, b))
     # float16/bfloat16 accumulate in float32 (as ORT's MLAS does) and round once at the end.
     work = _compute_dtype(a.dtype)
