@@ -99,7 +99,8 @@ class _Geometry:
     of Silero VAD's convolutions (a few microseconds each), so it is cached (see _conv_geometry)."""
 
     window: Window
-    # Whether _one_block_conv takes it: one image whose im2col matrix is at most _ONE_BLOCK_BYTES.
+    # Whether _one_block_conv takes it: an im2col matrix of at most _ONE_BLOCK_BYTES (of one image,
+    # or of a batch convolved with one group).
     one_block: bool
     # The padded input's shape, or None when the input needs no padding.
     padded: tuple[int, ...] | None
@@ -111,7 +112,7 @@ class _Geometry:
     windows_strides: tuple[int, ...]
 
     @classmethod
-    def of(cls, x: Array, window: Window) -> _Geometry:
+    def of(cls, x: Array, w: Array, window: Window) -> _Geometry:
         spatial = x.shape[2:]
         ends = window.needed_end_pads(spatial)
         padded_spatial = tuple(s + b + e for s, b, e in zip(spatial, window.pads_begin, ends, strict=True))
@@ -128,9 +129,12 @@ class _Geometry:
             strides[axis] = strides[axis + 1] * shape[axis + 1]
         spatial_strides = strides[2:]
         n, c = x.shape[:2]
+        w_channels = w.shape[1]
         return cls(
             window,
-            n == 1 and c * prod(window.kernel) * prod(window.out_shape) * x.itemsize <= _ONE_BLOCK_BYTES,
+            # (a batch of several images is taken for one group only: group from the weight's shape)
+            n * c * prod(window.kernel) * prod(window.out_shape) * x.itemsize <= _ONE_BLOCK_BYTES
+            and (n == 1 or (n > 1 and w_channels == c)),
             None if padded_spatial == tuple(spatial) else shape,
             tuple(target),
             tuple(source),
@@ -144,8 +148,9 @@ class _Geometry:
 
 
 def _one_block_conv(x: Array, w: Array, b: Array | None, geometry: _Geometry, group: int) -> Array:
-    """Convolution of one small image, bias added: its windows copied into one im2col matrix, one
-    GEMM per group (the arithmetic of _direct_conv's single-block case, with none of its set-up)."""
+    """Convolution of one small image (or a small batch, one group), bias added: its windows copied
+    into one im2col matrix, one GEMM per group (the arithmetic of _direct_conv's single-block case,
+    with none of its set-up)."""
     if w.shape[1] * group != x.shape[1] or w.shape[0] % group:
         raise ValueError(f"Conv: input channels {x.shape[1]}, weight {w.shape} and group {group} disagree")
     if geometry.padded is None:
@@ -155,14 +160,22 @@ def _one_block_conv(x: Array, w: Array, b: Array | None, geometry: _Geometry, gr
         canvas[geometry.target] = x[geometry.source]
     windows: Array = np.ndarray(geometry.windows_shape, x.dtype, buffer=canvas, strides=geometry.windows_strides)
     m = w.shape[0]
+    n = x.shape[0]
     out = geometry.window.out_shape
     length = prod(out)
-    if group == 1:
+    if n > 1:
+        # A batch (one group): the images side by side in the GEMM's columns, [M, C*K] x [C*K, N*L],
+        # instead of N thin products that each read the whole weight (Silero's 8-chunk convolutions).
+        columns = np.moveaxis(windows, 0, 1 + len(out)).reshape(-1, n * length)  # [C, *kernel, N, *out]
+        y = np.matmul(w.reshape(m, -1), columns)
+    elif group == 1:
         y = np.matmul(w.reshape(m, -1), windows.reshape(-1, length))
     else:
         y = np.matmul(w.reshape(group, m // group, -1), windows.reshape(group, -1, length)).reshape(m, length)
     if b is not None:
         y += b.astype(y.dtype, copy=False)[:, None]
+    if n > 1:
+        return np.ascontiguousarray(y.reshape(m, n, length).transpose(1, 0, 2)).reshape((n, m, *out))
     return y.reshape((1, m, *out))
 
 
@@ -190,7 +203,7 @@ def _conv_geometry(
         geometry, cacheable = None, False
     if geometry is None:
         window = resolve_window(x.shape[2:], _kernel_of(w, kernel_shape), strides, dilations, pads, auto_pad)
-        geometry = _Geometry.of(x, window)
+        geometry = _Geometry.of(x, w, window)
         if cacheable:
             if len(_GEOMETRIES) >= _GEOMETRIES_MAX:
                 _GEOMETRIES.clear()
