@@ -10,6 +10,7 @@ direction walks each entry's own valid prefix backwards.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -84,6 +85,23 @@ def _activations(
     betas: Sequence[float] | None,
 ) -> list[list[Activation]]:
     """One list of activation functions per direction, alphas/betas consumed in order."""
+    return _activations_of(
+        None if names is None else tuple(names),
+        tuple(defaults),
+        num_directions,
+        None if alphas is None else tuple(alphas),
+        None if betas is None else tuple(betas),
+    )
+
+
+@functools.lru_cache(maxsize=256)  # the same few per model, asked for on every run
+def _activations_of(
+    names: tuple[str, ...] | None,
+    defaults: tuple[str, ...],
+    num_directions: int,
+    alphas: tuple[float, ...] | None,
+    betas: tuple[float, ...] | None,
+) -> list[list[Activation]]:
     per_direction = len(defaults)
     chosen = list(names) if names else list(defaults) * num_directions
     if len(chosen) == per_direction and num_directions == 2:
@@ -161,7 +179,9 @@ class _Recurrence:
             return np.zeros(shape, dtype=self.compute)
         if self.layout == 1:
             state = np.swapaxes(state, 0, 1)
-        return np.broadcast_to(np.asarray(state, dtype=self.compute), shape)
+        state = np.asarray(state, dtype=self.compute)
+        # Read only (never written: each step makes new state arrays).
+        return state if state.shape == shape else np.broadcast_to(state, shape)
 
     def time_order(self, d: int) -> np.ndarray | None:
         """Per (step, batch) the time index the direction reads at that step; None = identity."""
@@ -200,8 +220,12 @@ class _Recurrence:
 
     def outputs(self, ys: list[np.ndarray], finals: Sequence[list[np.ndarray]]) -> tuple[np.ndarray, ...]:
         """Y [seq, dirs, batch, hidden] and the final states, in the op's layout and dtype."""
-        y = np.stack(ys, axis=1)
-        states = [np.stack(f, axis=0) for f in finals]
+        if len(ys) == 1:  # one direction: a new axis, not np.stack's copy (microseconds per call)
+            y = ys[0][:, None]
+            states = [f[0][None] for f in finals]
+        else:
+            y = np.stack(ys, axis=1)
+            states = [np.stack(f, axis=0) for f in finals]
         if self.lengths is not None and np.any(self.lengths == 0):
             # ONNX Runtime reports zero final states (not the initial ones) for empty entries.
             states = [np.where((self.lengths == 0)[None, :, None], 0, s).astype(s.dtype) for s in states]
