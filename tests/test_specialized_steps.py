@@ -32,6 +32,10 @@ CASES: list[tuple[str, list[np.ndarray | None], dict[str, Any], list[tuple[int, 
     ("Pad", [np.array([-1, 2, 0, -2], np.int64)], {"mode": "edge"}, [(3, 4), (4, 5)]),
     ("Pad", [np.array([3, 3], np.int64), None, np.array([-1], np.int64)], {"mode": "wrap"}, [(2, 3), (2, 5)]),
     ("Pad", [np.array([0, 4, 0, 4], np.int64)], {"mode": "reflect"}, [(2, 3)]),  # wider than one reflection
+    ("Gather", [np.array(1, np.int64)], {"axis": 1}, [(2, 3, 4), (1, 2)]),
+    ("Gather", [np.array(-1, np.int32)], {"axis": 0}, [(3,), (2, 5)]),  # a 0-d result stays an array
+    ("Pow", [np.array(2, np.float32)], {}, [(3, 4), ()]),
+    ("Pow", [np.array(2, np.int64)], {}, [(5,)]),
     (
         "BatchNormalization",
         [RNG.standard_normal(3).astype(np.float32), RNG.standard_normal(3).astype(np.float32),
@@ -87,6 +91,7 @@ def test_specialized_step_gives_the_kernels_bits(
         ("Reshape", [np.array([4, -1], np.int64)], {}, (3, 3)),
         ("Unsqueeze", [np.array([0, 0], np.int64)], {}, (3,)),  # repeated axis
         ("Pad", [np.array([4, 4], np.int64)], {"mode": "reflect"}, (0, 3)),  # empty input
+        ("Gather", [np.array(3, np.int64)], {"axis": 0}, (3, 2)),  # index out of range
     ],
 )
 def test_specialized_step_fails_like_the_kernel(

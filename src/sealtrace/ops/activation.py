@@ -18,6 +18,10 @@ from sealtrace.ops.registry import register
 Array = np.ndarray
 
 
+_FLOAT32 = np.dtype(np.float32)
+_ONE32 = np.float32(1)
+
+
 def _scalar(value: float, dtype: np.dtype[Any]) -> Any:
     """An attribute constant in the computation's dtype (no float64 promotion)."""
     return dtype.type(value)
@@ -138,6 +142,13 @@ def celu(x: Array, *, alpha: float = 1.0) -> Array:
 @quiet
 def sigmoid(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
     """ONNX Sigmoid (1, 6, 13)."""
+    if x.dtype is _FLOAT32:  # the common case, in four NumPy calls (small tensors: calls are the cost)
+        out = np.negative(x)
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        np.exp(out, out=out)
+        out += _ONE32
+        return np.divide(_ONE32, out, out=out)
     wide = widen(x)
     # Negating into a new array doubles as the copy the in-place chain needs (one pass fewer).
     negated = np.negative(wide) if wide is x else np.negative(wide, out=wide)

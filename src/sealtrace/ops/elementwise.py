@@ -21,7 +21,7 @@ from sealtrace.ops._elementwise_common import (
     quiet,
     widen,
 )
-from sealtrace.ops.registry import register
+from sealtrace.ops.registry import VARIES, KernelFn, register, specializes
 
 Array = np.ndarray
 
@@ -190,6 +190,30 @@ def pow_legacy(a: Array, b: Array, *, axis: int | None = None, broadcast: int = 
 def pow_op(a: Array, b: Array) -> Array:
     """ONNX Pow 7, 12, 13, 15 (NumPy broadcast; from 12 the exponent may have its own type)."""
     return _power(a, b)
+
+
+_SQUARE_EXACT = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@specializes(pow_op)
+def _pow_constant_exponent(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
+    """x ** 2 with a constant exponent (Silero's STFT magnitude): _power's own x*x, without
+    looking at the exponent on every run. Other exponents and dtypes run the kernel."""
+    exponent = inputs[1]
+    if exponent is VARIES or exponent.size != 1 or exponent.ndim > 0:
+        return None
+    if exponent.dtype.kind not in "iuf" and not is_float(exponent.dtype):
+        return None
+    if float(exponent.reshape(())) != 2:
+        return None
+
+    def square(base: Array, _exponent: Array) -> Array:
+        if base.dtype not in _SQUARE_EXACT:
+            return _power(base, exponent)
+        out = np.square(base)
+        return out if type(out) is np.ndarray else np.asarray(out)
+
+    return square
 
 
 @register("Mod", 10, 13, 28)

@@ -132,6 +132,34 @@ def gather(data: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
     return np.take(data, indices, axis=_axis(axis, data.ndim))
 
 
+@specializes(gather)
+def _gather_constant_index(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
+    """Gather of one constant scalar index (taking a dimension out of a Shape, a state out of a
+    stack): the basic index per input rank, made once. A view where np.take copies; the values are
+    the same and no kernel writes into its inputs."""
+    indices = inputs[1]
+    if indices is VARIES or indices.ndim != 0 or indices.dtype.kind not in "iu":
+        return None
+    position = int(indices)
+    axis = attributes["axis"]
+    # By input rank: the normalized axis and the index (the Ellipsis keeps a 0-d result an array).
+    indexes: dict[int, tuple[int, tuple[Any, ...]]] = {}
+
+    def run(data: np.ndarray, _indices: np.ndarray) -> np.ndarray:
+        known = indexes.get(data.ndim)
+        if known is None:
+            if data.ndim == 0:
+                return gather(data, indices, axis=axis)  # the kernel's error
+            normalized = _axis(axis, data.ndim)
+            known = indexes[data.ndim] = (normalized, (slice(None),) * normalized + (position, Ellipsis))
+        dim = data.shape[known[0]]
+        if not -dim <= position < dim:
+            return gather(data, indices, axis=axis)  # out of range: the kernel's error
+        return data[known[1]]
+
+    return run
+
+
 @register("GatherElements", 11, 13)
 def gather_elements(data: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
     """GatherElements-11/13: output[i][j] = data[indices[i][j]][j] (for axis 0), output shaped like indices."""
