@@ -332,6 +332,16 @@ def test_erf_accuracy_against_math_erf() -> None:
     assert ulps32.max() <= 2.0
 
 
+def test_erf_in_blocks_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sealtrace.ops import _elementwise_common
+
+    x = np.random.default_rng(3).standard_normal((7, 9, 11)).astype(np.float32).transpose(2, 0, 1)
+    whole = _elementwise_common._erf_rational(x)
+    monkeypatch.setattr(_elementwise_common, "_ERF_BLOCK", 100)  # uneven blocks of a strided input
+    blocked = erf(x)
+    assert blocked.shape == x.shape and blocked.tobytes() == np.ascontiguousarray(whole).tobytes()
+
+
 def test_isnan_isinf() -> None:
     x = np.array([np.nan, np.inf, -np.inf, 0.0, -1.0], dtype=np.float32)
     same("IsNaN", {"x": x}, 13)
