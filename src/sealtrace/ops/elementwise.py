@@ -112,10 +112,18 @@ def _divide(a: Array, b: Array) -> Array:
     return np.asarray(np.divide(a, b))
 
 
+def _arithmetic(ufunc: np.ufunc) -> Callable[[Array, Array], Array]:
+    def kernel(a: Array, b: Array) -> Array:
+        out = ufunc(a, b)
+        return out if type(out) is np.ndarray else np.asarray(out)  # 0-d inputs give NumPy scalars
+
+    return kernel
+
+
 _ARITH: dict[str, Callable[[Array, Array], Array]] = {
-    "Add": lambda a, b: np.asarray(np.add(a, b)),
-    "Sub": lambda a, b: np.asarray(np.subtract(a, b)),
-    "Mul": lambda a, b: np.asarray(np.multiply(a, b)),
+    "Add": _arithmetic(np.add),
+    "Sub": _arithmetic(np.subtract),
+    "Mul": _arithmetic(np.multiply),
     "Div": _divide,
 }
 
@@ -133,9 +141,8 @@ def _binary(op_type: str, fn: Callable[[Array, Array], Array]) -> None:
     ) -> Array:
         return fn(a, legacy_operand(b, a.ndim, broadcast, axis))
 
-    def modern(a: Array, b: Array) -> Array:
-        return fn(a, b)
-
+    # The function itself from version 7 on: no wrapper, as Add and Mul are the most frequent steps.
+    modern = fn
     for kernel, versions, kind in (
         (legacy, (1, 6), "legacy broadcast"),
         (modern, (7, 13, 14), "NumPy broadcast"),
