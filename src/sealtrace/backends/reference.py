@@ -303,9 +303,11 @@ class StepContext:
         # straight from the Program's constants (Silero VAD runs seven If steps per call).
         program = programs.get(plan, self._constants)
         env = program.run_constants.copy()
-        outer_env = self._env
-        env.update((c, outer_env[c]) for c in plan.captures)
-        env.update(zip(plan.input_names, feeds, strict=False))
+        if plan.captures:
+            outer_env = self._env
+            env.update((c, outer_env[c]) for c in plan.captures)
+        if feeds:
+            env.update(zip(plan.input_names, feeds, strict=False))
         env[""] = None
         if self._observers:
             _run_observed(program, env, path, self._observers, programs)
