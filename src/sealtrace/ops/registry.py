@@ -168,7 +168,10 @@ def specialized(kernel: Kernel, inputs: tuple[Any, ...], attributes: Mapping[str
     specializer = _SPECIALIZERS.get(unquieted(kernel.fn))
     if specializer is None or all(value is VARIES for value in inputs):
         return None
-    return specializer(inputs, attributes)
+    try:
+        return specializer(inputs, attributes)
+    except Exception:  # malformed constants: the kernel runs, and its error names the step
+        return None
 
 
 def as_outputs(result: Any) -> list[Any]:
