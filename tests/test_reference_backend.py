@@ -61,7 +61,7 @@ def test_weight_only_steps_fold_without_changing_a_bit() -> None:
     flags = {name: value.flags.writeable for name, value in folded.plan.initializers.items()}
     program = folded.backend.programs.get(folded.plan)  # type: ignore[attr-defined]
     assert program.folded_count == 3  # cast, dequant, expose; the MatMul reads the feed
-    assert [live[0].name for live in program.live] == ["matmul"]
+    assert [live.step.name for live in program.live] == ["matmul"]
     for _ in range(2):  # the second run reuses the folded values
         got = folded.run(None, {"x": x})
         want = unfolded.run(None, {"x": x})
@@ -124,7 +124,7 @@ def test_random_and_growing_steps_are_not_folded() -> None:
     session = Session(model, backend=ReferenceBackend())
     session.run(None, {"x": np.zeros(1, np.float32)})
     program = session.backend.programs.get(session.plan)  # type: ignore[attr-defined]
-    assert [live[0].name for live in program.live] == ["noise", "fill", "sum", "add"]
+    assert [live.step.name for live in program.live] == ["noise", "fill", "sum", "add"]
 
 
 def test_a_failing_weight_only_step_fails_at_run_time_naming_its_step() -> None:

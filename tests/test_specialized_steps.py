@@ -80,7 +80,7 @@ def test_specialized_step_gives_the_kernels_bits(
         (want,) = varying.run(None, _feeds(operands, x))
         assert got.shape == want.shape and got.tobytes() == want.tobytes(), (shape, got, want)
     # The step really ran specialized (with constant operands) and generic (with fed ones).
-    (step_fn,) = [live[1] for live in backend.programs.get(constant.plan).live]
+    (step_fn,) = [live.fn for live in backend.programs.get(constant.plan).live]
     assert step_fn is not unquieted(constant.plan.steps[0].kernel.fn)
 
 

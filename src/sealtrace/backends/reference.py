@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -47,17 +47,23 @@ class FoldedStep:
     outputs: tuple[Any, ...]
 
 
-# What the executor's inner loop unpacks for each step, resolved once per Plan: the step, its
-# kernel function (or that kernel specialized for the step's constant inputs, which takes no
-# attributes), its input names ('' for an omitted optional input), its one output name (None
-# when it has several or omits one), its attributes, whether the kernel takes a context, and
-# the values no later step reads; then for the loop without observers, a function that takes the
-# inputs out of the run's environment (an itemgetter: a tuple, or the one value of a step with one
-# input and no context, flagged by the last field). On models whose steps take microseconds the
-# loop's own bookkeeping is a visible part of the run.
-LiveStep = tuple[
-    Step, KernelFn, tuple[str, ...], str | None, dict[str, Any], bool, tuple[str, ...], Callable[[Any], Any], bool
-]
+class LiveStep(NamedTuple):
+    """What the executor's inner loop unpacks for each step that runs, resolved once per Plan (on
+    models whose steps take microseconds the loop's own bookkeeping is a visible part of the run)."""
+
+    step: Step
+    # The kernel function, or the kernel specialized for the step's constant inputs (which takes
+    # no attributes); called inside the run's one np.errstate.
+    fn: KernelFn
+    inputs: tuple[str, ...]  # '' for an omitted optional input
+    single: str | None  # the one output's name (None when the step has several or omits one)
+    attributes: dict[str, Any]
+    context: bool  # whether fn takes a KernelContext first
+    release: tuple[str, ...]  # the values no later step reads
+    # For the loop without observers: takes the inputs out of the run's environment (an
+    # itemgetter: a tuple, or the one value itself when `unary`, a step of one input, no context).
+    gather: Callable[[Any], Any]
+    unary: bool
 
 
 @dataclass(frozen=True)
@@ -128,10 +134,10 @@ def _live_step(step: Step, release: tuple[str, ...], constants: Mapping[str, Any
     if len(step.inputs) == 1 and context:
         gather = _as_tuple(gather)
     if fn is not None:
-        return (step, fn, step.inputs, single, {}, False, release, gather, unary)
-    # Called inside the run's one np.errstate.
-    attributes = dict(step.attributes)
-    return (step, unquieted(step.kernel.fn), step.inputs, single, attributes, context, release, gather, unary)
+        return LiveStep(step, fn, step.inputs, single, {}, False, release, gather, unary)
+    return LiveStep(
+        step, unquieted(step.kernel.fn), step.inputs, single, dict(step.attributes), context, release, gather, unary
+    )
 
 
 def _no_inputs(env: Any) -> tuple[()]:
