@@ -183,3 +183,28 @@ def test_subgraph_steps_on_captured_weights_fold() -> None:
             (f"{'then' if flag else 'else'}_slice", True),
             (f"{'then' if flag else 'else'}_combine", False),
         ]
+
+
+def test_generated_run_handles_any_value_name_and_names_the_failing_step() -> None:
+    # The run without observers is one generated function: value names only ever appear in it as
+    # string literals, and an error is traced back to its step by line.
+    odd = ["x'\"\\", "a\nb", "é ü)", "def", "{0}"]
+    nodes = [
+        helper.make_node("Relu", ["x"], [odd[0]], name="first"),
+        helper.make_node("Neg", [odd[0]], [odd[1]], name="second"),
+        helper.make_node("Reshape", [odd[1], "shape"], [odd[2]], name="reshape"),
+        helper.make_node("Abs", [odd[2]], [odd[3]], name="last"),
+        helper.make_node("Identity", [odd[3]], [odd[4]], name="out"),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(odd[4], TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([2, -1], np.int64), "shape")],
+    )
+    session = Session(model, backend=ReferenceBackend())
+    x = np.arange(-3, 3, dtype=np.float32)
+    (y,) = session.run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.abs(-np.maximum(x, 0)).reshape(2, 3))
+    with pytest.raises(KernelError, match=r"step 2 'reshape' \(Reshape\)"):
+        session.run(None, {"x": np.arange(5, dtype=np.float32)})
