@@ -1,4 +1,5 @@
-"""The reference backend's folding of weight-only steps: same values, same reports, bounded memory."""
+"""The reference backend: folding of weight-only steps (same values, same reports, bounded memory) and the
+generated functions a run without observers executes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace import Session
+from sealtrace.backends import reference
 from sealtrace.backends.base import Backend, StepEvent
 from sealtrace.backends.reference import ReferenceBackend
 from sealtrace.errors import KernelError
@@ -185,9 +187,13 @@ def test_subgraph_steps_on_captured_weights_fold() -> None:
         ]
 
 
-def test_generated_run_handles_any_value_name_and_names_the_failing_step() -> None:
-    # The run without observers is one generated function: value names only ever appear in it as
-    # string literals, and an error is traced back to its step by line.
+@pytest.mark.parametrize("segment_steps", [16, 2, 1])
+def test_generated_run_handles_any_value_name_and_names_the_failing_step(
+    monkeypatch: pytest.MonkeyPatch, segment_steps: int
+) -> None:
+    # The run without observers is generated functions (segment_steps steps each): value names
+    # only ever appear in them as string literals, and an error is traced back to its step by line.
+    monkeypatch.setattr(reference, "SEGMENT_STEPS", segment_steps)
     odd = ["x'\"\\", "a\nb", "é ü)", "def", "{0}"]
     nodes = [
         helper.make_node("Relu", ["x"], [odd[0]], name="first"),

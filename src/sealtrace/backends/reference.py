@@ -79,10 +79,9 @@ class Program:
     # Every step in Plan order for a run with observers: (step, its LiveStep or None, its folded
     # values or None, release list).
     observed: tuple[tuple[Step, LiveStep | None, FoldedStep | None, tuple[str, ...]], ...]
-    # The live steps as one generated function, and the live step each of its lines belongs to
-    # (see _compile_live).
-    run_live: LiveRun
-    line_owners: tuple[int, ...]
+    # The live steps as generated functions, made on the first run without observers (see
+    # LiveSegment); runs with observers (audit, parity) never need them.
+    compiled: list[LiveSegment] = field(default_factory=list)
     # The events of the folded steps by subgraph path, made on first report: they are the same
     # every run (same arrays), so observers are handed the same objects.
     folded_events: dict[tuple[str, ...], dict[int, StepEvent]] = field(default_factory=dict)
@@ -116,7 +115,7 @@ def prepare(plan: Plan, fold: bool = True, outer_constants: Mapping[str, Any] | 
         read.update(step.inputs)
         read.update(step.implicit_inputs)
     run_constants = {name: value for name, value in constants.items() if name in read}
-    return Program(constants, live, constant_ids, run_constants, observed, *_compile_live(live, constants))
+    return Program(constants, live, constant_ids, run_constants, observed)
 
 
 def _live_step(step: Step, release: tuple[str, ...], constants: Mapping[str, Any]) -> LiveStep:
@@ -132,8 +131,8 @@ def _live_step(step: Step, release: tuple[str, ...], constants: Mapping[str, Any
     return LiveStep(step, unquieted(step.kernel.fn), step.inputs, single, dict(step.attributes), step.kernel.context, release)
 
 
-# The run without observers executes each Program's live steps as one generated Python function,
-# a straight line of kernel calls on the run's environment:
+# The run without observers executes each Program's live steps as generated Python functions,
+# straight lines of kernel calls on the run's environment:
 #
 #     r = f7(env['x'], env['w'], **a7)
 #     if type(r) is ndarray: env['y'] = r
@@ -143,18 +142,39 @@ def _live_step(step: Step, release: tuple[str, ...], constants: Mapping[str, Any
 # On models whose steps take microseconds, a loop's unpacking and branching per step was a fifth
 # of the run (ACAS Xu: 33 -> 27 us; Silero VAD's branch-free variant 180 -> 160 us). Values keep
 # their names only as string literals (repr), so any name is safe; kernels, steps and attributes
-# are the function's globals. Line numbers map back to steps for error messages.
+# are the functions' globals. One function per SEGMENT_STEPS steps: the compiler's working memory
+# grows with the source it compiles at once, and the process keeps it (PP-OCR cls, 566 steps: 6 MB
+# in one function, 1.8 MB in functions of 64 steps, 0.66 MB of 16; its whole run's peak is 15 MB),
+# while the generated code itself is about 220 kB. Line numbers map back to steps for errors.
+SEGMENT_STEPS = 16
 LiveRun = Callable[[dict[str, Any], tuple[str, ...], "ProgramCache | None"], None]
 
 
-def _compile_live(live: tuple[LiveStep, ...], constants: Mapping[str, Any]) -> tuple[LiveRun, tuple[int, ...]]:
-    """The live steps as one function ``run(env, path, programs)``, and for each of its source
-    lines the index of the live step it belongs to."""
+class LiveSegment(NamedTuple):
+    run: LiveRun  # run(env, path, programs)
+    line_owners: tuple[int, ...]  # per source line, the index in Program.live of its step (-1: none)
+
+
+def _compiled(program: Program) -> list[LiveSegment]:
+    if not program.compiled and program.live:
+        live = program.live
+        segments = [
+            _compile_live(live, start, min(start + SEGMENT_STEPS, len(live)), program.constants)
+            for start in range(0, len(live), SEGMENT_STEPS)
+        ]
+        if not program.compiled:  # another thread may have been first: same functions
+            program.compiled.extend(segments)
+    return program.compiled
+
+
+def _compile_live(live: tuple[LiveStep, ...], start: int, stop: int, constants: Mapping[str, Any]) -> LiveSegment:
+    """Live steps ``start:stop`` as one function ``run(env, path, programs)``."""
     names: dict[str, Any] = {"StepContext": StepContext, "ndarray": np.ndarray, "store": _store_outputs,
                              "constants": constants}
     lines = ["def run(env, path, programs):"]
     owners = [-1]
-    for i, (step, fn, inputs, single, attributes, context, release) in enumerate(live):
+    for i in range(start, stop):
+        step, fn, inputs, single, attributes, context, release = live[i]
         names[f"f{i}"], names[f"s{i}"] = fn, step
         arguments = [f"env[{name!r}]" for name in inputs]
         if context:
@@ -172,11 +192,9 @@ def _compile_live(live: tuple[LiveStep, ...], constants: Mapping[str, Any]) -> t
         body.extend(f"env.pop({name!r}, None)" for name in release)
         lines.extend(f"    {line}" for line in body)
         owners.extend([i] * len(body))
-    if not live:
-        lines.append("    pass")
     code = compile("\n".join(lines), "<sealtrace live steps>", "exec")
     exec(code, names)  # the source above: the Plan's names only as repr literals
-    return names["run"], tuple(owners)
+    return LiveSegment(names["run"], tuple(owners))
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
@@ -427,24 +445,27 @@ def _run_observed(
 
 
 def _run_live(program: Program, env: dict[str, Any], path: tuple[str, ...], programs: ProgramCache | None) -> None:
-    """The run without observers: the Program's generated function (see _compile_live)."""
+    """The run without observers: the Program's generated functions (see LiveSegment)."""
+    segment = None
     try:
-        program.run_live(env, path, programs)
+        for segment in _compiled(program):
+            segment.run(env, path, programs)
     except SealtraceError:
         raise
     except Exception as exc:  # any kernel failure is reported with its step
-        raise _kernel_error(program.live[_failed_step(program, exc)].step, path, exc) from exc
+        assert segment is not None
+        raise _kernel_error(program.live[_failed_step(segment, exc)].step, path, exc) from exc
 
 
-def _failed_step(program: Program, exc: Exception) -> int:
+def _failed_step(segment: LiveSegment, exc: Exception) -> int:
     """Which live step raised ``exc``: the line of the generated function its traceback passed."""
-    code = program.run_live.__code__
+    code = segment.run.__code__
     tb = exc.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code is code:
-            return program.line_owners[tb.tb_lineno - 1]
+            return segment.line_owners[tb.tb_lineno - 1]
         tb = tb.tb_next
-    raise AssertionError("a live step's error has no line in the generated function") from exc
+    raise AssertionError("a live step's error has no line in its generated function") from exc
 
 
 def _kernel_error(step: Step, path: tuple[str, ...], exc: Exception) -> KernelError:
