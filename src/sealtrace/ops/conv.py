@@ -137,7 +137,7 @@ class _Geometry:
             # (a batch of several images is taken for one group only: group from the weight's shape)
             n * c * prod(window.kernel) * prod(window.out_shape) * x.itemsize <= _ONE_BLOCK_BYTES
             and (n == 1 or (n > 1 and w_channels == c)),
-            None if padded_spatial == tuple(spatial) else shape,
+            None if not any(window.pads_begin) and not any(ends) else shape,
             tuple(target),
             tuple(source),
             (*shape[:2], *window.kernel, *window.out_shape),
