@@ -62,7 +62,8 @@ class OnnxRuntimeBackend:
         self.optimization = optimization
         self.per_op = per_op
         self._sessions: dict[tuple[int, bool], tuple[Plan, ort.InferenceSession]] = {}
-        self._segments: dict[int, tuple[Plan, list[_Segment]]] = {}
+        # Per Plan: its segments and, per step, the values to drop after it (graph outputs kept).
+        self._segments: dict[int, tuple[Plan, list[_Segment], tuple[tuple[str, ...], ...]]] = {}
         self._tmp: list[tempfile.TemporaryDirectory[str]] = []
         self._running_per_op = False
 
@@ -155,9 +156,10 @@ class OnnxRuntimeBackend:
             observer.on_run_end(result)
         return result
 
-    def stream(self, plan: Plan, feeds: Mapping[str, Any]) -> StepStream:
+    def stream(self, plan: Plan, feeds: Mapping[str, Any], inputs: bool = True) -> StepStream:
         """Per-op mode as an iterator of StepEvents in Plan order: each segment runs when its first
-        step is asked for, and values are dropped as the Plan's release schedule allows."""
+        step is asked for, and values are dropped as the Plan's release schedule allows.
+        ``inputs=False``: the events carry no inputs (for a consumer that reads only outputs)."""
         if plan.source is None:
             raise BackendError("the onnxruntime backend needs a Plan built from an ONNX model")
         self._running_per_op = True
@@ -172,9 +174,11 @@ class OnnxRuntimeBackend:
                 if all(name in types for name in segment.inputs):
                     with contextlib.suppress(BackendError):
                         segment.session = self._session(_segment_model(plan, segment, types), True)
-            cached = (plan, segments)
+            keep = set(plan.output_names)
+            release = tuple(tuple(name for name in names if name not in keep) for names in plan.release_after)
+            cached = (plan, segments, release)
             self._segments[id(plan)] = cached
-        return StepStream(self, plan, cached[1], feeds)
+        return StepStream(self, plan, cached[1], feeds, cached[2], inputs)
 
     def _run(self, session: ort.InferenceSession, names: Sequence[str], feeds: Mapping[str, Any]) -> list[Any]:
         try:
@@ -267,17 +271,25 @@ class StepStream:
     """
 
     def __init__(
-        self, backend: OnnxRuntimeBackend, plan: Plan, segments: list[_Segment], feeds: Mapping[str, Any]
+        self, backend: OnnxRuntimeBackend, plan: Plan, segments: list[_Segment], feeds: Mapping[str, Any],
+        release: Sequence[Sequence[str]] | None = None, inputs: bool = True,
     ) -> None:
         self.backend = backend
         self.plan = plan
         self.segments = segments
         self.feeds = feeds
+        if release is None:
+            keep = set(plan.output_names)
+            release = [[name for name in names if name not in keep] for names in plan.release_after]
+        self.release = release
+        self.inputs = inputs
         self.outputs: dict[str, Any] = {}
 
     def __iter__(self) -> Iterator[StepEvent]:
         plan = self.plan
-        keep = set(plan.output_names)
+        steps = plan.steps
+        release = self.release
+        with_inputs = self.inputs
         env: dict[str, Any] = dict(self.feeds)
         weights = plan.initializers
         for segment in self.segments:
@@ -295,14 +307,17 @@ class StepStream:
             env.update(zip(segment.outputs, values, strict=True))
             del fed, values
             for i in range(segment.start, segment.stop):
-                step = plan.steps[i]
-                inputs = [(env[n] if n in env else weights.get(n)) if n else None for n in step.inputs]
+                step = steps[i]
                 outputs = [env.get(n) if n else None for n in step.outputs]
-                yield StepEvent((), step, inputs, outputs)
-                del inputs, outputs
-                for name in plan.release_after[i]:
-                    if name not in keep:
-                        env.pop(name, None)
+                if with_inputs:
+                    inputs = [(env[n] if n in env else weights.get(n)) if n else None for n in step.inputs]
+                    yield StepEvent((), step, inputs, outputs)
+                    del inputs
+                else:
+                    yield StepEvent((), step, (), outputs)
+                del outputs
+                for name in release[i]:
+                    env.pop(name, None)
         self.outputs = {name: env[name] for name in plan.output_names}
 
     def _typed_from(self, fed: Mapping[str, Any], segment: _Segment) -> ort.InferenceSession:

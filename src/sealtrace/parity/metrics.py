@@ -399,14 +399,19 @@ def _finite_ulp(fa: np.ndarray, fb: np.ndarray, scratch: np.ndarray | None = Non
     return distance
 
 
-_DTYPE_NAMES: dict[np.dtype[Any], str] = {}
+_DTYPE_NAMES: dict[int, tuple[np.dtype[Any], str]] = {}
 
 
 def _dtype_name(dtype: np.dtype[Any]) -> str:
-    # str(dtype) costs microseconds; parity asks for it for every value.
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES.setdefault(dtype, str(dtype))
+    # str(dtype) costs microseconds, and so does hashing a dtype; parity asks for it for every value.
+    # Keyed by identity (the entry holds the dtype, so its id is not reused while cached): arrays
+    # of one built-in type share one dtype object.
+    entry = _DTYPE_NAMES.get(id(dtype))
+    if entry is not None and entry[0] is dtype:
+        return entry[1]
+    name = str(dtype)
+    if len(_DTYPE_NAMES) < 256:
+        _DTYPE_NAMES[id(dtype)] = (dtype, name)
     return name
 
 
