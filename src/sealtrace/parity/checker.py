@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -26,7 +26,7 @@ import numpy as np
 from sealtrace.backends import Backend, StepEvent, get_backend
 from sealtrace.backends.reference import ReferenceBackend, StepContext
 from sealtrace.errors import InputError
-from sealtrace.ops.registry import as_outputs
+from sealtrace.ops.registry import as_outputs, unquieted
 from sealtrace.parity.metrics import (
     _BYTES_CHECK,
     Tolerance,
@@ -203,6 +203,7 @@ class _StepInfo(NamedTuple):
     inputs: tuple[tuple[str, Any], ...]
     all_named: bool  # no output is omitted
     rerun: bool  # no subgraphs: the step can be re-run alone
+    kernel: Callable[..., Any]  # the step's kernel without its own np.errstate (for quiet re-runs)
     release: tuple[str, ...]  # B's values no later step reads (graph outputs excepted)
 
 
@@ -224,6 +225,7 @@ def _step_infos(plan: Plan, tolerance: ToleranceTable) -> dict[int, _StepInfo]:
                 tuple((name, weights.get(name) if name else None) for name in step.inputs),
                 all(step.outputs),
                 not step.subgraphs,
+                unquieted(step.kernel.fn),
                 tuple(name for name in release if name not in keep),
             )
             for step, release in zip(plan.steps, plan.release_after, strict=True)
@@ -325,12 +327,14 @@ class _Comparer:
             else:
                 return True
         step = event.step
+        # Inside A's run, warnings are off already: the kernel as the reference run calls it.
+        fn = info.kernel if self.quiet else step.kernel.fn
         try:
             if step.kernel.context:
                 context = StepContext({}, (), event.path, step)
-                outputs = as_outputs(step.kernel.fn(context, *their_inputs, **step.attributes))
+                outputs = as_outputs(fn(context, *their_inputs, **step.attributes))
             else:
-                outputs = as_outputs(step.kernel.fn(*their_inputs, **step.attributes))
+                outputs = as_outputs(fn(*their_inputs, **step.attributes))
         except Exception:  # a kernel that rejects the other side's inputs gives no local figure
             return None
         return [outputs[i] for i, name in enumerate(step.outputs) if name and i < len(outputs)]
