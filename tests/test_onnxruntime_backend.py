@@ -147,3 +147,17 @@ def test_segment_inputs_typed_from_values_when_inference_fails(monkeypatch: pyte
     model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
     assert_segments_match_one_piece(build_plan(model), feeds)
+
+
+def test_stream_without_inputs_gives_the_same_outputs() -> None:
+    # The parity holder reads only outputs: stream(inputs=False) leaves the inputs out, nothing else.
+    plan = build_plan(long_model())
+    feeds = {"x": np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)}
+    backend = OnnxRuntimeBackend(per_op=True)
+    full = backend.stream(plan, feeds)
+    full_events = [(e.step.index, [None if v is None else v.tobytes() for v in e.outputs], len(e.inputs)) for e in full]
+    lean = backend.stream(plan, feeds, inputs=False)
+    lean_events = [(e.step.index, [None if v is None else v.tobytes() for v in e.outputs], len(e.inputs)) for e in lean]
+    assert [e[:2] for e in lean_events] == [e[:2] for e in full_events]
+    assert all(count == 0 for *_, count in lean_events) and any(count > 0 for *_, count in full_events)
+    assert {k: v.tobytes() for k, v in lean.outputs.items()} == {k: v.tobytes() for k, v in full.outputs.items()}
