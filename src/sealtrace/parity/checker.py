@@ -33,6 +33,7 @@ from sealtrace.parity.metrics import (
     ToleranceTable,
     ValueDiff,
     _compare,
+    _identical,
     compare_values,
 )
 from sealtrace.plan import ModelSource, Plan, build_plan
@@ -254,6 +255,9 @@ class _Comparer:
         self.quiet = quiet
         self.steps: list[StepComparison] = []
         self._info = _step_infos(plan, tolerance)
+        # Top-level values found bit-identical on both sides: name -> (A's array, B's array). A
+        # later step reading both as inputs need not compare them again to skip its re-run.
+        self._identical: dict[str, tuple[Any, Any]] = {}
 
     def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None:
         pass
@@ -276,8 +280,10 @@ class _Comparer:
         info = self._info[index]
         self.steps.append(self._compare_step(event, info))
         values = held.values
+        identical = self._identical
         for name in info.release:
             values.pop(name, None)
+            identical.pop(name, None)
 
     def _compare_step(self, event: StepEvent, info: _StepInfo) -> StepComparison:
         step = event.step
@@ -286,7 +292,7 @@ class _Comparer:
         mine = event.outputs if info.all_named else list(_named(step, event.outputs))
         theirs = [values.get(name) for name, _ in outputs[: len(mine)]]
         # The outputs first, then the re-run: their temporaries are not alive at the same time.
-        diffs = self._compare_all(outputs, mine, theirs)
+        diffs = self._compare_outputs(outputs, mine, theirs)
         local: tuple[ValueDiff, ...] | None = None
         if self.local and info.rerun:
             rerun = self._rerun(event, info)
@@ -295,6 +301,30 @@ class _Comparer:
             elif rerun is not None:
                 local = self._compare_all(outputs, rerun, theirs)
         return _step_comparison(len(self.steps), (), step, diffs, local)
+
+    def _compare_outputs(
+        self, outputs: tuple[tuple[str, Tolerance], ...], mine: Sequence[Any], theirs: list[Any]
+    ) -> tuple[ValueDiff, ...]:
+        """_compare_all for a top-level step's outputs; outputs that are bit-identical on both
+        sides (common: shape and indexing steps, weights) are found by _same_bits, remembered for
+        the re-run test of the steps that read them, and given the figures of identical values."""
+        same = _same_bits
+        identical = self._identical
+        found: list[ValueDiff | None] = []
+        for (name, _), value, other in zip(outputs, mine, theirs, strict=False):
+            if type(value) is np.ndarray and value.size and same(value, other):
+                identical[name] = (value, other)
+                found.append(_identical(name, value))
+            else:
+                found.append(None)
+        if all(d is not None for d in found):
+            return tuple(d for d in found if d is not None)
+        rest = iter(self._compare_all(
+            tuple(o for o, d in zip(outputs, found, strict=False) if d is None),
+            [v for v, d in zip(mine, found, strict=False) if d is None],
+            [t for t, d in zip(theirs, found, strict=False) if d is None],
+        ))
+        return tuple(next(rest) if d is None else d for d in found)
 
     def _compare_all(
         self, outputs: tuple[tuple[str, Tolerance], ...], mine: Sequence[Any], theirs: list[Any]
@@ -321,7 +351,11 @@ class _Comparer:
                 their_inputs.append(value)
         if self.exact:
             same = _same_bits
-            for x, y in zip(their_inputs, event.inputs, strict=True):
+            identical = self._identical
+            for (name, _), x, y in zip(info.inputs, their_inputs, event.inputs, strict=True):
+                pair = identical.get(name)
+                if pair is not None and pair[0] is y and pair[1] is x:
+                    continue  # compared bit for bit as an output already
                 if not same(x, y):
                     break
             else:
