@@ -311,13 +311,26 @@ def test_local_shortcut_for_identical_inputs_changes_nothing(monkeypatch: pytest
     # give the reference backend's own outputs again. The report must be the one with every re-run.
     import sealtrace.parity.checker as checker
 
+    # Outputs found bit-identical are remembered for that test (_same_bits decides both).
+    from tests.test_onnxruntime_backend import long_model
+
     faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
     cases = [["reference", "onnxruntime"], ["reference", faulty]]
-    shortcut = [report_json(check_parity(conv_net(), FEEDS, backends)) for backends in cases]
+    long_plan = build_plan(long_model())
+    long_feeds = {"x": np.random.default_rng(5).standard_normal((4, 8)).astype(np.float32)}
+
+    def reports() -> list[str]:
+        return [report_json(check_parity(conv_net(), FEEDS, backends)) for backends in cases] + [
+            report_json(check_parity(long_plan, long_feeds, backends))
+            for backends in (["reference", "onnxruntime"], ["reference", AlteredBackend("s7", lambda y: y * 2)])
+        ]
+
+    shortcut = reports()
     monkeypatch.setattr(checker, "_same_bits", lambda x, y: False)
-    rerun = [report_json(check_parity(conv_net(), FEEDS, backends)) for backends in cases]
+    rerun = reports()
     assert shortcut == rerun
     assert json.loads(shortcut[1])["summary"]["born_here"][0]["name"] == "conv2"
+    assert json.loads(shortcut[3])["summary"]["born_here"][0]["name"] == "s7"
 
 
 def test_same_bits() -> None:
