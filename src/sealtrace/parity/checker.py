@@ -308,23 +308,24 @@ class _Comparer:
         """_compare_all for a top-level step's outputs; outputs that are bit-identical on both
         sides (common: shape and indexing steps, weights) are found by _same_bits, remembered for
         the re-run test of the steps that read them, and given the figures of identical values."""
+        if not self.quiet:
+            with np.errstate(all="ignore"):
+                return self._compare_outputs_quiet(outputs, mine, theirs)
+        return self._compare_outputs_quiet(outputs, mine, theirs)
+
+    def _compare_outputs_quiet(
+        self, outputs: tuple[tuple[str, Tolerance], ...], mine: Sequence[Any], theirs: list[Any]
+    ) -> tuple[ValueDiff, ...]:
         same = _same_bits
         identical = self._identical
-        found: list[ValueDiff | None] = []
-        for (name, _), value, other in zip(outputs, mine, theirs, strict=False):
+        diffs = []
+        for (name, tol), value, other in zip(outputs, mine, theirs, strict=False):
             if type(value) is np.ndarray and value.size and same(value, other):
                 identical[name] = (value, other)
-                found.append(_identical(name, value))
+                diffs.append(_identical(name, value))
             else:
-                found.append(None)
-        if all(d is not None for d in found):
-            return tuple(d for d in found if d is not None)
-        rest = iter(self._compare_all(
-            tuple(o for o, d in zip(outputs, found, strict=False) if d is None),
-            [v for v, d in zip(mine, found, strict=False) if d is None],
-            [t for t, d in zip(theirs, found, strict=False) if d is None],
-        ))
-        return tuple(next(rest) if d is None else d for d in found)
+                diffs.append(_compare(name, value, other, tol, True))
+        return tuple(diffs)
 
     def _compare_all(
         self, outputs: tuple[tuple[str, Tolerance], ...], mine: Sequence[Any], theirs: list[Any]
