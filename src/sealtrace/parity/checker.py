@@ -197,7 +197,7 @@ class _Holder:
 
 
 class _StepInfo(NamedTuple):
-    """What a top-level step's comparison needs, worked out once per parity run."""
+    """What a top-level step's comparison needs, worked out once per Plan and tolerance table."""
 
     outputs: tuple[tuple[str, Tolerance], ...]  # the named outputs, in order, with their tolerance
     # For the re-run: per input, its name ("" when omitted) and the weight it reads (None if none).
