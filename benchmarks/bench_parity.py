@@ -36,17 +36,21 @@ FLOORS = """What bounds the rest (the floors in brackets are measured in the sam
   one more reference run; skipped only where the inputs are bit-identical). Time floor = (2 x reference + ORT
   per-op) / (reference + ORT optimized), before any metric; it grows with how much faster ORT's optimized run
   is than the reference. On top come two comparisons per step (output, local), each over every element:
-  max/mean abs, max rel, exact max ULP, cosine, the tolerance test, about ten passes over memory for values
-  that differ (one for values that are bit-identical), plus tens of microseconds of Python per compared value,
-  which dominates models of many small steps (ppocr-cls, silero).
+  max/mean abs, max rel, exact max ULP, cosine and the tolerance test take, for values that differ, three dot
+  products, a-b and its absolute value, the quotient by b, two or three max/min reductions, the float64 sum
+  for the mean and the raw integer difference with two reductions for the ULP (the tolerance test only where
+  |a-b| > atol); one pass for values that are bit-identical (found once: a
+  later step reading them does not compare them again to skip its re-run), plus about ten microseconds of
+  Python per compared value, which dominates models of many small steps (ppocr-cls, silero).
 - **Memory.** Parity holds both backends at once: the reference's Plan, folded weights and live set, and ORT's
-  sessions (per-op: one per segment of 16 steps not counting Constants, one shared arena) and live set. Memory floor (approximate) =
+  sessions (per-op: one per segment of 16 steps not counting Constants, one shared arena, the Plan's weight
+  arrays read in place rather than copied) and live set. Memory floor (approximate) =
   (reference plain peak + ORT plain peak) / the larger: about 2x whenever the two are alike. 2x is met where
   parity pays a start-up cost once that both plain peaks count (silero-vad), or where ORT per-op needs much less
   than ORT optimized (minilm-int8: ORT's optimizer folds the int8 weights to float32 and prepacks them, per-op
   mode does not). Above the floor: ORT per-op mode has no memory planning across the exposed values (each is its
-  own buffer, one segment's worth at a time), and the comparison's temporaries (difference, |b|, the ULP view:
-  about three times the value compared).
+  own buffer, one segment's worth at a time), and the comparison's temporaries (|a-b| and |a-b|/b in one
+  buffer, reused for the ULP difference: about twice the value compared).
 """
 THREADS = 2  # ORT intra-op threads (plain and per-op); the reference backend keeps its default (1 BLAS thread)
 

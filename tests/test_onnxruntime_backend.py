@@ -147,3 +147,31 @@ def test_segment_inputs_typed_from_values_when_inference_fails(monkeypatch: pyte
     model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
     assert_segments_match_one_piece(build_plan(model), feeds)
+
+
+def test_stream_without_inputs_gives_the_same_outputs() -> None:
+    # The parity holder reads only outputs: stream(inputs=False) leaves the inputs out, nothing else.
+    plan = build_plan(long_model())
+    feeds = {"x": np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)}
+    backend = OnnxRuntimeBackend(per_op=True)
+    full = backend.stream(plan, feeds)
+    full_events = [(e.step.index, [None if v is None else v.tobytes() for v in e.outputs], len(e.inputs)) for e in full]
+    lean = backend.stream(plan, feeds, inputs=False)
+    lean_events = [(e.step.index, [None if v is None else v.tobytes() for v in e.outputs], len(e.inputs)) for e in lean]
+    assert [e[:2] for e in lean_events] == [e[:2] for e in full_events]
+    assert all(count == 0 for *_, count in lean_events) and any(count > 0 for *_, count in full_events)
+    assert {k: v.tobytes() for k, v in lean.outputs.items()} == {k: v.tobytes() for k, v in full.outputs.items()}
+
+
+def test_segment_sessions_read_the_plans_weight_arrays() -> None:
+    # No copy of the weights per session: they are the Plan's arrays (the values are still those
+    # of the one-piece session: test_segments_give_the_one_piece_values).
+    plan = build_plan(long_model())
+    feeds = {"x": np.ones((4, 8), np.float32)}
+    backend = OnnxRuntimeBackend(per_op=True)
+    sum(1 for _ in backend.stream(plan, feeds))
+    segments = backend._segments[id(plan)][1]
+    shared = {name: value for s in segments for name, value in (s.shared or {}).items()}
+    assert set(shared) == {"w", "c"}
+    for name, value in shared.items():
+        assert value.data_ptr() == plan.initializers[name].ctypes.data

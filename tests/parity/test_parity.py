@@ -311,13 +311,26 @@ def test_local_shortcut_for_identical_inputs_changes_nothing(monkeypatch: pytest
     # give the reference backend's own outputs again. The report must be the one with every re-run.
     import sealtrace.parity.checker as checker
 
+    # Outputs found bit-identical are remembered for that test (_same_bits decides both).
+    from tests.test_onnxruntime_backend import long_model
+
     faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
     cases = [["reference", "onnxruntime"], ["reference", faulty]]
-    shortcut = [report_json(check_parity(conv_net(), FEEDS, backends)) for backends in cases]
+    long_plan = build_plan(long_model())
+    long_feeds = {"x": np.random.default_rng(5).standard_normal((4, 8)).astype(np.float32)}
+
+    def reports() -> list[str]:
+        return [report_json(check_parity(conv_net(), FEEDS, backends)) for backends in cases] + [
+            report_json(check_parity(long_plan, long_feeds, backends))
+            for backends in (["reference", "onnxruntime"], ["reference", AlteredBackend("s7", lambda y: y * 2)])
+        ]
+
+    shortcut = reports()
     monkeypatch.setattr(checker, "_same_bits", lambda x, y: False)
-    rerun = [report_json(check_parity(conv_net(), FEEDS, backends)) for backends in cases]
+    rerun = reports()
     assert shortcut == rerun
     assert json.loads(shortcut[1])["summary"]["born_here"][0]["name"] == "conv2"
+    assert json.loads(shortcut[3])["summary"]["born_here"][0]["name"] == "s7"
 
 
 def test_same_bits() -> None:
@@ -328,3 +341,42 @@ def test_same_bits() -> None:
     assert not _same_bits(x, np.float32([-0.0, 1.0]))  # equal as numbers, not as bits
     assert not _same_bits(x, x.astype(np.float64)) and not _same_bits(x, x.reshape(2, 1))
     assert not _same_bits([x], [x])  # sequences are re-run
+
+
+class ScaledBackend(ReferenceBackend):
+    """The reference backend on slightly scaled float inputs: differences at every step, subgraph
+    steps included (both sides report them)."""
+
+    name = "scaled"
+
+    def run(self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver] = ()) -> dict[str, Any]:
+        scaled = {k: (v * np.float32(1.001)).astype(v.dtype) if v.dtype == np.float32 else v for k, v in feeds.items()}
+        return super().run(plan, scaled, observers)
+
+
+def test_subgraph_steps_are_compared_when_both_sides_report_them() -> None:
+    from tests.test_onnxruntime_backend import long_model
+
+    plan = build_plan(long_model())
+    feeds = {"x": np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)}
+    for backends in (["reference", ScaledBackend()], [ScaledBackend(), "reference"]):
+        report = check_parity(plan, feeds, backends)
+        nested = [s for s in report.steps if s.path]
+        assert nested and all(s.status != "not-compared" and s.local is None for s in nested)
+        assert all(s.status != "not-compared" for s in report.steps)
+        assert report_json(report) == report_json(check_parity(plan, feeds, backends))
+
+
+def test_tolerance_tables_are_not_mixed_up_between_runs_of_one_plan() -> None:
+    # The per-step facts (tolerances included) are cached per Plan and tolerance table.
+    plan = build_plan(conv_net())
+    faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
+    loose = ToleranceTable(values={"c2": Tolerance(1.0, 0.0)}, ops={"Relu": Tolerance(1.0, 0.0)})
+    for _ in range(2):
+        strict = check_parity(plan, FEEDS, ["reference", faulty])
+        relaxed = check_parity(plan, FEEDS, ["reference", faulty], tolerance=loose)
+        by_name = {s.name: s for s in strict.steps}
+        relaxed_by_name = {s.name: s for s in relaxed.steps}
+        assert by_name["conv2"].exceeds and not relaxed_by_name["conv2"].exceeds
+        assert by_name["relu2"].exceeds and not relaxed_by_name["relu2"].exceeds
+        assert relaxed_by_name["conv3"].exceeds == by_name["conv3"].exceeds

@@ -14,6 +14,8 @@ Two modes:
   live at its cut. Segments run one after another as the steps are consumed (:meth:`stream`), so
   only one segment's outputs and the values still needed later are alive at a time. Each node
   still runs on its own ORT kernel with its own inputs, so the values are those of one session.
+  The segment sessions read the Plan's own weight arrays (SessionOptions.add_initializer) rather
+  than copies of their own, so the weights are in memory once for them and the reference backend.
 By default the mode follows the observers: per-op when a run has observers, optimized otherwise.
 Models over 2 GB are handed to ORT through a temporary file with external data.
 """
@@ -62,8 +64,11 @@ class OnnxRuntimeBackend:
         self.optimization = optimization
         self.per_op = per_op
         self._sessions: dict[tuple[int, bool], tuple[Plan, ort.InferenceSession]] = {}
-        self._segments: dict[int, tuple[Plan, list[_Segment]]] = {}
+        # Per Plan: its segments and, per step, the values to drop after it (graph outputs kept).
+        self._segments: dict[int, tuple[Plan, list[_Segment], tuple[tuple[str, ...], ...]]] = {}
         self._tmp: list[tempfile.TemporaryDirectory[str]] = []
+        # Per Plan: its weights as OrtValues over the Plan's arrays, and its sparse initializers' names.
+        self._weights: dict[int, tuple[Plan, dict[str, Any], set[str]]] = {}
         self._running_per_op = False
 
     @property
@@ -100,8 +105,13 @@ class OnnxRuntimeBackend:
         self._sessions[key] = (plan, session)
         return session
 
-    def _session(self, model: onnx.ModelProto, per_op: bool) -> ort.InferenceSession:
+    def _session(
+        self, model: onnx.ModelProto, per_op: bool, shared: Mapping[str, Any] | None = None
+    ) -> ort.InferenceSession:
         options = ort.SessionOptions()
+        for name, value in (shared or {}).items():
+            # Used in place of the model's initializer of that name, without a copy.
+            options.add_initializer(name, value)
         if self.threads:
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
@@ -155,9 +165,10 @@ class OnnxRuntimeBackend:
             observer.on_run_end(result)
         return result
 
-    def stream(self, plan: Plan, feeds: Mapping[str, Any]) -> StepStream:
+    def stream(self, plan: Plan, feeds: Mapping[str, Any], inputs: bool = True) -> StepStream:
         """Per-op mode as an iterator of StepEvents in Plan order: each segment runs when its first
-        step is asked for, and values are dropped as the Plan's release schedule allows."""
+        step is asked for, and values are dropped as the Plan's release schedule allows.
+        ``inputs=False``: the events carry no inputs (for a consumer that reads only outputs)."""
         if plan.source is None:
             raise BackendError("the onnxruntime backend needs a Plan built from an ONNX model")
         self._running_per_op = True
@@ -171,10 +182,44 @@ class OnnxRuntimeBackend:
                 # Types ORT rejects leave the segment to be built from the values at run time.
                 if all(name in types for name in segment.inputs):
                     with contextlib.suppress(BackendError):
-                        segment.session = self._session(_segment_model(plan, segment, types), True)
-            cached = (plan, segments)
+                        segment.session = self._session(
+                            _segment_model(plan, segment, types), True, self._shared_weights(plan, segment)
+                        )
+            keep = set(plan.output_names)
+            release = tuple(tuple(name for name in names if name not in keep) for names in plan.release_after)
+            cached = (plan, segments, release)
             self._segments[id(plan)] = cached
-        return StepStream(self, plan, cached[1], feeds)
+        return StepStream(self, plan, cached[1], feeds, cached[2], inputs)
+
+    def _shared_weights(self, plan: Plan, segment: _Segment) -> dict[str, Any]:
+        """The Plan's own arrays of the weights ``segment`` reads, as OrtValues that its session
+        uses instead of deserializing copies of its own: one set shared by all segment sessions
+        and the reference backend (whose weights are the same arrays). Sparse initializers and
+        arrays ORT cannot wrap as they are stay in the segment model."""
+        cached = self._weights.get(id(plan))
+        if cached is None or cached[0] is not plan:
+            source = plan.source
+            sparse = {t.values.name for t in source.graph.sparse_initializer} if source is not None else set()
+            cached = (plan, {}, sparse)
+            self._weights[id(plan)] = cached
+        values, sparse = cached[1], cached[2]
+        found: dict[str, Any] = {}
+        for name in segment.weights:
+            value = values.get(name)
+            if value is None:
+                array = plan.initializers.get(name)
+                if (
+                    name in sparse
+                    or type(array) is not np.ndarray
+                    or array.dtype.kind not in "biuf"
+                    or not array.dtype.isnative
+                    or not array.flags.c_contiguous
+                ):
+                    continue
+                value = values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+            found[name] = value
+        segment.shared = found  # held as long as the session (ORT reads the arrays, never owns them)
+        return found
 
     def _run(self, session: ort.InferenceSession, names: Sequence[str], feeds: Mapping[str, Any]) -> list[Any]:
         try:
@@ -215,6 +260,7 @@ class _Segment:
     # the numbers must be those of the one-piece per-op session.
     constants: tuple[int, ...] = ()
     session: ort.InferenceSession | None = None
+    shared: dict[str, Any] | None = None  # the OrtValues of the Plan's weights its session reads
     typed_from_values: bool = False  # its inputs' types came from run-time values, not shape inference
 
 
@@ -267,17 +313,25 @@ class StepStream:
     """
 
     def __init__(
-        self, backend: OnnxRuntimeBackend, plan: Plan, segments: list[_Segment], feeds: Mapping[str, Any]
+        self, backend: OnnxRuntimeBackend, plan: Plan, segments: list[_Segment], feeds: Mapping[str, Any],
+        release: Sequence[Sequence[str]] | None = None, inputs: bool = True,
     ) -> None:
         self.backend = backend
         self.plan = plan
         self.segments = segments
         self.feeds = feeds
+        if release is None:
+            keep = set(plan.output_names)
+            release = [[name for name in names if name not in keep] for names in plan.release_after]
+        self.release = release
+        self.inputs = inputs
         self.outputs: dict[str, Any] = {}
 
     def __iter__(self) -> Iterator[StepEvent]:
         plan = self.plan
-        keep = set(plan.output_names)
+        steps = plan.steps
+        release = self.release
+        with_inputs = self.inputs
         env: dict[str, Any] = dict(self.feeds)
         weights = plan.initializers
         for segment in self.segments:
@@ -295,20 +349,24 @@ class StepStream:
             env.update(zip(segment.outputs, values, strict=True))
             del fed, values
             for i in range(segment.start, segment.stop):
-                step = plan.steps[i]
-                inputs = [(env[n] if n in env else weights.get(n)) if n else None for n in step.inputs]
+                step = steps[i]
                 outputs = [env.get(n) if n else None for n in step.outputs]
-                yield StepEvent((), step, inputs, outputs)
-                del inputs, outputs
-                for name in plan.release_after[i]:
-                    if name not in keep:
-                        env.pop(name, None)
+                if with_inputs:
+                    inputs = [(env[n] if n in env else weights.get(n)) if n else None for n in step.inputs]
+                    yield StepEvent((), step, inputs, outputs)
+                    del inputs
+                else:
+                    yield StepEvent((), step, (), outputs)
+                del outputs
+                for name in release[i]:
+                    env.pop(name, None)
         self.outputs = {name: env[name] for name in plan.output_names}
 
     def _typed_from(self, fed: Mapping[str, Any], segment: _Segment) -> ort.InferenceSession:
         segment.typed_from_values = True
         types = {name: _type_of(value) for name, value in fed.items()}
-        return self.backend._session(_segment_model(self.plan, segment, types), True)
+        shared = self.backend._shared_weights(self.plan, segment)
+        return self.backend._session(_segment_model(self.plan, segment, types), True, shared)
 
 
 def _segment_model(plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:

@@ -6,7 +6,7 @@ import json
 import math
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,7 @@ def _finite(x: float) -> float | str:
 
 
 _ULP_INT: dict[int, type[np.signedinteger[Any]]] = {2: np.int16, 4: np.int32, 8: np.int64}
+_INT_MIN = {size: int(np.iinfo(itype).min) for size, itype in _ULP_INT.items()}
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:
@@ -147,104 +148,214 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:
 
 def compare_values(name: str, a: Any, b: Any, tol: Tolerance) -> ValueDiff:
     """Compare value ``a`` (backend A) with ``b`` (backend B); sequences compare element by element."""
-    if isinstance(a, list) or isinstance(b, list):
-        return _compare_sequences(name, a, b, tol)
-    if a is None or b is None:
-        exceeds = (a is None) != (b is None)
-        return ValueDiff(name, "none", None, exceeds=exceeds, shape_mismatch="missing on one side" if exceeds else None)
-    a = np.asarray(a)
-    b = np.asarray(b)
-    dtype = _dtype_name(a.dtype)
+    return _compare(name, a, b, tol, False)
+
+
+def _compare(name: str, a: Any, b: Any, tol: Tolerance, quiet: bool) -> ValueDiff:
+    """compare_values; ``quiet``: the caller has floating-point warnings off already (np.errstate)."""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray:
+        if isinstance(a, list) or isinstance(b, list):
+            return _compare_sequences(name, a, b, tol)
+        if a is None or b is None:
+            exceeds = (a is None) != (b is None)
+            return ValueDiff(
+                name, "none", None, exceeds=exceeds, shape_mismatch="missing on one side" if exceeds else None
+            )
+        a = np.asarray(a)
+        b = np.asarray(b)
     if a.dtype != b.dtype:
-        return ValueDiff(name, dtype, a.shape, dtype_mismatch=f"{a.dtype} vs {b.dtype}", exceeds=True)
+        return ValueDiff(name, _dtype_name(a.dtype), a.shape, dtype_mismatch=f"{a.dtype} vs {b.dtype}", exceeds=True)
     if a.shape != b.shape:
         from sealtrace.parity.layout import find_permutation
 
         layout = find_permutation(a, b, tol)
         return ValueDiff(
-            name, dtype, a.shape, shape_mismatch=f"{list(a.shape)} vs {list(b.shape)}", exceeds=True, layout=layout
+            name, _dtype_name(a.dtype), a.shape, shape_mismatch=f"{list(a.shape)} vs {list(b.shape)}", exceeds=True,
+            layout=layout,
         )
-    if a.dtype.kind not in "fc" and a.dtype.kind != "V":
-        if a.dtype.kind in "iub":
-            diff = np.abs(a.astype(np.float64) - b.astype(np.float64)) if a.size else np.zeros(0)
-            max_abs = float(diff.max()) if diff.size else 0.0
-            return ValueDiff(name, dtype, a.shape, max_abs=max_abs, mean_abs=float(diff.mean()) if diff.size else 0.0,
-                             max_ulp=None, exceeds=max_abs > 0)
-        equal = bool(np.array_equal(a, b))
-        return ValueDiff(name, dtype, a.shape, exceeds=not equal, max_abs=0.0 if equal else math.inf)
-    return _compare_floats(name, a, b, tol)
+    kind = a.dtype.kind
+    if kind == "f" or kind == "c" or kind == "V":
+        return _compare_floats(name, a, b, tol, quiet)
+    if kind in "iub":
+        # Equal bytes are equal integers: the figures below are then all zero.
+        if a.size <= _BYTES_CHECK and a.tobytes() == b.tobytes():
+            return _make_diff(name, _dtype_name(a.dtype), a.shape, 0.0, 0.0, 0.0, None, None, False, None)
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64)) if a.size else np.zeros(0)
+        max_abs = float(diff.max()) if diff.size else 0.0
+        return ValueDiff(name, _dtype_name(a.dtype), a.shape, max_abs=max_abs,
+                         mean_abs=float(diff.mean()) if diff.size else 0.0, max_ulp=None, exceeds=max_abs > 0)
+    equal = bool(np.array_equal(a, b))
+    return ValueDiff(name, _dtype_name(a.dtype), a.shape, exceeds=not equal, max_abs=0.0 if equal else math.inf)
+
+
+_FIELDS = tuple(f.name for f in fields(ValueDiff))
+
+
+def _make_diff(
+    name: str, dtype: str, shape: tuple[int, ...], max_abs: float, mean_abs: float, max_rel: float,
+    max_ulp: int | None, cosine: float | None, exceeds: bool, layout: tuple[int, ...] | None,
+) -> ValueDiff:
+    """ValueDiff(...) with no mismatch, at a third of the cost of the frozen dataclass's __init__
+    (parity makes one per compared value)."""
+    diff: ValueDiff = object.__new__(ValueDiff)
+    diff.__dict__.update(
+        name=name, dtype=dtype, shape=shape, max_abs=max_abs, mean_abs=mean_abs, max_rel=max_rel, max_ulp=max_ulp,
+        cosine=cosine, nan_mismatch=0, inf_mismatch=0, shape_mismatch=None, dtype_mismatch=None, exceeds=exceeds,
+        layout=layout,
+    )
+    return diff
+
+
+def _identical(name: str, a: np.ndarray) -> ValueDiff:
+    """What compare_values gives for ``a`` and an array of its dtype, shape and bytes; ``a`` is a
+    non-empty array of a bool, integer or float dtype."""
+    if a.dtype.kind == "f":
+        return _equal_floats(name, a)
+    return _make_diff(name, _dtype_name(a.dtype), a.shape, 0.0, 0.0, 0.0, None, None, False, None)
 
 
 def _equal_floats(name: str, a: np.ndarray) -> ValueDiff:
-    return ValueDiff(name, _dtype_name(a.dtype), a.shape, max_ulp=0 if a.dtype.kind == "f" else None, cosine=1.0)
+    return _make_diff(name, _dtype_name(a.dtype), a.shape, 0.0, 0.0, 0.0, 0 if a.dtype.kind == "f" else None, 1.0,
+                      False, None)
 
 
-def _compare_floats(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> ValueDiff:
-    # Equal values are the common case (shape and indexing steps, most local re-runs): a plain
-    # array_equal is one fast pass; equal_nan=True costs ten times more, so it is left to the
-    # general path, which reaches the same answer when NaNs are all that made the check fail.
-    if a.size and bool((a == b).all()):  # np.array_equal's test, without its checks (shapes agree here)
+# Up to this many elements, equality is tested on the bytes (a copy and a memcmp: cheaper than an
+# elementwise comparison up to about here).
+_BYTES_CHECK = 16384
+# Above this many elements, 17 evenly spaced elements are compared first: values that differ (as
+# they do after the first rounding difference) skip the full equality pass.
+_SAMPLES = 16
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+
+def _compare_floats(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance, quiet: bool = False) -> ValueDiff:
+    # Equal values are the common case (shape and indexing steps, most local re-runs): equal bytes
+    # are equal values (NaNs included, which the general path would reach too); otherwise a plain
+    # elementwise == (equal_nan=True costs ten times more, so it is left to the general path, which
+    # reaches the same answer when NaNs are all that made the check fail).
+    size = a.size
+    if not size:
+        return _compare_floats_general(name, a, b, tol)
+    fast = a.dtype == _F32 or a.dtype == _F64
+    fa = fb = None
+    if a.dtype.kind == "V":  # bytes may differ where values are equal, and the reverse: values only
+        unchecked = False
+    elif size <= _BYTES_CHECK:
+        if a.tobytes() == b.tobytes():
+            return _equal_floats(name, a)
+        # Different bytes can still be equal values (-0.0 vs +0.0): the fast path finds out when its
+        # largest difference is 0; other dtypes test it here.
+        unchecked = fast
+    else:
+        unchecked = False
+        if fast:
+            fa = a.reshape(-1)
+            fb = b.reshape(-1)
+            step = size // _SAMPLES
+            unchecked = fa[::step].tobytes() != fb[::step].tobytes()
+    if not unchecked and bool((a == b).all()):  # np.array_equal's test, without its checks (shapes agree)
         return _equal_floats(name, a)
-    if a.dtype == np.float32 or a.dtype == np.float64:
-        fast = _compare_finite(name, a, b, tol)
-        if fast is not None:
-            return fast
+    if fast:
+        result = _compare_finite(name, a, b, tol, fa, fb, unchecked, quiet)
+        if result is not None:
+            return result
     return _compare_floats_general(name, a, b, tol)
 
 
-def _compare_finite(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> ValueDiff | None:
+def _compare_finite(
+    name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance, fa: np.ndarray | None = None,
+    fb: np.ndarray | None = None, unchecked: bool = False, quiet: bool = False,
+) -> ValueDiff | None:
     """The general path's figures, bit for bit, for float32/float64 values with no NaN or Inf
-    (None otherwise), in about a third of the passes over memory.
+    (None otherwise), in about half of the passes over memory. ``fa``/``fb``: a and b flattened, if
+    the caller has them; ``unchecked``: whether a == b everywhere is still to be tested (then equal
+    values give _equal_floats's figures).
 
     The sums of squares for the cosine double as the finiteness check: a sum of non-negative terms
-    is finite only if every term is. The elementwise tolerance test is skipped when even the largest
-    difference is within atol (every bound is at least atol).
+    is finite only if every term is; so no difference overflows. The largest difference and the
+    largest relative one come from one reduction over both; the elementwise tolerance test is
+    skipped when even the largest difference is within atol (every bound is at least atol), and
+    otherwise made only where the difference exceeds atol.
     """
-    fa = a.reshape(-1)
-    fb = b.reshape(-1)
-    if fa.size == 0:
+    if fa is None or fb is None:
+        fa = a.reshape(-1)
+        fb = b.reshape(-1)
+    size = fa.size
+    if size == 0:
         return None
-    # One errstate for the lot (entering one costs microseconds; values are often small): squares
-    # may overflow (then the general path decides) and 0/0 below is expected.
+    if quiet:
+        return _finite_figures(name, a, b, tol, fa, fb, unchecked)
+    # One errstate for the lot (entering one costs a microsecond; values are often small): squares
+    # may overflow (then the general path decides) and 0/0 is expected.
     with np.errstate(all="ignore"):
-        aa = np.dot(fa, fa)
-        bb = np.dot(fb, fb)
-        if not (math.isfinite(aa) and math.isfinite(bb)):
-            return None  # non-finite values (or squares that overflow): counted exactly by the general path
-        work = a.dtype.type
-        diff = fa - fb
-        np.abs(diff, out=diff)
-        max_abs = float(diff.max())
-        scale = np.abs(fb)
-        if max_abs <= work(tol.atol):
-            exceeds = False
-        else:
-            bound = scale * work(tol.rtol)
-            bound += work(tol.atol)
-            exceeds = bool(np.greater(diff, bound).any())
-            del bound
-        # What diff.mean(dtype=float64) computes (the same float64 sum, then one division), without
-        # its Python-level wrapper.
-        mean_abs = float(np.add.reduce(diff, dtype=np.float64) / diff.size)
-        # |a-b|/|b|: where b is 0 the quotient is inf (a differs) or nan (0/0, which counts as 0).
-        rel = np.divide(diff, scale, out=scale)
-        max_rel = float(np.fmax.reduce(rel))
-        if math.isnan(max_rel):
-            max_rel = 0.0
-        del diff, rel, scale
-    cosine, layout = _cosine_and_layout(a, b, fa, fb, (aa, bb), max_abs, exceeds, tol)
-    return ValueDiff(
-        name,
-        _dtype_name(a.dtype),
-        a.shape,
-        max_abs=max_abs,
-        mean_abs=mean_abs,
-        max_rel=max_rel,
-        max_ulp=_finite_ulp(fa, fb),
-        cosine=cosine,
-        exceeds=exceeds,
-        layout=layout,
-    )
+        return _finite_figures(name, a, b, tol, fa, fb, unchecked)
+
+
+def _finite_figures(
+    name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance, fa: np.ndarray, fb: np.ndarray, unchecked: bool
+) -> ValueDiff | None:
+    aa = np.dot(fa, fa)
+    bb = np.dot(fb, fb)
+    if not (math.isfinite(aa) and math.isfinite(bb)):
+        return None  # non-finite values (or squares that overflow): counted exactly by the general path
+    size = fa.size
+    work = a.dtype.type
+    # Row 0: |a - b|; row 1: |a - b| / |b| (inf where b is 0 and a is not, nan for 0/0, which
+    # counts as 0), taken as |(|a - b| / b)|: division rounds the same whatever the signs.
+    rows = np.empty((2, size), a.dtype)
+    diff = rows[0]
+    rel = rows[1]
+    np.subtract(fa, fb, out=diff)
+    np.abs(diff, out=diff)
+    np.divide(diff, fb, out=rel)
+    if size <= _BYTES_CHECK:
+        np.abs(rel, out=rel)
+        max_abs, max_rel = np.fmax.reduce(rows, axis=1).tolist()
+    else:  # large: two reductions instead of a pass that writes
+        max_abs, max_rel = np.fmax.reduce(rows, axis=1).tolist()
+        low = float(np.fmin.reduce(rel))
+        max_rel = max(max_rel, -low) + 0.0  # + 0.0: -0.0 becomes 0.0, as |x| would give
+    if max_abs == 0.0 and unchecked and bool((fa == fb).all()):
+        return _equal_floats(name, a)
+    if math.isnan(max_rel):
+        max_rel = 0.0
+    atol = work(tol.atol)
+    if max_abs <= atol:
+        exceeds = False
+    elif tol.rtol >= 0:
+        # Only where |a - b| > atol can it exceed its bound (atol + rtol * |b| >= atol).
+        where = np.flatnonzero(diff > atol)
+        bound = np.abs(fb[where])
+        bound *= work(tol.rtol)
+        bound += atol
+        exceeds = bool(np.greater(diff[where], bound).any())
+        del bound, where
+    else:
+        bound = np.abs(fb)
+        bound *= work(tol.rtol)
+        bound += atol
+        exceeds = bool(np.greater(diff, bound).any())
+        del bound
+    # What diff.mean(dtype=float64) computes (the same float64 sum, then one division), without
+    # its Python-level wrapper.
+    mean_abs = float(np.add.reduce(diff, dtype=np.float64) / size)
+    del diff, rel
+    # max_rel < 1: no element has a and b of opposite signs except where both are zero (an
+    # opposite sign makes |a - b| >= |b|), which _finite_ulp can tell from the raw difference.
+    max_ulp = _finite_ulp(fa, fb, rows, max_rel < 1.0)
+    del rows
+    norm = math.sqrt(float(aa) * float(bb))
+    cosine = float(np.dot(fa, fb) / norm) if norm > 0 else (1.0 if max_abs == 0 else 0.0)
+    layout = None
+    # A flipped layout scrambles values (cosine far from 1); rounding noise does not. Only the
+    # former is worth the permutation search.
+    if exceeds and cosine < 0.999:
+        from sealtrace.parity.layout import find_permutation
+
+        layout = find_permutation(a, b, tol)
+    return _make_diff(name, _dtype_name(a.dtype), a.shape, max_abs, mean_abs, max_rel, max_ulp, min(1.0, cosine),
+                      exceeds, layout)
 
 
 def _cosine_and_layout(
@@ -263,38 +374,52 @@ def _cosine_and_layout(
     return min(1.0, cosine), layout
 
 
-def _finite_ulp(fa: np.ndarray, fb: np.ndarray) -> int:
+def _finite_ulp(fa: np.ndarray, fb: np.ndarray, scratch: np.ndarray | None = None, same_signs: bool = False) -> int:
     """ulp_distance for finite, flat float32/float64 arrays, without its int64 copies.
 
     Where the signs agree, the difference of the raw integer views is the distance and cannot
     overflow; where they differ (usually values around zero), the distance is the sum of the
-    magnitudes, taken in Python integers on just those elements.
+    magnitudes, taken in Python integers on just those elements. ``same_signs``: the signs are
+    known to agree wherever either value is non-zero; a +0.0/-0.0 pair (distance 0) is then the
+    only way to get the most negative integer as a difference. ``scratch``: any writable array of
+    at least fa.nbytes contiguous bytes, reused for the differences.
     """
     itype = _ULP_INT[fa.dtype.itemsize]
     ia, ib = fa.view(itype), fb.view(itype)
-    signs = np.bitwise_xor(ia, ib)
-    mixed = np.flatnonzero(signs < 0) if signs.min() < 0 else None
+    work = np.empty(ia.size, itype) if scratch is None else scratch.reshape(-1).view(itype)[: ia.size]
+    if same_signs:
+        np.subtract(ia, ib, out=work)
+        low = int(np.minimum.reduce(work))
+        if low != _INT_MIN[fa.dtype.itemsize]:
+            return max(int(np.maximum.reduce(work)), -low)
+    signs = np.bitwise_xor(ia, ib, out=work)
+    mixed = np.flatnonzero(signs < 0) if np.minimum.reduce(signs) < 0 else None
+    if mixed is not None and fa.dtype.itemsize == 8:
+        return ulp_distance(fa, fb)  # float64 magnitudes overflow int64: the general rule decides
     np.subtract(ia, ib, out=signs)  # wraps only where the signs differ
     if mixed is not None:
         signs[mixed] = 0
-    distance = max(int(signs.max()), -int(signs.min()))
+    distance = max(int(np.maximum.reduce(signs)), -int(np.minimum.reduce(signs)))
     if mixed is not None:
-        if fa.dtype.itemsize == 8:
-            return ulp_distance(fa, fb)  # float64 magnitudes overflow int64: the general rule decides
         magnitude = np.iinfo(itype).max
         across = (ia[mixed] & magnitude).astype(np.int64) + (ib[mixed] & magnitude).astype(np.int64)
         distance = max(distance, int(across.max()))
     return distance
 
 
-_DTYPE_NAMES: dict[np.dtype[Any], str] = {}
+_DTYPE_NAMES: dict[int, tuple[np.dtype[Any], str]] = {}
 
 
 def _dtype_name(dtype: np.dtype[Any]) -> str:
-    # str(dtype) costs microseconds; parity asks for it for every value.
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES.setdefault(dtype, str(dtype))
+    # str(dtype) costs microseconds, and so does hashing a dtype; parity asks for it for every value.
+    # Keyed by identity (the entry holds the dtype, so its id is not reused while cached): arrays
+    # of one built-in type share one dtype object.
+    entry = _DTYPE_NAMES.get(id(dtype))
+    if entry is not None and entry[0] is dtype:
+        return entry[1]
+    name = str(dtype)
+    if len(_DTYPE_NAMES) < 256:
+        _DTYPE_NAMES[id(dtype)] = (dtype, name)
     return name
 
 
