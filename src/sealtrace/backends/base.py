@@ -46,7 +46,12 @@ class StepObserver(Protocol):
 
 
 class Backend(Protocol):
-    """Executes a Plan. ``name`` and ``version`` go into audit logs and reports."""
+    """Executes a Plan. ``name`` and ``version`` go into audit logs and reports.
+
+    A backend may also offer ``stream(plan, feeds, inputs=True)``: its steps as an iterator of
+    StepEvents in Plan order, each computed only when asked for (``inputs=False``: the events carry
+    no inputs). Parity pulls it as the other backend's run reaches each step (ONNX Runtime does).
+    """
 
     name: str
 

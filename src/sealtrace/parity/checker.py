@@ -14,7 +14,6 @@ outputs again: the output comparison is the local one.
 
 from __future__ import annotations
 
-import inspect
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,13 +27,12 @@ from sealtrace.backends.reference import ReferenceBackend, StepContext
 from sealtrace.errors import InputError
 from sealtrace.ops.registry import as_outputs, unquieted
 from sealtrace.parity.metrics import (
-    _BYTES_CHECK,
+    BYTES_CHECK,
     Tolerance,
     ToleranceTable,
     ValueDiff,
-    _compare,
-    _identical,
     compare_values,
+    identical_diff,
 )
 from sealtrace.plan import ModelSource, Plan, build_plan
 from sealtrace.plan.feeds import check_feeds
@@ -322,9 +320,9 @@ class _Comparer:
         for (name, tol), value, other in zip(outputs, mine, theirs, strict=False):
             if type(value) is np.ndarray and value.size and same(value, other):
                 identical[name] = (value, other)
-                diffs.append(_identical(name, value))
+                diffs.append(identical_diff(name, value))
             else:
-                diffs.append(_compare(name, value, other, tol, True))
+                diffs.append(compare_values(name, value, other, tol, True))
         return tuple(diffs)
 
     def _compare_all(
@@ -332,9 +330,9 @@ class _Comparer:
     ) -> tuple[ValueDiff, ...]:
         pairs = zip(outputs, mine, theirs, strict=False)
         if self.quiet:
-            return tuple(_compare(name, value, other, tol, True) for (name, tol), value, other in pairs)
+            return tuple(compare_values(name, value, other, tol, True) for (name, tol), value, other in pairs)
         with np.errstate(all="ignore"):
-            return tuple(_compare(name, value, other, tol, True) for (name, tol), value, other in pairs)
+            return tuple(compare_values(name, value, other, tol, True) for (name, tol), value, other in pairs)
 
     def _rerun(self, event: StepEvent, info: _StepInfo) -> list[Any] | Literal[True] | None:
         """The step re-run on the reference kernel with B's inputs: its outputs, in the order of the
@@ -433,7 +431,7 @@ def _same_bits(x: Any, y: Any) -> bool:
     if unsigned is None:
         return False
     size = x.size
-    if size <= _BYTES_CHECK:
+    if size <= BYTES_CHECK:
         return x.tobytes() == y.tobytes()
     if x.flags.c_contiguous and y.flags.c_contiguous:
         # Inputs that differ (after the first rounding difference, most do) differ in a sample.
@@ -478,9 +476,8 @@ def check_parity(
     start = time.perf_counter()
     if stream is not None:
         # B streams its steps: they are pulled as A's run reaches them (timings then overlap).
-        # The holder reads only outputs: a stream that can leave the inputs out does.
-        lean = "inputs" in inspect.signature(stream).parameters
-        b_steps = stream(plan, checked, inputs=False) if lean else stream(plan, checked)
+        # The holder reads only outputs: the stream leaves the inputs out (see Backend.stream).
+        b_steps = stream(plan, checked, inputs=False)
         held = _Holder(iter(b_steps))
         held.on_run_start(plan, checked, b)
     else:

@@ -146,13 +146,9 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.abs(np.subtract(ia, ib, dtype=np.int64)).max())
 
 
-def compare_values(name: str, a: Any, b: Any, tol: Tolerance) -> ValueDiff:
-    """Compare value ``a`` (backend A) with ``b`` (backend B); sequences compare element by element."""
-    return _compare(name, a, b, tol, False)
-
-
-def _compare(name: str, a: Any, b: Any, tol: Tolerance, quiet: bool) -> ValueDiff:
-    """compare_values; ``quiet``: the caller has floating-point warnings off already (np.errstate)."""
+def compare_values(name: str, a: Any, b: Any, tol: Tolerance, quiet: bool = False) -> ValueDiff:
+    """Compare value ``a`` (backend A) with ``b`` (backend B); sequences compare element by element.
+    ``quiet``: the caller has floating-point warnings off already (np.errstate)."""
     if type(a) is not np.ndarray or type(b) is not np.ndarray:
         if isinstance(a, list) or isinstance(b, list):
             return _compare_sequences(name, a, b, tol)
@@ -178,7 +174,7 @@ def _compare(name: str, a: Any, b: Any, tol: Tolerance, quiet: bool) -> ValueDif
         return _compare_floats(name, a, b, tol, quiet)
     if kind in "iub":
         # Equal bytes are equal integers: the figures below are then all zero.
-        if a.size <= _BYTES_CHECK and a.tobytes() == b.tobytes():
+        if a.size <= BYTES_CHECK and a.tobytes() == b.tobytes():
             return _make_diff(name, _dtype_name(a.dtype), a.shape, 0.0, 0.0, 0.0, None, None, False, None)
         diff = np.abs(a.astype(np.float64) - b.astype(np.float64)) if a.size else np.zeros(0)
         max_abs = float(diff.max()) if diff.size else 0.0
@@ -206,7 +202,7 @@ def _make_diff(
     return diff
 
 
-def _identical(name: str, a: np.ndarray) -> ValueDiff:
+def identical_diff(name: str, a: np.ndarray) -> ValueDiff:
     """What compare_values gives for ``a`` and an array of its dtype, shape and bytes; ``a`` is a
     non-empty array of a bool, integer or float dtype."""
     if a.dtype.kind == "f":
@@ -221,7 +217,7 @@ def _equal_floats(name: str, a: np.ndarray) -> ValueDiff:
 
 # Up to this many elements, equality is tested on the bytes (a copy and a memcmp: cheaper than an
 # elementwise comparison up to about here).
-_BYTES_CHECK = 16384
+BYTES_CHECK = 16384
 # Above this many elements, 17 evenly spaced elements are compared first: values that differ (as
 # they do after the first rounding difference) skip the full equality pass.
 _SAMPLES = 16
@@ -241,7 +237,7 @@ def _compare_floats(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance, qui
     fa = fb = None
     if a.dtype.kind == "V":  # bytes may differ where values are equal, and the reverse: values only
         unchecked = False
-    elif size <= _BYTES_CHECK:
+    elif size <= BYTES_CHECK:
         if a.tobytes() == b.tobytes():
             return _equal_floats(name, a)
         # Different bytes can still be equal values (-0.0 vs +0.0): the fast path finds out when its
@@ -309,7 +305,7 @@ def _finite_figures(
     np.subtract(fa, fb, out=diff)
     np.abs(diff, out=diff)
     np.divide(diff, fb, out=rel)
-    if size <= _BYTES_CHECK:
+    if size <= BYTES_CHECK:
         np.abs(rel, out=rel)
         max_abs, max_rel = np.fmax.reduce(rows, axis=1).tolist()
     else:  # large: two reductions instead of a pass that writes
