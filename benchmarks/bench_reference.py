@@ -144,7 +144,7 @@ NOTES = """What bounds the latency ratio (mechanisms measured on this machine; t
   1.4-2.2x with native kernels (last latency column).
 - **Depthwise convolutions.** NumPy has no fused multiply-accumulate over shifted windows; the fastest
   formulation measured (each channel's taps gathered into a column block, one BLAS gemv per channel) takes
-  0.38-0.48 ms for a 5x5 depthwise convolution of 256x14x14 or 512x7x7, where MLAS takes 0.02-0.04 ms.
+  0.24-0.28 ms for a 5x5 depthwise convolution of 256x14x14 or 512x7x7, where MLAS takes 0.02-0.04 ms.
   Per-tap accumulation, channels-last accumulation and einsum over a window view were all slower.
   MobileNetV3 and PP-OCR cls spend most of their time there.
 - **Steps of microseconds.** Each step costs about 0.35 us of the executor's own Python (measured by
