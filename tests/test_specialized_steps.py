@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace import Session
@@ -105,3 +107,77 @@ def test_specialized_step_fails_like_the_kernel(
             session.run(None, _feeds(operands, x) if not as_initializers else {"x": x})
         messages.append(str(error.value).split(": ", 1)[1])
     assert messages[0] == messages[1]
+
+
+def _kernel(op: str, version: int) -> Any:
+    from sealtrace.ops.registry import lookup
+
+    kernel = lookup("", op, version)
+    assert kernel is not None
+    return kernel
+
+
+def _same_outcome(kernel: Any, inputs: list[Any], attributes: dict[str, Any]) -> None:
+    """The specialized function (all inputs but the first constant) and the kernel agree: the same
+    bits and shape, or both raise."""
+    from sealtrace.ops.registry import VARIES, specialized
+
+    fn = specialized(kernel, (VARIES, *inputs[1:]), attributes)
+    assert fn is not None
+    try:
+        want = kernel.fn(*inputs, **attributes)
+    except Exception:
+        with pytest.raises(Exception):  # noqa: B017 - any error: the kernel's own is raised
+            fn(*inputs)
+        return
+    for _ in range(2):  # the second call comes from the specialized step's cache
+        got = fn(*inputs)
+        got_first = got[0] if isinstance(got, tuple) else got
+        want_first = want[0] if isinstance(want, tuple) else want
+        assert np.asarray(got_first).shape == np.asarray(want_first).shape
+        assert np.asarray(got_first).tobytes() == np.asarray(want_first).tobytes()
+
+
+dims = st.lists(st.integers(0, 5), min_size=1, max_size=4)
+bounds = st.integers(-8, 8) | st.sampled_from([np.iinfo(np.int64).max, np.iinfo(np.int64).min])
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=dims, data=st.data())
+def test_slice_specialized_like_kernel(shape: list[int], data: st.DataObject) -> None:
+    rank = len(shape)
+    count = data.draw(st.integers(1, rank))
+    axes = data.draw(st.lists(st.integers(-rank, rank - 1), min_size=count, max_size=count, unique=True))
+    starts = data.draw(st.lists(bounds, min_size=count, max_size=count))
+    ends = data.draw(st.lists(bounds, min_size=count, max_size=count))
+    steps = data.draw(st.lists(st.sampled_from([-3, -1, 1, 2]), min_size=count, max_size=count))
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    operands = [np.array(v, np.int64) for v in (starts, ends, axes, steps)]
+    _same_outcome(_kernel("Slice", 13), [x, *operands], {})
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=dims, data=st.data())
+def test_pad_specialized_like_kernel(shape: list[int], data: st.DataObject) -> None:
+    rank = len(shape)
+    pads = data.draw(st.lists(st.integers(-2, 4), min_size=2 * rank, max_size=2 * rank))
+    mode = data.draw(st.sampled_from(["constant", "reflect", "edge", "wrap"]))
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    _same_outcome(_kernel("Pad", 19), [x, np.array(pads, np.int64), np.array(-1.5, np.float32)], {"mode": mode})
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=dims, data=st.data())
+def test_reshape_squeeze_unsqueeze_specialized_like_kernel(shape: list[int], data: st.DataObject) -> None:
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    target = data.draw(st.lists(st.integers(-1, 6), min_size=1, max_size=4))
+    allowzero = data.draw(st.integers(0, 1))
+    _same_outcome(_kernel("Reshape", 14), [x, np.array(target, np.int64)], {"allowzero": allowzero})
+    rank = len(shape)
+    axes = data.draw(st.lists(st.integers(-rank, rank - 1), max_size=rank))
+    _same_outcome(_kernel("Squeeze", 13), [x, np.array(axes, np.int64)], {})
+    new_axes = data.draw(st.lists(st.integers(-rank - 2, rank + 1), min_size=1, max_size=2))
+    _same_outcome(_kernel("Unsqueeze", 13), [x, np.array(new_axes, np.int64)], {})
+    index = data.draw(st.integers(-6, 6))
+    axis = data.draw(st.integers(-rank, rank - 1))
+    _same_outcome(_kernel("Gather", 13), [x, np.array(index, np.int64)], {"axis": axis})
