@@ -214,3 +214,17 @@ def test_generated_run_handles_any_value_name_and_names_the_failing_step(
     np.testing.assert_array_equal(y, np.abs(-np.maximum(x, 0)).reshape(2, 3))
     with pytest.raises(KernelError, match=r"step 2 'reshape' \(Reshape\)"):
         session.run(None, {"x": np.arange(5, dtype=np.float32)})
+
+
+def test_threads_sharing_a_session_get_the_same_bits() -> None:
+    # The generated functions are compiled on a Program's first run without observers, once, whichever
+    # thread gets there first; every thread then runs the same code.
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = dequantized_matmul()
+    session = Session(model, backend=ReferenceBackend())
+    inputs = [np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32) for i in range(16)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda x: session.run(None, {"x": x})[0], inputs))
+    for x, got in zip(inputs, results, strict=True):
+        assert got.tobytes() == Session(model, backend=ReferenceBackend()).run(None, {"x": x})[0].tobytes()

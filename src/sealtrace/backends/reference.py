@@ -155,15 +155,20 @@ class LiveSegment(NamedTuple):
     line_owners: tuple[int, ...]  # per source line, the index in Program.live of its step (-1: none)
 
 
+_COMPILING = threading.Lock()
+
+
 def _compiled(program: Program) -> list[LiveSegment]:
     if not program.compiled and program.live:
-        live = program.live
-        segments = [
-            _compile_live(live, start, min(start + SEGMENT_STEPS, len(live)), program.constants)
-            for start in range(0, len(live), SEGMENT_STEPS)
-        ]
-        if not program.compiled:  # another thread may have been first: same functions
-            program.compiled.extend(segments)
+        with _COMPILING:  # threads sharing a Program compile it once
+            if not program.compiled:
+                live = program.live
+                segments = [
+                    _compile_live(live, start, min(start + SEGMENT_STEPS, len(live)), program.constants)
+                    for start in range(0, len(live), SEGMENT_STEPS)
+                ]
+                # All at once: a thread that does not take the lock must never see a partial list.
+                program.compiled.extend(segments)
     return program.compiled
 
 
