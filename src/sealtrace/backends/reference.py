@@ -369,10 +369,7 @@ class StepContext:
         if feeds:
             env.update(zip(plan.input_names, feeds, strict=False))
         env[""] = None
-        if self._observers:
-            _run_observed(program, env, path, self._observers, programs)
-        else:
-            _run_live(program, env, path, programs)
+        _run_program(program, env, path, self._observers, programs)
         return [env[name] for name in plan.output_names]
 
 
@@ -382,25 +379,33 @@ def execute(
     observers: Sequence[StepObserver],
     path: tuple[str, ...],
     programs: ProgramCache | None = None,
-    outer_constants: Mapping[str, Any] | None = None,
 ) -> list[Any]:
     """Run ``plan`` on ``feeds`` (which may also carry captured outer values); return its outputs.
 
-    With ``programs``, weight-only steps come from its cache (``outer_constants``: the enclosing
-    Program's constants, for a subgraph); without, every step runs.
+    With ``programs``, weight-only steps come from its cache; without, every step runs.
     """
-    program = programs.get(plan, outer_constants) if programs is not None else prepare(plan, fold=False)
+    program = programs.get(plan) if programs is not None else prepare(plan, fold=False)
     env: dict[str, Any] = program.run_constants.copy()
     env.update(feeds)
     env[""] = None  # an omitted optional input reads as None without a test per input
     # Floating-point warnings are off for the whole run (IEEE results are the spec), once here
     # rather than once per kernel call.
     with np.errstate(all="ignore"):
-        if not observers:
-            _run_live(program, env, path, programs)
-            return [env[name] for name in plan.output_names]
-        _run_observed(program, env, path, observers, programs)
+        _run_program(program, env, path, observers, programs)
     return [env[name] for name in plan.output_names]
+
+
+def _run_program(
+    program: Program,
+    env: dict[str, Any],
+    path: tuple[str, ...],
+    observers: Sequence[StepObserver],
+    programs: ProgramCache | None,
+) -> None:
+    if observers:
+        _run_observed(program, env, path, observers, programs)
+    else:
+        _run_live(program, env, path, programs)
 
 
 def _run_observed(

@@ -7,6 +7,7 @@ elements, so they are written for the per-call cost (``tolist`` converts a whole
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -28,3 +29,18 @@ def int_list(values: np.ndarray | Sequence[int] | None) -> list[int]:
     if array.dtype.kind not in "iu":
         array = array.astype(np.int64)  # bool or float index tensors truncate as int() would
     return array.tolist()
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+# How many input shapes (or layouts) one specialized step remembers: models feed a step one or a few.
+REMEMBERED = 64
+
+
+def remember(cache: dict[K, V], key: K, value: V) -> V:
+    """Keep ``value`` for ``key`` in a specialized step's cache while it holds fewer than
+    REMEMBERED entries (a stream of new shapes must not grow it without bound); return it."""
+    if len(cache) < REMEMBERED:
+        cache[key] = value
+    return value

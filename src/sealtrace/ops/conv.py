@@ -41,12 +41,16 @@ def _compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
     return dtype if dtype in _WIDE else np.dtype(np.float32)
 
 
+def _check_groups(channels: int, w: Array, group: int) -> None:
+    if w.shape[1] * group != channels or w.shape[0] % group:
+        raise ValueError(f"Conv: input channels {channels}, weight {w.shape} and group {group} disagree")
+
+
 def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
     """Convolution of float ``x`` [N, C, *in] with ``w`` [M, C/group, *k]; no bias, same dtype."""
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
-    if cg * group != c or m % group:
-        raise ValueError(f"Conv: input channels {c}, weight {w.shape} and group {group} disagree")
+    _check_groups(c, w, group)
     mg = m // group
     out_shape = window.out_shape
     length = prod(out_shape)
@@ -153,8 +157,7 @@ def _one_block_conv(x: Array, w: Array, b: Array | None, geometry: _Geometry, gr
     """Convolution of one small image (or a small batch, one group), bias added: its windows copied
     into one im2col matrix, one GEMM per group (the arithmetic of _direct_conv's single-block case,
     with none of its set-up)."""
-    if w.shape[1] * group != x.shape[1] or w.shape[0] % group:
-        raise ValueError(f"Conv: input channels {x.shape[1]}, weight {w.shape} and group {group} disagree")
+    _check_groups(x.shape[1], w, group)
     if geometry.padded is None:
         canvas = np.ascontiguousarray(x)
     else:

@@ -13,6 +13,7 @@ import numpy as np
 
 from sealtrace.ops._values import axis_index as _axis
 from sealtrace.ops._values import int_list as _ints
+from sealtrace.ops._values import remember
 from sealtrace.ops.registry import VARIES, KernelFn, register, specializes
 
 
@@ -114,9 +115,7 @@ def _slice_constant_bounds(inputs: tuple[Any, ...], attributes: Any) -> KernelFn
     def run(data: np.ndarray, *_constants: Any) -> np.ndarray:
         index = indexes.get(data.shape)
         if index is None:
-            index = _slice_index(data.shape, starts, ends, axes, steps)
-            if len(indexes) < 64:
-                indexes[data.shape] = index
+            index = remember(indexes, data.shape, _slice_index(data.shape, starts, ends, axes, steps))
         return data[index]
 
     return run

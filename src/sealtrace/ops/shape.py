@@ -8,13 +8,14 @@ memory is safe and saves a copy per step.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from sealtrace.ops._values import axis_index as _axis
 from sealtrace.ops._values import int_list as _ints
+from sealtrace.ops._values import remember
 from sealtrace.ops.registry import VARIES, KernelContext, KernelFn, register, specializes
 
 _ALL_VERSIONS_FROM_13 = (13, 21, 23, 24, 25)
@@ -58,10 +59,6 @@ def reshape_v14(data: np.ndarray, shape: np.ndarray, *, allowzero: int) -> np.nd
     return _reshape(data, _ints(shape), allowzero)
 
 
-# How many input shapes one specialized step remembers (models feed a step one or a few).
-_SHAPES_REMEMBERED = 64
-
-
 def _by_input_shape(generic: KernelFn) -> KernelFn:
     """A reshape-like step with constant operands: its output shape is a function of its input's
     shape alone, worked out by ``generic(data)`` (which also checks it) the first time a shape is
@@ -72,8 +69,7 @@ def _by_input_shape(generic: KernelFn) -> KernelFn:
         target = shapes.get(data.shape)
         if target is None:
             out = generic(data)
-            if len(shapes) < _SHAPES_REMEMBERED:
-                shapes[data.shape] = out.shape
+            remember(shapes, data.shape, out.shape)
             return out
         return data.reshape(target)
 
@@ -141,20 +137,22 @@ def unsqueeze_v13(data: np.ndarray, axes: np.ndarray) -> np.ndarray:
     return _unsqueeze(data, _ints(axes))
 
 
-@specializes(squeeze_v13)
-def _squeeze_constant_axes(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
-    if inputs[1] is VARIES:
-        return None
-    axes = _ints(inputs[1])
-    return _by_input_shape(lambda data: _squeeze(data, axes))
+def _constant_axes(
+    reshape: Callable[[np.ndarray, Sequence[int]], np.ndarray],
+) -> Callable[[tuple[Any, ...], Any], KernelFn | None]:
+    """The specializer of Squeeze or Unsqueeze (``reshape``) whose axes input is a constant."""
+
+    def specialize(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
+        if inputs[1] is VARIES:
+            return None
+        axes = _ints(inputs[1])
+        return _by_input_shape(lambda data: reshape(data, axes))
+
+    return specialize
 
 
-@specializes(unsqueeze_v13)
-def _unsqueeze_constant_axes(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
-    if inputs[1] is VARIES:
-        return None
-    axes = _ints(inputs[1])
-    return _by_input_shape(lambda data: _unsqueeze(data, axes))
+specializes(squeeze_v13)(_constant_axes(_squeeze))
+specializes(unsqueeze_v13)(_constant_axes(_unsqueeze))
 
 
 @register("Flatten", 1, 9, 11, *_ALL_VERSIONS_FROM_13)
@@ -449,9 +447,7 @@ def _pad_constant_pads(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | N
     def run(data: np.ndarray, *_constants: Any) -> np.ndarray:
         recipe = recipes.get(data.shape)
         if recipe is None:
-            recipe = _pad_recipe(data.shape, pads, mode, axes)
-            if len(recipes) < _SHAPES_REMEMBERED:
-                recipes[data.shape] = recipe
+            recipe = remember(recipes, data.shape, _pad_recipe(data.shape, pads, mode, axes))
         return _apply_pad(data, recipe, mode, value)
 
     return run
