@@ -402,7 +402,9 @@ def _run_program(
     observers: Sequence[StepObserver],
     programs: ProgramCache | None,
 ) -> None:
-    if observers:
+    # Without a ProgramCache (a control-flow kernel called outside a run: the torch bridge), the
+    # Program lives for this one call, and generating its code would cost more than it saves.
+    if observers or programs is None:
         _run_observed(program, env, path, observers, programs)
     else:
         _run_live(program, env, path, programs)
