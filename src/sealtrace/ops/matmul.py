@@ -51,6 +51,8 @@ def _product(a: Array, b: Array) -> Array:
 @register("MatMul", 1, 9, 13)
 def matmul(a: Array, b: Array) -> Array:
     """ONNX MatMul v1/9/13: numpy.matmul semantics (1-D promotion, batched broadcast)."""
+    if a.dtype is _FLOAT32 and b.dtype is _FLOAT32 and a.ndim == 2 and b.ndim == 2:
+        return np.dot(a, b)  # _matmul's common case, one call less (ACAS Xu runs seven of [1, 50])
     return _matmul(a, b)
 
 
