@@ -1,15 +1,32 @@
-"""Shared fixtures: real material is required in CI and skipped (with the reason) elsewhere."""
+"""Shared fixtures and helpers: real material is required in CI and skipped (with the reason) elsewhere."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import onnx
 import pytest
 
+from sealtrace.backends.base import StepEvent
 from sealtrace.zoo import MaterialMissingError
+
+
+class StepRecorder:
+    """An observer that keeps every event of its latest run."""
+
+    def __init__(self) -> None:
+        self.events: list[StepEvent] = []
+
+    def on_run_start(self, plan: Any, feeds: Mapping[str, Any], backend: Any) -> None:
+        self.events.clear()
+
+    def on_step(self, event: StepEvent) -> None:
+        self.events.append(event)
+
+    def on_run_end(self, outputs: Mapping[str, Any]) -> None:
+        pass
 
 
 def require_material(load: Callable[[], Any]) -> Any:

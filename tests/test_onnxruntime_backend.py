@@ -12,10 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace import build_plan, zoo
-from sealtrace.backends.base import StepEvent
 from sealtrace.backends.onnxruntime import SEGMENT_STEPS, OnnxRuntimeBackend
 from sealtrace.plan import Plan
-from tests.conftest import make_model, require_material
+from tests.conftest import StepRecorder, make_model, require_material
 
 
 def long_model() -> onnx.ModelProto:
@@ -60,25 +59,11 @@ def per_op_values(plan: Plan, feeds: Mapping[str, Any]) -> dict[str, Any]:
     return dict(zip(names, session.run(names, dict(feeds)), strict=True))
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[StepEvent] = []
-
-    def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Any) -> None:
-        pass
-
-    def on_step(self, event: StepEvent) -> None:
-        self.events.append(event)
-
-    def on_run_end(self, outputs: Mapping[str, Any]) -> None:
-        pass
-
-
 def assert_segments_match_one_piece(plan: Plan, feeds: Mapping[str, Any]) -> None:
     expected = per_op_values(plan, feeds)
     backend = OnnxRuntimeBackend(per_op=True)
     for _ in range(2):  # sessions are built on the first run and reused on the second
-        recorder = Recorder()
+        recorder = StepRecorder()
         outputs = backend.run(plan, feeds, [recorder])
         assert [e.step.index for e in recorder.events] == [s.index for s in plan.steps]
         for event in recorder.events:
@@ -115,7 +100,7 @@ def test_segments_give_the_one_piece_values_on_a_real_model() -> None:
 def test_optimized_mode_reports_no_steps() -> None:
     plan = build_plan(long_model())
     feeds = {"x": np.ones((4, 8), np.float32)}
-    recorder = Recorder()
+    recorder = StepRecorder()
     backend = OnnxRuntimeBackend(per_op=False)
     out = backend.run(plan, feeds, [recorder])
     assert recorder.events == [] and out["y"].shape == (4, 8) and not backend.per_step

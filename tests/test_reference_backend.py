@@ -3,9 +3,6 @@ generated functions a run without observers executes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
 import onnx
 import pytest
@@ -13,27 +10,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace import Session
 from sealtrace.backends import reference
-from sealtrace.backends.base import Backend, StepEvent
 from sealtrace.backends.reference import ReferenceBackend
 from sealtrace.errors import KernelError
-from sealtrace.plan.model import Plan
-from tests.conftest import make_model
-
-
-class Recorder:
-    """Keeps every event of a run."""
-
-    def __init__(self) -> None:
-        self.events: list[StepEvent] = []
-
-    def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None:
-        self.events.clear()
-
-    def on_step(self, event: StepEvent) -> None:
-        self.events.append(event)
-
-    def on_run_end(self, outputs: Mapping[str, Any]) -> None:
-        pass
+from tests.conftest import StepRecorder, make_model
 
 
 def dequantized_matmul() -> onnx.ModelProto:
@@ -81,7 +60,7 @@ def test_weight_only_steps_fold_without_changing_a_bit() -> None:
 def test_observers_see_every_step_in_order_with_folded_ones_marked() -> None:
     model = dequantized_matmul()
     x = np.ones((2, 8), np.float32)
-    folded, unfolded = Recorder(), Recorder()
+    folded, unfolded = StepRecorder(), StepRecorder()
     session = Session(model, backend=ReferenceBackend())
     session.run(None, {"x": x}, observers=[folded])
     first = [out for event in folded.events for out in event.outputs]
@@ -177,7 +156,7 @@ def test_subgraph_steps_on_captured_weights_fold() -> None:
     unfolded = Session(model, backend=ReferenceBackend(fold=False))
     for flag in (True, False, True):
         feeds = {"x": x, "flag": np.array(flag)}
-        events = Recorder()
+        events = StepRecorder()
         got = session.run(None, feeds, observers=[events])[0]
         assert got.tobytes() == unfolded.run(None, feeds)[0].tobytes()
         # The branch's Slice reads only the enclosing graph's weights: reported as constant.
