@@ -151,3 +151,17 @@ def test_finite_ulp_shortcut(dtype: type[np.floating[Any]]) -> None:
         assert _finite_ulp(x, y, None, same) == ulp_distance(x, y)
         assert _finite_ulp(x, y, np.empty(2 * x.size, dtype), same) == ulp_distance(x, y)
         assert _finite_ulp(x, y) == ulp_distance(x, y)
+
+
+def test_ulp_distance_across_zero_does_not_wrap() -> None:
+    # Opposite signs: the distance is the sum of both magnitudes, which for large float64 values is
+    # beyond int64 (an int64 difference of the raw integers wrapped around to a small number).
+    huge = np.array([1.7e308, -1.7e308, 1.0])
+    expected = 2 * int(np.array(1.7e308).view(np.int64))
+    assert expected > np.iinfo(np.int64).max
+    assert ulp_distance(huge, -huge) == expected
+    assert compare_values("v", huge, -huge, Tolerance()).max_ulp == expected
+    one = np.float32([1.0, -0.0, 0.0])
+    assert ulp_distance(one, np.float32([np.nextafter(np.float32(1), np.float32(2)), 0.0, -0.0])) == 1
+    tiny = np.float32([1e-45])  # the smallest subnormal: one step from +0.0, two across to -1e-45
+    assert ulp_distance(tiny, -tiny) == 2

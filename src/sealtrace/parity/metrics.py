@@ -129,7 +129,8 @@ _INT_MIN = {size: int(np.iinfo(itype).min) for size, itype in _ULP_INT.items()}
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:
-    """Largest number of representable floats between a and b, elementwise (non-finite ignored)."""
+    """Largest number of representable floats between a and b, elementwise (non-finite ignored;
+    +0.0 and -0.0 are 0 apart)."""
     itype = _ULP_INT.get(a.dtype.itemsize)
     if itype is None or a.dtype.kind != "f":
         return 0
@@ -138,12 +139,18 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:
         return 0
     ia = a.view(itype)[finite] if not finite.all() else a.view(itype).reshape(-1)
     ib = b.view(itype)[finite] if not finite.all() else b.view(itype).reshape(-1)
-    # Map sign-magnitude onto a monotonic integer line (-0.0 and +0.0 become neighbours); the
-    # mapped values still fit the same width, and the difference is taken in int64.
-    low = itype(np.iinfo(itype).min)
-    ia = np.where(ia < 0, low - ia, ia)
-    ib = np.where(ib < 0, low - ib, ib)
-    return int(np.abs(np.subtract(ia, ib, dtype=np.int64)).max())
+    # Same signs: the difference of the raw integers, which cannot overflow. Opposite signs: the
+    # sum of the two magnitudes, in uint64 (two float64 magnitudes can exceed int64).
+    mixed = (ia ^ ib) < 0
+    with np.errstate(over="ignore"):
+        distance = np.subtract(ia, ib)  # wraps only where the signs differ, which is set aside
+    distance[mixed] = 0
+    largest = int(np.abs(distance).max())
+    if mixed.any():
+        magnitude = itype(np.iinfo(itype).max)
+        across = (ia[mixed] & magnitude).astype(np.uint64) + (ib[mixed] & magnitude).astype(np.uint64)
+        largest = max(largest, int(across.max()))
+    return largest
 
 
 def compare_values(name: str, a: Any, b: Any, tol: Tolerance, quiet: bool = False) -> ValueDiff:
