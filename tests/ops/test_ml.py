@@ -1,15 +1,18 @@
 """ai.onnx.ml kernels against onnxruntime: LabelEncoder (all versions and key/value types),
 ArrayFeatureExtractor, Binarizer, TreeEnsemble (random trees: every node mode, NaN routing, set membership,
-aggregations and post transforms)."""
+aggregations and post transforms), TreeEnsembleRegressor/Classifier (two classes included, with ONNX
+Runtime's conventions for them)."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
 import pytest
 from onnx import numpy_helper
 
+from sealtrace.errors import KernelError
 from tests.ops.oneop import assert_same, both
 
 ML = "ai.onnx.ml"
@@ -322,17 +325,47 @@ def test_tree_ensemble_classifier_multiclass_matches_onnxruntime(
         assert_same(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_tree_ensemble_classifier_two_classes_is_refused() -> None:
-    from sealtrace.ops.ml import tree_ensemble_classifier
-
-    attrs = _legacy_forest(np.random.default_rng(0), features=2, outputs=2, prefix="class")
-    settings: dict[str, Any] = {
-        k: None
-        for k in ("base_values", "classlabels_strings", "nodes_hitrates", "nodes_missing_value_tracks_true")
-    }
-    settings.update(attrs, classlabels_int64s=(0, 1), post_transform="NONE")
-    with pytest.raises(NotImplementedError, match="3 or more classes"):
-        tree_ensemble_classifier(np.zeros((1, 2), np.float32), **settings)
+@pytest.mark.parametrize("votes_for", ["class 0", "class 1", "both"])
+@pytest.mark.parametrize("weights", ["non-negative", "mixed"])
+@pytest.mark.parametrize("base", [0, 1, 2])
+@pytest.mark.parametrize("post_transform", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"])
+def test_tree_ensemble_classifier_two_classes_matches_onnxruntime(
+    votes_for: str, weights: str, base: int, post_transform: str
+) -> None:
+    # The spec leaves two classes open; ONNX Runtime derives the label and the second score from
+    # which classes were voted for, the weights' signs and the number of base values (the sklearn
+    # converters' binary classifiers are such models). Where it writes one score and leaves the
+    # second column unwritten, the kernel refuses the sample.
+    rng = np.random.default_rng(zlib.crc32(f"{votes_for}/{weights}/{base}/{post_transform}".encode()))
+    compared = 0
+    for trial in range(6):
+        attrs = _legacy_forest(rng, features=3, outputs=2, prefix="class")
+        if votes_for != "both":
+            attrs["class_ids"] = [int(votes_for[-1])] * len(attrs["class_ids"])
+        else:  # both classes, whatever the random trees drew
+            attrs["class_ids"][0] = 1 - attrs["class_ids"][-1]
+        scale = rng.choice([1.0, 0.3])
+        attrs["class_weights"] = [
+            round(abs(w) * scale if weights == "non-negative" else w * scale, 2) for w in attrs["class_weights"]
+        ]
+        if base:
+            attrs["base_values"] = [float(v) for v in np.round(rng.normal(size=base) * 0.5, 2)]
+        if trial % 2:
+            attrs["classlabels_strings"] = ["no", "yes"]
+        else:
+            attrs["classlabels_int64s"] = [3, 7]
+        x = np.round(rng.normal(size=(16, 3)), 1).astype(np.float32)
+        try:
+            got, want = both(
+                "TreeEnsembleClassifier", {"x": x}, 3, n_out=2, domain=ML, post_transform=post_transform, **attrs
+            )
+        except KernelError as exc:
+            assert "no defined second score" in str(exc)
+            continue
+        assert_same(got, want, rtol=1e-5, atol=1e-6)
+        compared += 1
+    if post_transform != "PROBIT" and (votes_for != "both" or base == 2):
+        assert compared == 6  # refused only where ONNX Runtime leaves a score unwritten
 
 
 @pytest.mark.parametrize("aggregate_function", ["SUM", "AVERAGE", "MIN", "MAX"])
@@ -347,3 +380,32 @@ def test_tree_ensemble_regressor_single_target(aggregate_function: str, post_tra
     settings = {"aggregate_function": aggregate_function, "post_transform": post_transform, **attrs}
     got, want = both("TreeEnsembleRegressor", {"x": x}, 3, domain=ML, n_targets=1, **settings)
     assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["TreeEnsembleRegressor", "TreeEnsembleClassifier"])
+def test_softmax_zero_follows_onnxruntime_near_zero(op: str) -> None:
+    # Scores within 1e-7 of zero are left out of the sum (and scaled by exp(-max), not zeroed); a
+    # sample whose every score is such divides by zero, which ONNX Runtime reports as NaN.
+    prefix = "target" if op == "TreeEnsembleRegressor" else "class"
+    attrs: dict[str, Any] = {
+        "nodes_treeids": [0, 0, 0],
+        "nodes_nodeids": [0, 1, 2],
+        "nodes_featureids": [0, 0, 0],
+        "nodes_modes": ["BRANCH_LEQ", "LEAF", "LEAF"],
+        "nodes_values": [0.0, 0.0, 0.0],
+        "nodes_truenodeids": [1, 0, 0],
+        "nodes_falsenodeids": [2, 0, 0],
+        f"{prefix}_treeids": [0] * 6,
+        f"{prefix}_nodeids": [1, 1, 1, 2, 2, 2],
+        f"{prefix}_ids": [0, 1, 2, 0, 1, 2],
+        f"{prefix}_weights": [0.0, 0.0, 0.0, 5e-8, 0.5, -0.3],
+    }
+    if op == "TreeEnsembleRegressor":
+        attrs["n_targets"] = 3
+    else:
+        attrs["classlabels_int64s"] = [1, 2, 3]
+    x = np.float32([[-1.0], [1.0]])
+    got, want = both(op, {"x": x}, 3, n_out=1 if prefix == "target" else 2, domain=ML,
+                     post_transform="SOFTMAX_ZERO", **attrs)
+    assert np.isnan(want[-1][0]).all()  # the all-zero sample
+    assert_same(got, want, rtol=1e-6)
