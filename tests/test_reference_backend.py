@@ -207,3 +207,53 @@ def test_threads_sharing_a_session_get_the_same_bits() -> None:
         results = list(pool.map(lambda x: session.run(None, {"x": x})[0], inputs))
     for x, got in zip(inputs, results, strict=True):
         assert got.tobytes() == Session(model, backend=ReferenceBackend()).run(None, {"x": x})[0].tobytes()
+
+
+@pytest.mark.parametrize("segment_steps", [16, 2, 1])
+def test_generated_locals_keep_what_others_read_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch, segment_steps: int
+) -> None:
+    # Values made and freed within one generated function are its local variables; a value an If
+    # branch captures (read through the step's context), a graph output, or one read by a later
+    # function stays in the environment. Either way the run gives the step loop's bits.
+    monkeypatch.setattr(reference, "SEGMENT_STEPS", segment_steps)
+    then_branch = helper.make_graph(
+        [helper.make_node("Mul", ["b", "b"], ["then_out"], name="square")],
+        "then", [], [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, None)],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Neg", ["b"], ["else_out"], name="negate")],
+        "else", [], [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, None)],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Sin", ["a"], ["b"], name="sin"),
+        helper.make_node("If", ["flag"], ["c"], then_branch=then_branch, else_branch=else_branch, name="branch"),
+        helper.make_node("Add", ["c", "a"], ["d"], name="add"),
+        helper.make_node("Abs", ["d"], ["y"], name="abs"),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("a", TensorProto.FLOAT, None)],
+    )
+    session = Session(model, backend=ReferenceBackend())
+    program = session.backend.programs.get(session.plan)  # type: ignore[attr-defined]
+    every = reference._segment_locals(program.live, 0, len(program.live))
+    assert set(every) == {"c", "d"}  # not a (a graph output), nor b (the branches capture it)
+    x = np.linspace(-2, 2, 7, dtype=np.float32)
+    for flag in (True, False):
+        feeds = {"x": x, "flag": np.array(flag)}
+        generated = session.run(None, feeds)
+        looped = session.run(None, feeds, observers=[StepRecorder()])
+        assert [v.tobytes() for v in generated] == [v.tobytes() for v in looped]
+
+
+def test_a_local_value_that_is_not_an_array_is_stored_as_the_environment_would() -> None:
+    step = Session(dequantized_matmul()).plan.steps[2]
+    assert reference._single_output(step, np.float32(2)).shape == ()
+    assert reference._single_output(step, (np.ones(2),)).tolist() == [1.0, 1.0]
+    with pytest.raises(KernelError, match="does not produce it"):
+        reference._single_output(step, ())

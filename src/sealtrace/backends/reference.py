@@ -132,20 +132,27 @@ def _live_step(step: Step, release: tuple[str, ...], constants: Mapping[str, Any
 
 
 # The run without observers executes each Program's live steps as generated Python functions,
-# straight lines of kernel calls on the run's environment:
+# straight lines of kernel calls:
 #
-#     r = f7(env['x'], env['w'], **a7)
+#     v3 = f7(env['x'], env['w'], **a7)          # a value only this function reads: a local
+#     if type(v3) is not ndarray: v3 = one(s7, v3)
+#     r = f8(v3)                                # a value a later function or the caller reads
 #     if type(r) is ndarray: env['y'] = r
-#     else: store(s7, r, env)
+#     else: store(s8, r, env)
+#     del v3                                    # released after its last reader
 #     env.pop('x', None)
 #
 # On models whose steps take microseconds, a loop's unpacking and branching per step was a fifth
-# of the run (ACAS Xu: 33 -> 27 us; Silero VAD's branch-free variant 180 -> 160 us). Values keep
-# their names only as string literals (repr), so any name is safe; kernels, steps and attributes
-# are the functions' globals. One function per SEGMENT_STEPS steps: the compiler's working memory
-# grows with the source it compiles at once, and the process keeps it (PP-OCR cls, 566 steps: 6 MB
-# in one function, 1.8 MB in functions of 64 steps, 0.66 MB of 16; its whole run's peak is 15 MB),
-# while the generated code itself is about 220 kB. Line numbers map back to steps for errors.
+# of the run (ACAS Xu: 33 -> 27 us; Silero VAD's branch-free variant 180 -> 160 us), and the
+# environment's stores, lookups and pops for values made and freed within one function a tenth of
+# what was left. A value stays in the environment when it is a graph output, is read after its
+# function, is read by a control-flow step through its context (implicit inputs), or comes from a
+# step with several outputs. Values keep their names only as string literals (repr), so any name
+# is safe; kernels, steps and attributes are the functions' globals. One function per
+# SEGMENT_STEPS steps: the compiler's working memory grows with the source it compiles at once,
+# and the process keeps it (PP-OCR cls, 566 steps: 6 MB in one function, 1.8 MB in functions of
+# 64 steps, 0.66 MB of 16; its whole run's peak is 15 MB), while the generated code itself is
+# about 220 kB. Line numbers map back to steps for errors.
 SEGMENT_STEPS = 16
 LiveRun = Callable[[dict[str, Any], tuple[str, ...], "ProgramCache | None"], None]
 
@@ -175,31 +182,61 @@ def _compiled(program: Program) -> list[LiveSegment]:
 def _compile_live(live: tuple[LiveStep, ...], start: int, stop: int, constants: Mapping[str, Any]) -> LiveSegment:
     """Live steps ``start:stop`` as one function ``run(env, path, programs)``."""
     names: dict[str, Any] = {"StepContext": StepContext, "ndarray": np.ndarray, "store": _store_outputs,
-                             "constants": constants}
+                             "one": _single_output, "constants": constants}
+    local = _segment_locals(live, start, stop)
     lines = ["def run(env, path, programs):"]
     owners = [-1]
     for i in range(start, stop):
         step, fn, inputs, single, attributes, context, release = live[i]
         names[f"f{i}"], names[f"s{i}"] = fn, step
-        arguments = [f"env[{name!r}]" for name in inputs]
+        arguments = [local.get(name, f"env[{name!r}]") for name in inputs]
         if context:
             arguments.insert(0, f"StepContext(env, (), path, s{i}, programs, constants)")
         if attributes:
             names[f"a{i}"] = attributes
             arguments.append(f"**a{i}")
         call = f"f{i}({', '.join(arguments)})"
-        if single is not None:
+        if single is not None and single in local:
+            variable = local[single]
+            body = [f"{variable} = {call}", f"if type({variable}) is not ndarray: {variable} = one(s{i}, {variable})"]
+        elif single is not None:
             body = [f"r = {call}", f"if type(r) is ndarray: env[{single!r}] = r", f"else: store(s{i}, r, env)"]
             if single in release:
                 body.append("r = None")  # an output nothing reads is freed now, not one step later
         else:
             body = [f"store(s{i}, {call}, env)"]
-        body.extend(f"env.pop({name!r}, None)" for name in release)
+        body.extend(f"del {local[name]}" if name in local else f"env.pop({name!r}, None)" for name in release)
         lines.extend(f"    {line}" for line in body)
         owners.extend([i] * len(body))
     code = compile("\n".join(lines), "<sealtrace live steps>", "exec")
     exec(code, names)  # the source above: the Plan's names only as repr literals
     return LiveSegment(names["run"], tuple(owners))
+
+
+def _segment_locals(live: tuple[LiveStep, ...], start: int, stop: int) -> dict[str, str]:
+    """The values of live steps ``start:stop`` that can be local variables of their function, by
+    name: single outputs released within the segment (so neither graph outputs nor read later)
+    that no step of the segment reads through its context."""
+    through_context = {name for i in range(start, stop) for name in live[i].step.implicit_inputs}
+    released = {name for i in range(start, stop) for name in live[i].release}
+    local: dict[str, str] = {}
+    for i in range(start, stop):
+        single = live[i].single
+        if single is not None and single in released and single not in through_context:
+            local[single] = f"v{i}"
+    return local
+
+
+def _single_output(step: Step, result: Any) -> Any:
+    """A single-output kernel's result that is not an array (a scalar, a one-tuple), as the value
+    _store_outputs would store."""
+    outputs = as_outputs(result)
+    if not outputs:
+        raise KernelError(
+            f"step {step.index} {step.name!r} ({step.op_type}): output 0 ({step.outputs[0]!r}) "
+            "was asked for but the kernel does not produce it"
+        )
+    return outputs[0]
 
 
 def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
