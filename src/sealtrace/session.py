@@ -150,13 +150,16 @@ class Session:
         path) if given; ``capture`` (a directory or a CaptureStore) stores every intermediate
         tensor. See sealtrace.audit and docs/audit-log.md.
         """
-        wanted = list(output_names) if output_names else self.plan.output_names
-        unknown = [n for n in wanted if n not in self.plan.output_names]
-        if unknown:
-            raise InputError(
-                f"unknown output(s) {', '.join(map(repr, unknown))}; "
-                f"outputs are: {', '.join(self.plan.output_names)}"
-            )
+        if output_names:
+            wanted = list(output_names)
+            known = self.plan.output_names
+            unknown = [n for n in wanted if n not in known]
+            if unknown:
+                raise InputError(
+                    f"unknown output(s) {', '.join(map(repr, unknown))}; outputs are: {', '.join(known)}"
+                )
+        else:
+            wanted = self.plan.output_names
         checked = check_feeds(self.plan, feeds)
         recording: list[Any] = []
         if audit is not None or capture is not None or sample is not None or sign_key is not None:

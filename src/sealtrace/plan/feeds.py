@@ -15,7 +15,7 @@ def check_feeds(plan: Plan, feeds: Mapping[str, Any]) -> dict[str, Any]:
     """Return the feeds as arrays, or raise InputError naming every wrong or missing input."""
     if not isinstance(feeds, Mapping):
         raise InputError(f"feeds must be a mapping of input name to array, not {type(feeds).__name__}")
-    declared = {v.name: v for v in plan.inputs}
+    declared = plan.inputs_by_name
     problems: list[str] = []
     for name in feeds:
         if name not in declared:

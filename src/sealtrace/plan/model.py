@@ -132,11 +132,25 @@ class Plan:
 
     @property
     def input_names(self) -> list[str]:
-        return [v.name for v in self.inputs]
+        return list(self._input_names)
 
     @property
     def output_names(self) -> list[str]:
-        return [v.name for v in self.outputs]
+        return list(self._output_names)
+
+    # Worked out once: runs ask for them every time, and a tiny model runs in microseconds.
+    @cached_property
+    def _input_names(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.inputs)
+
+    @cached_property
+    def _output_names(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.outputs)
+
+    @cached_property
+    def inputs_by_name(self) -> Mapping[str, ValueInfo]:
+        """The declared inputs by name (read-only use)."""
+        return {v.name: v for v in self.inputs}
 
     def walk(self, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Step]]:
         """Every step, subgraph steps included, with the path of subgraphs that holds it."""
