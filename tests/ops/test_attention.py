@@ -1,12 +1,18 @@
-"""Attention (opset 23/24) and RotaryEmbedding against onnxruntime."""
+"""Attention (opset 23/24/25) and RotaryEmbedding against onnxruntime; FlexAttention (ai.onnx.preview) against onnx's reference evaluator."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
+import sealtrace
+from sealtrace.errors import KernelError
+from tests.ops.oneop import one_node_model
 from tests.ops.test_matmul import assert_same, run_both, run_ours
 
 RNG = np.random.default_rng(3)
@@ -191,3 +197,47 @@ def test_linear_attention_state_carries_across_calls() -> None:
     tail, state = run_ours("LinearAttention", second, 27, n_outputs=2, **attrs)
     np.testing.assert_allclose(np.concatenate([head, tail], axis=1), whole, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(state, final, rtol=1e-5, atol=1e-6)
+
+
+def _flex_model(q: np.ndarray, k: np.ndarray, v: np.ndarray, **attrs: Any) -> onnx.ModelProto:
+    return one_node_model("FlexAttention", {"Q": q, "K": k, "V": v}, 1, 1, "ai.onnx.preview", **attrs)
+
+
+def _modifier(name: str, op: str, *constants: float) -> onnx.GraphProto:
+    """A one-input modifier subgraph: (x) -> op(x, *constants), float32."""
+    tensors = [numpy_helper.from_array(np.float32(c), f"{name}_c{i}") for i, c in enumerate(constants)]
+    node = helper.make_node(op, [f"{name}_in", *(t.name for t in tensors)], [f"{name}_out"])
+    return helper.make_graph(
+        [node], name, [helper.make_tensor_value_info(f"{name}_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, None)], initializer=tensors,
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_flex_attention_gqa_with_both_modifiers_matches_onnx_reference(dtype: type) -> None:
+    # ONNX Runtime has no ai.onnx.preview kernels: onnx's own reference evaluator is the oracle.
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((2, 4, 5, 8)).astype(dtype)
+    k = rng.standard_normal((2, 2, 6, 8)).astype(dtype)
+    v = rng.standard_normal((2, 2, 6, 3)).astype(dtype)
+    attrs: dict[str, Any] = {"scale": 0.3}
+    if dtype is np.float32:  # the modifiers' graphs are float32, the softmax precision of float32 inputs
+        attrs.update(score_mod=_modifier("score", "Mul", 0.5), prob_mod=_modifier("prob", "Pow", 2.0))
+    model = _flex_model(q, k, v, **attrs)
+    feeds = {"Q": q, "K": k, "V": v}
+    (ours,) = sealtrace.Session(model).run(None, feeds)
+    (theirs,) = ReferenceEvaluator(model).run(None, feeds)
+    assert ours.dtype == theirs.dtype and ours.shape == (2, 4, 5, 3)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+
+
+def test_flex_attention_refuses_mismatched_heads_and_shape_changing_modifiers() -> None:
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 3, 4, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 4, 8)).astype(np.float32)
+    with pytest.raises(KernelError, match="multiple of kv_num_heads"):
+        sealtrace.Session(_flex_model(q, k, k)).run(None, {"Q": q, "K": k, "V": k})
+    q = q[:, :2]
+    model = _flex_model(q, k, k, score_mod=_modifier("score", "ReduceMax"))  # all axes: (1, 1, 1, 1)
+    with pytest.raises(KernelError, match="changed the shape"):
+        sealtrace.Session(model).run(None, {"Q": q, "K": k, "V": k})

@@ -1,4 +1,5 @@
-"""Attention (opset 23/24/25), RotaryEmbedding (opset 23) and LinearAttention (opset 27).
+"""Attention (opset 23/24/25), RotaryEmbedding (opset 23), LinearAttention (opset 27) and
+FlexAttention (ai.onnx.preview 1).
 
 Scores and softmax run in float32 for float16/bfloat16/float32 inputs (float64 stays float64);
 outputs are cast back to the query's dtype once. Grouped-query attention is computed by
@@ -12,7 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from sealtrace.ops.registry import register
+from sealtrace.ops.registry import KernelContext, register
 
 Array = np.ndarray[Any, Any]
 
@@ -353,3 +354,65 @@ def linear_attention(
         out[:, :, t] = np.matmul(q_t, state).reshape(batch, q_num_heads, d_v) * factor
     output = out.transpose(0, 2, 1, 3).reshape(batch, steps, q_num_heads * d_v)
     return output.astype(query.dtype), state.astype(state_dtype)
+
+
+@register("FlexAttention", 1, domain="ai.onnx.preview", context=True)
+def flex_attention(
+    ctx: KernelContext,
+    q: Array,
+    k: Array,
+    v: Array,
+    *,
+    prob_mod: Any,
+    scale: float | None,
+    score_mod: Any,
+    softmax_precision: int | None,
+) -> Array:
+    """ai.onnx.preview FlexAttention v1: softmax((Q K^T) * scale -> score_mod) -> prob_mod, times V.
+
+    As the spec's function: Q and K are each scaled by sqrt(scale) (taken in float32) in their own
+    dtype and multiplied there; the scores then move to the softmax precision (float32 for inputs
+    narrower than float32), where the modifier subgraphs, the softmax and the product with V run;
+    the result returns to V's dtype. The softmax is the plain one: a row of -inf scores is NaN.
+    """
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"FlexAttention needs rank-4 Q, K, V; got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    batch, heads, q_len, head_size = q.shape
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    if k.shape[3] != head_size or v.shape[1] != kv_heads or v.shape[2] != kv_len:
+        raise ValueError(f"FlexAttention: K {list(k.shape)} and V {list(v.shape)} do not match Q {list(q.shape)}")
+    if heads % kv_heads:
+        raise ValueError(f"FlexAttention: q_num_heads ({heads}) must be a multiple of kv_num_heads ({kv_heads})")
+    group = heads // kv_heads
+    if softmax_precision is not None and softmax_precision not in _PRECISIONS:
+        raise ValueError(f"FlexAttention: unsupported softmax_precision {softmax_precision}")
+    work = (
+        _PRECISIONS[softmax_precision]
+        if softmax_precision is not None
+        else (q.dtype if q.dtype.itemsize >= 4 and q.dtype.kind == "f" else np.dtype(np.float32))
+    )
+    root = np.asarray(np.sqrt(np.float32(1 / np.sqrt(head_size) if scale is None else scale)), dtype=q.dtype)
+    # GQA: query head h uses kv head h // group; view queries as (kv_heads, group) to share K, V.
+    scores = np.matmul(
+        (q * root).reshape(batch, kv_heads, group, q_len, head_size), (k * root)[:, :, None].swapaxes(-1, -2)
+    ).reshape(batch, heads, q_len, kv_len)
+    scores = scores.astype(work)
+    if score_mod is not None:
+        scores = _modified(ctx, "score_mod", score_mod, scores, work)
+    exp = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
+    probs = exp / np.sum(exp, axis=-1, keepdims=True)
+    if prob_mod is not None:
+        probs = _modified(ctx, "prob_mod", prob_mod, probs, work)
+    y = np.matmul(probs.reshape(batch, kv_heads, group, q_len, kv_len), v.astype(work)[:, :, None])
+    return y.reshape(batch, heads, q_len, -1).astype(v.dtype)
+
+
+def _modified(ctx: KernelContext, name: str, graph: Any, value: Array, work: np.dtype[Any]) -> Array:
+    """``value`` through a FlexAttention modifier subgraph (one input, one output of its shape)."""
+    outputs = ctx.run_subgraph(name, graph, [value])
+    if len(outputs) != 1:
+        raise ValueError(f"FlexAttention {name} must have exactly one output, it has {len(outputs)}")
+    out = np.asarray(outputs[0], dtype=work)
+    if out.shape != value.shape:
+        raise ValueError(f"FlexAttention {name} changed the shape {list(value.shape)} to {list(out.shape)}")
+    return out
