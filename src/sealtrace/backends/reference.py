@@ -232,10 +232,7 @@ def _single_output(step: Step, result: Any) -> Any:
     _store_outputs would store."""
     outputs = as_outputs(result)
     if not outputs:
-        raise KernelError(
-            f"step {step.index} {step.name!r} ({step.op_type}): output 0 ({step.outputs[0]!r}) "
-            "was asked for but the kernel does not produce it"
-        )
+        raise _missing_output(step, 0)
     return outputs[0]
 
 
@@ -528,8 +525,12 @@ def _store_outputs(step: Step, result: Any, env: dict[str, Any]) -> None:
     for i, name in enumerate(step.outputs):
         if name:
             if i >= len(outputs):
-                raise KernelError(
-                    f"step {step.index} {step.name!r} ({step.op_type}): output {i} ({name!r}) "
-                    "was asked for but the kernel does not produce it"
-                )
+                raise _missing_output(step, i)
             env[name] = outputs[i]
+
+
+def _missing_output(step: Step, i: int) -> KernelError:
+    return KernelError(
+        f"step {step.index} {step.name!r} ({step.op_type}): output {i} ({step.outputs[i]!r}) "
+        "was asked for but the kernel does not produce it"
+    )
