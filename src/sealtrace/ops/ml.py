@@ -209,7 +209,7 @@ def _post_transform(scores: np.ndarray, post_transform: str) -> np.ndarray:
         shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True)
     if post_transform == "LOGISTIC":
-        return 1 / (1 + np.exp(-scores))
+        return _logistic(scores)
     if post_transform == "SOFTMAX_ZERO":
         # As ONNX Runtime does it: scores within 1e-7 of zero take no part in the sum and become
         # score * exp(-max) / sum (zeros stay zero); a row of such scores divides by 0 (NaN).
@@ -500,11 +500,12 @@ def tree_ensemble_classifier(
         return labels[best], _post_transform(scores, post_transform).astype(np.float32)
     if n_classes != 2:
         raise ValueError(f"TreeEnsembleClassifier needs at least 2 class labels, got {n_classes}")
+    single_class = len(set(class_ids)) == 1
     index, out = _binary_classification(
-        scores, voted, base, single_class=len(set(class_ids)) == 1, all_positive=bool((weights >= 0).all()),
+        scores, voted, base, single_class=single_class, all_positive=bool((weights >= 0).all()),
         post_transform=post_transform,
     )
-    if classlabels_strings or len(set(class_ids)) == 1:
+    if classlabels_strings or single_class:
         return labels[index], out
     # Both classes voted on: ONNX Runtime labels the sample 1 or 0 (the class index, whatever the
     # int64 labels are).
@@ -521,20 +522,20 @@ def _binary_classification(
     ONNX Runtime works on (score, has_score) pairs, where a score no leaf voted for reads as 0:
     - base_values of length 2: a sample with a vote for class 1 gets class 1 = base[1] + class 0 and
       class 0 = -class 1; otherwise each class adds its base value. Length 1: class 0 adds it, and a
-      sample with no vote for class 1 keeps one score. None: as length 1, and the second score is
-      written as for mixed weights.
+      sample with no vote for class 1 keeps a single score. None: as length 1, and a single score s
+      becomes [-s, s].
     - The decision weight is class 1's score when it has one, else class 0's. When every vote is for
       one class, the label is class 1 above 0.5 (all weights non-negative) or above 0 (mixed), and a
       single score s becomes [1 - s, s] (non-negative weights; LOGISTIC: s = logistic(s) first) or
-      [-s, s] (mixed; LOGISTIC: [logistic(-s), logistic(s)]). With votes for both classes the label is 1 when the decision
-      weight is above 0.
-    - Two scores go through the post transform like any other.
+      [-s, s] (mixed). With votes for both classes the label is 1 when the decision weight is above 0.
+    - [-s, s] under LOGISTIC is [logistic(-s), logistic(s)]; two scores go through the post
+      transform like any other.
     """
     samples = scores.shape[0]
     score0, score1 = scores[:, 0].copy(), scores[:, 1].copy()
     has0, has1 = voted[:, 0], voted[:, 1]
     single_score = np.zeros(samples, dtype=bool)
-    second = -1  # how a single score becomes two: 0/1 non-negative weights, 2/3 mixed, -1 not at all
+    expand: str | None = None  # how a single score s becomes two: "complement", "negate", or not at all
     if base.size == 2:
         score1 = np.where(has1, base[1] + score0, score1 + base[1])
         score0 = np.where(has1, -score1, score0 + base[0])
@@ -542,23 +543,22 @@ def _binary_classification(
         if base.size:
             score0 = score0 + base[0]
         else:
-            second = 3
+            expand = "negate"
         single_score = ~has1
     value0 = np.where(has0, score0, 0).astype(score0.dtype)
     value1 = np.where(has1, score1, 0).astype(score1.dtype)
     decision = np.where(has1 & ~single_score, value1, value0)
     if single_class:
         positive = decision > (0.5 if all_positive else 0)
-        second = 0 if all_positive else 2
+        expand = "complement" if all_positive else "negate"
     else:
         positive = decision > 0
-    index = positive.astype(np.intp)
     out = np.empty((samples, 2), dtype=np.float32)
     pair = ~single_score
     if pair.any():
         out[pair] = _post_transform(np.stack([value0[pair], value1[pair]], axis=1), post_transform)
     if single_score.any():
-        if post_transform == "PROBIT" or second < 0:
+        if post_transform == "PROBIT" or expand is None:
             # ONNX Runtime writes one score and leaves the second column as it found the buffer.
             why = "post_transform PROBIT" if post_transform == "PROBIT" else "votes for both classes"
             raise NotImplementedError(
@@ -566,7 +566,7 @@ def _binary_classification(
                 "leaf votes class 1 for has no defined second score (ONNX Runtime leaves it unwritten)"
             )
         single = value0[single_score]
-        if second in (0, 1):
+        if expand == "complement":
             if post_transform == "LOGISTIC":
                 single = _logistic(single)
             out[single_score] = np.stack([1 - single, single], axis=1)
@@ -574,8 +574,8 @@ def _binary_classification(
             out[single_score] = np.stack([_logistic(-single), _logistic(single)], axis=1)
         else:
             out[single_score] = np.stack([-single, single], axis=1)
-    return index, out
+    return positive.astype(np.intp), out
 
 
 def _logistic(x: np.ndarray) -> np.ndarray:
-    return _post_transform(x.reshape(-1, 1), "LOGISTIC").reshape(-1)
+    return 1 / (1 + np.exp(-x))
