@@ -386,11 +386,10 @@ def flex_attention(
     group = heads // kv_heads
     if softmax_precision is not None and softmax_precision not in _PRECISIONS:
         raise ValueError(f"FlexAttention: unsupported softmax_precision {softmax_precision}")
-    work = (
-        _PRECISIONS[softmax_precision]
-        if softmax_precision is not None
-        else (q.dtype if q.dtype.itemsize >= 4 and q.dtype.kind == "f" else np.dtype(np.float32))
-    )
+    if softmax_precision is not None:
+        work = _PRECISIONS[softmax_precision]
+    else:  # float64 stays float64; float32 and the half types (bfloat16 too) go to float32
+        work = np.dtype(np.float64) if q.dtype == np.float64 else np.dtype(np.float32)
     root = np.asarray(np.sqrt(np.float32(1 / np.sqrt(head_size) if scale is None else scale)), dtype=q.dtype)
     # GQA: query head h uses kv head h // group; view queries as (kv_heads, group) to share K, V.
     scores = np.matmul(
