@@ -1,11 +1,18 @@
 """Where does the reference backend spend its time? Per-op-type totals for one real model.
 
-    python benchmarks/profile_steps.py MODEL_KEY [--runs 5]
+    python benchmarks/profile_steps.py MODEL_KEY [--runs 5] [--ort]
+
+``--ort`` adds ONNX Runtime's own per-op profile of its optimized run at one thread. Its op types
+are those of its optimized graph: fused convolutions (Conv with BatchNormalization and activation
+folded in), NCHWc reorders. Compare totals by family rather than line by line.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -38,10 +45,38 @@ class StepTimer:
         pass
 
 
+def ort_profile(path: str, feeds: Mapping[str, Any], runs: int) -> tuple[float, dict[str, float], dict[str, int]]:
+    """ONNX Runtime's kernel time per op type (seconds per run), from its profiler, at one thread."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.enable_profiling = True
+    with tempfile.TemporaryDirectory() as folder:
+        options.profile_file_prefix = os.path.join(folder, "ort")
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        session.run(None, dict(feeds))
+        start = time.perf_counter()
+        for _ in range(runs):
+            session.run(None, dict(feeds))
+        total = (time.perf_counter() - start) / runs
+        with open(session.end_profiling()) as file:
+            events = json.load(file)
+    totals: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            op = event["args"].get("op_name", "?")
+            totals[op] += event["dur"] * 1e-6 / (runs + 1)  # microseconds, over every profiled run
+            counts[op] += 1
+    return total, totals, {op: n // (runs + 1) for op, n in counts.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("model")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--ort", action="store_true", help="also print ONNX Runtime's per-op profile")
     args = parser.parse_args()
     real = zoo.model(args.model)
     session = Session(real.path)
@@ -56,6 +91,11 @@ def main() -> None:
     for op, seconds in sorted(timer.totals.items(), key=lambda kv: -kv[1]):
         per_run = seconds / args.runs
         print(f"  {op:28s} {per_run * 1000:9.3f} ms  {100 * per_run / total:5.1f}%  x{timer.counts[op] // args.runs}")
+    if args.ort:
+        ort_total, ort_totals, ort_counts = ort_profile(str(real.path), feeds, args.runs)
+        print(f"onnxruntime (optimized, 1 thread): {ort_total * 1000:.2f} ms per run")
+        for op, seconds in sorted(ort_totals.items(), key=lambda kv: -kv[1]):
+            print(f"  {op:28s} {seconds * 1000:9.3f} ms  {100 * seconds / ort_total:5.1f}%  x{ort_counts[op]}")
 
 
 if __name__ == "__main__":
