@@ -85,6 +85,16 @@ def test_reference_and_onnxruntime_agree_on_a_conv_net() -> None:
     assert all(s.status == "ok" and s.local is not None for s in report.steps)
 
 
+def test_extra_observers_watch_the_compared_run_without_changing_the_report() -> None:
+    # The CLI's progress bar is such an observer: it sees every top-level step once, in order.
+    from tests.conftest import StepRecorder
+
+    recorder = StepRecorder()
+    watched = check_parity(conv_net(), FEEDS, observers=[recorder])
+    assert [e.step.name for e in recorder.events if not e.path] == [s.name for s in watched.steps]
+    assert report_json(watched) == report_json(check_parity(conv_net(), FEEDS))
+
+
 def test_injected_fault_is_the_drift_origin_and_born_there() -> None:
     faulty = AlteredBackend("conv2", lambda y: y + np.float32(0.05))
     report = check_parity(conv_net(), FEEDS, ["reference", faulty])
@@ -176,6 +186,7 @@ def test_cli_parity_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str
     out = tmp_path / "r.json"
     assert main(["parity", str(model), "--random-inputs", "--report", str(out)]) == 0
     assert json.loads(out.read_text())["summary"]["passed"] is True
+    assert capsys.readouterr().err == ""  # the progress bar is drawn on terminals only
     assert main(["parity", str(model), "--random-inputs", "--atol", "0", "--rtol", "0"]) in (0, 1)
     assert main(["parity", str(model), "--random-inputs", "--report", str(tmp_path / "r.txt")]) == 2
     assert main(["parity", str(model), "--random-inputs", "--backends", "reference"]) == 2

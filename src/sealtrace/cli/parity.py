@@ -2,16 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import click
 from rich.console import Console
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
+from sealtrace.backends import Backend, StepEvent
 from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity
 from sealtrace.parity.report import FORMATS, format_number, write_report
+from sealtrace.plan import Plan
 from sealtrace.session import open_model
+
+
+class _Advance:
+    """A step observer that advances a progress bar once per top-level step."""
+
+    def __init__(self, progress: Progress, task: TaskID) -> None:
+        self._progress = progress
+        self._task = task
+
+    def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None:
+        pass
+
+    def on_step(self, event: StepEvent) -> None:
+        if not event.path:
+            self._progress.advance(self._task)
+
+    def on_run_end(self, outputs: Mapping[str, Any]) -> None:
+        pass
 
 
 @app.command()
@@ -64,7 +88,14 @@ def parity(
         table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
     plan, _origin = open_model(model)
     feeds = gather_feeds(plan, input_files, npz_files, random_inputs, seed, dims)
-    report = check_parity(plan, feeds, names, table, local=not no_local, optimized=optimized)
+    # A progress bar on stderr (shown on a terminal only) as the steps are compared: a large model
+    # takes minutes. In optimized mode there are no steps to count.
+    errors = Console(stderr=True)
+    with Progress(transient=True, console=errors, disable=optimized or not errors.is_terminal) as progress:
+        task = progress.add_task("comparing steps", total=len(plan.steps))
+        report = check_parity(
+            plan, feeds, names, table, local=not no_local, optimized=optimized, observers=[_Advance(progress, task)]
+        )
     for path in reports:
         write_report(report, path, overwrite=force)
     console = Console()

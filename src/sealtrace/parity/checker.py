@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from sealtrace.backends import Backend, StepEvent, get_backend
+from sealtrace.backends import Backend, StepEvent, StepObserver, get_backend
 from sealtrace.backends.reference import ReferenceBackend, StepContext
 from sealtrace.errors import InputError
 from sealtrace.ops.registry import as_outputs, unquieted
@@ -448,11 +448,14 @@ def check_parity(
     tolerance: ToleranceTable | None = None,
     local: bool = True,
     optimized: bool = False,
+    observers: Sequence[StepObserver] = (),
 ) -> DriftReport:
     """Compare every value of ``model`` on two backends; see the module docstring.
 
     ``optimized=True`` runs ONNX Runtime with its graph optimizations (what users deploy); only
     graph outputs are compared then, because fused graphs no longer have the intermediate values.
+    ``observers`` also watch the run of the backend that is compared against the other as it goes
+    (the reference backend, when it is one of the two): a progress display, an audit log.
     """
     if len(backends) != 2:
         raise InputError(f"parity needs exactly two backends, got {len(backends)}")
@@ -489,7 +492,7 @@ def check_parity(
     reference = type(a) is ReferenceBackend
     comparer = _Comparer(plan, held, tolerance, local, reference, quiet=reference)
     start = time.perf_counter()
-    out_a = a.run(plan, checked, [] if optimized else [comparer])
+    out_a = a.run(plan, checked, [*observers] if optimized else [comparer, *observers])
     seconds[a.name] = time.perf_counter() - start
     if stream is not None:
         held.drain()
