@@ -257,3 +257,51 @@ def test_a_local_value_that_is_not_an_array_is_stored_as_the_environment_would()
     assert reference._single_output(step, (np.ones(2),)).tolist() == [1.0, 1.0]
     with pytest.raises(KernelError, match="does not produce it"):
         reference._single_output(step, ())
+
+
+def test_a_value_captured_two_subgraphs_down_stays_in_the_environment() -> None:
+    # w is read inside an If branch inside a Loop body: the Loop step lists it as an implicit input,
+    # so the generated function keeps it in the environment where the branch looks it up.
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["w", "acc_in"], ["then_out"])], "then", [],
+        [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, None)],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Sub", ["acc_in", "w"], ["else_out"])], "else", [],
+        [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, None)],
+    )
+    body = helper.make_graph(
+        [
+            helper.make_node("If", ["cond_in"], ["acc_out"], then_branch=then_branch, else_branch=else_branch),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, None),
+        ],
+    )
+    nodes = [
+        helper.make_node("Neg", ["x"], ["w"]),
+        helper.make_node("Loop", ["trips", "cond", "x"], ["y"], body=body),
+        helper.make_node("Abs", ["y"], ["z"]),
+    ]
+    model = make_model(
+        nodes,
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("trips", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    session = Session(model, backend=ReferenceBackend())
+    assert session.plan.steps[1].implicit_inputs == ("w",)
+    feeds = {"x": np.float32([1, 2, 3]), "trips": np.array(3), "cond": np.array(True)}
+    (z,) = session.run(None, feeds)
+    np.testing.assert_array_equal(z, np.float32([2, 4, 6]))  # x + 3 * (-x), in absolute value
