@@ -1,7 +1,8 @@
 """ai.onnx.ml kernels against onnxruntime: LabelEncoder (all versions and key/value types),
-ArrayFeatureExtractor, Binarizer, TreeEnsemble (random trees: every node mode, NaN routing, set membership,
-aggregations and post transforms), TreeEnsembleRegressor/Classifier (two classes included, with ONNX
-Runtime's conventions for them)."""
+ArrayFeatureExtractor, Binarizer, Scaler, Normalizer, Imputer, OneHotEncoder, LinearRegressor,
+LinearClassifier (binary and multi-class, every post transform), TreeEnsemble (random trees: every
+node mode, NaN routing, set membership, aggregations and post transforms), TreeEnsembleRegressor and
+TreeEnsembleClassifier (two classes included, with ONNX Runtime's conventions for them)."""
 
 from __future__ import annotations
 
@@ -409,3 +410,132 @@ def test_softmax_zero_follows_onnxruntime_near_zero(op: str) -> None:
                      post_transform="SOFTMAX_ZERO", **attrs)
     assert np.isnan(want[-1][0]).all()  # the all-zero sample
     assert_same(got, want, rtol=1e-6)
+
+
+FEATURE_INPUTS = {
+    "float32": np.float32([[1.5, -2.0, 0.0, 3.25], [0.0, 0.0, 0.0, 0.0], [-1.0, 4.0, 2.5, -0.5]]),
+    "float64": np.array([[1.5, -2.0, 0.0, 3.25], [2.0, 1.0, -7.0, 0.5]]),
+    "int64": np.array([[1, -2, 0, 3], [4, 0, 0, -5]], dtype=np.int64),
+    "int32": np.array([[1, -2, 0, 3]], dtype=np.int32),
+    "1-D": np.float32([0.5, -1.0, 2.0, 4.0]),
+}
+
+
+@pytest.mark.parametrize("kind", list(FEATURE_INPUTS))
+@pytest.mark.parametrize("per_feature", [True, False])
+def test_scaler_matches_onnxruntime(kind: str, per_feature: bool) -> None:
+    x = FEATURE_INPUTS[kind]
+    attrs = {"offset": [0.5, -1.0, 2.0, 0.25], "scale": [2.0, 0.5, -1.0, 3.0]} if per_feature else {
+        "offset": [1.5], "scale": [0.1]}
+    got, want = both("Scaler", {"x": x}, 1, domain=ML, **attrs)
+    assert_same(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", list(FEATURE_INPUTS))
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_normalizer_matches_onnxruntime(kind: str, norm: str) -> None:
+    # Includes a row of zeros (left as it is) and negative values (MAX divides by the largest value).
+    got, want = both("Normalizer", {"x": FEATURE_INPUTS[kind]}, 1, domain=ML, norm=norm)
+    assert_same(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("x", "attrs"),
+    [
+        (np.float32([[1.0, np.nan, 3.0], [np.nan, 5.0, np.nan]]),
+         {"imputed_value_floats": [10.0, 20.0, 30.0], "replaced_value_float": float("nan")}),
+        (np.float32([[1.0, 0.0, 3.0], [0.0, 5.0, -1.0]]), {"imputed_value_floats": [9.5], "replaced_value_float": 0.0}),
+        (np.float32([2.0, -1.0, -1.0]), {"imputed_value_floats": [7.0, 8.0, 9.0], "replaced_value_float": -1.0}),
+        (np.array([[1, -1, 3], [-1, 5, -1]], dtype=np.int64),
+         {"imputed_value_int64s": [100, 200, 300], "replaced_value_int64": -1}),
+    ],
+)
+def test_imputer_matches_onnxruntime(x: np.ndarray, attrs: dict[str, Any]) -> None:
+    got, want = both("Imputer", {"x": x}, 1, domain=ML, **attrs)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize(
+    ("x", "attrs"),
+    [
+        (np.array([[1, 5, 3], [3, 9, 1]], dtype=np.int64), {"cats_int64s": [1, 3, 5], "zeros": 1}),
+        (np.float32([2.7, 1.2, -3.0]), {"cats_int64s": [1, 2, -3]}),
+        (np.array([2.9, 7.0]), {"cats_int64s": [2, 7], "zeros": 1}),
+        (strings("cat", "dog", "emu"), {"cats_strings": ["dog", "cat"], "zeros": 1}),
+    ],
+)
+def test_one_hot_encoder_matches_onnxruntime(x: np.ndarray, attrs: dict[str, Any]) -> None:
+    got, want = both("OneHotEncoder", {"x": x}, 1, domain=ML, **attrs)
+    assert_same(got, want)
+
+
+def test_one_hot_encoder_refuses_an_unknown_category_when_zeros_is_0() -> None:
+    with pytest.raises(KernelError, match="unknown category 'yak'"):
+        run_ours("OneHotEncoder", strings("cat", "yak"), {"cats_strings": ["cat"], "zeros": 0}, n_out=1)
+
+
+@pytest.mark.parametrize("targets", [1, 3])
+@pytest.mark.parametrize("post_transform", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"])
+@pytest.mark.parametrize("with_intercepts", [True, False])
+def test_linear_regressor_matches_onnxruntime(targets: int, post_transform: str, with_intercepts: bool) -> None:
+    # With one target ORT applies only PROBIT (it ignores the other transforms); so do we.
+    rng = np.random.default_rng(targets + len(post_transform))
+    x = rng.uniform(-1, 1, (5, 4)).astype(np.float32)
+    scale = 0.2 if post_transform == "PROBIT" else 1.0  # PROBIT needs scores in (0, 1)
+    attrs: dict[str, Any] = {
+        "coefficients": [round(float(v) * scale, 3) for v in rng.normal(size=4 * targets)],
+        "targets": targets, "post_transform": post_transform,
+    }
+    if with_intercepts:
+        attrs["intercepts"] = [0.5] * targets
+    got, want = both("LinearRegressor", {"x": x}, 1, domain=ML, **attrs)
+    assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("classes", [1, 2, 3])
+@pytest.mark.parametrize("labels", ["int64", "string"])
+@pytest.mark.parametrize("post_transform", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"])
+@pytest.mark.parametrize("kind", ["float32", "float64", "int64", "1-D"])
+def test_linear_classifier_matches_onnxruntime(classes: int, labels: str, post_transform: str, kind: str) -> None:
+    # One coefficient row is the binary case (sklearn's LogisticRegression exports): the sign decides
+    # between two labels and the scores are [1 - s, s], s after the logistic under LOGISTIC. Under
+    # PROBIT ORT writes the two scores packed and leaves half the output unwritten: refused.
+    rng = np.random.default_rng(classes * 10 + len(post_transform))
+    x = FEATURE_INPUTS[kind]
+    features = x.shape[-1]
+    count = 2 if classes == 1 else classes
+    scale = 0.05 if post_transform == "PROBIT" else 1.0
+    attrs: dict[str, Any] = {
+        "coefficients": [round(float(v) * scale, 3) for v in rng.normal(size=features * classes)],
+        "intercepts": [round(float(v) * scale, 3) for v in rng.normal(size=classes)],
+        "post_transform": post_transform,
+    }
+    if labels == "string":
+        attrs["classlabels_strings"] = [f"class{i}" for i in range(count)]
+    else:
+        attrs["classlabels_ints"] = [10 * i + 3 for i in range(count)]
+    if classes == 1 and post_transform == "PROBIT":
+        with pytest.raises(KernelError, match="unwritten"):
+            run_ours("LinearClassifier", x, attrs)
+        return
+    got, want = both("LinearClassifier", {"x": x}, 1, n_out=2, domain=ML, **attrs)
+    assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_classifier_refuses_a_label_count_that_does_not_match() -> None:
+    # ORT refuses these models when it loads them; the kernel refuses them when the step runs.
+    x = FEATURE_INPUTS["float32"]
+    one_row = {"coefficients": [0.1] * 4, "intercepts": [0.0], "classlabels_ints": [1]}
+    with pytest.raises(KernelError, match="needs 2 class labels, got 1"):
+        run_ours("LinearClassifier", x, one_row)
+    three_rows = {"coefficients": [0.1] * 12, "intercepts": [0.0] * 3, "classlabels_strings": ["a", "b"]}
+    with pytest.raises(KernelError, match="needs 3 class labels, got 2"):
+        run_ours("LinearClassifier", x, three_rows)
+
+
+def run_ours(op: str, x: np.ndarray, attrs: dict[str, Any], n_out: int = 2) -> list[np.ndarray]:
+    import sealtrace
+    from tests.ops.oneop import one_node_model
+
+    model = one_node_model(op, {"x": x}, n_out, 1, ML, **attrs)
+    return sealtrace.Session(model).run(None, {"x": x})

@@ -1,5 +1,9 @@
 """Classical ML operators of the ai.onnx.ml domain: LabelEncoder, ArrayFeatureExtractor, Binarizer,
-TreeEnsemble."""
+Scaler, Normalizer, Imputer, OneHotEncoder, LinearRegressor, LinearClassifier, TreeEnsemble*.
+
+Where the spec leaves a case open (two-class scores, post transforms on one score), the kernels do
+what ONNX Runtime, the numerical oracle, does; cases where ORT leaves part of its output unwritten
+are refused."""
 
 from __future__ import annotations
 
@@ -567,9 +571,7 @@ def _binary_classification(
             )
         single = value0[single_score]
         if expand == "complement":
-            if post_transform == "LOGISTIC":
-                single = _logistic(single)
-            out[single_score] = np.stack([1 - single, single], axis=1)
+            out[single_score] = _complement(single, post_transform)
         elif post_transform == "LOGISTIC":
             out[single_score] = np.stack([_logistic(-single), _logistic(single)], axis=1)
         else:
@@ -579,3 +581,197 @@ def _binary_classification(
 
 def _logistic(x: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-x))
+
+
+def _complement(score: np.ndarray, post_transform: str) -> np.ndarray:
+    """A binary classifier's single score s per sample as ONNX Runtime writes two: [1 - s, s], with s
+    the logistic of the score under LOGISTIC (no other transform applies)."""
+    if post_transform == "LOGISTIC":
+        score = _logistic(score)
+    return np.stack([1 - score, score], axis=1)
+
+
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    """The input as float32, as ONNX Runtime casts float64/int32/int64 features for these kernels."""
+    return x.astype(np.float32, copy=False)
+
+
+def _rows(x: np.ndarray, op: str) -> np.ndarray:
+    """A 1-D or 2-D feature input as [samples, features] (1-D: one sample)."""
+    if x.ndim == 0 or x.ndim > 2:
+        raise ValueError(f"{op} takes a 1-D or 2-D input, got shape {list(x.shape)}")
+    return x.reshape(1, -1) if x.ndim == 1 else x
+
+
+def _per_feature(x: np.ndarray, values: np.ndarray, op: str, what: str) -> np.ndarray:
+    """values[i % stride] for every flat element i, stride = the feature count (dims[1], or dims[0]
+    of a 1-D input), as ORT indexes these per-feature attributes; one value applies to all."""
+    if values.size == 1:
+        return values.reshape(())
+    stride = x.shape[0] if x.ndim == 1 else x.shape[1]
+    if values.size != stride:
+        raise ValueError(f"{op}: {what} has {values.size} values; give 1 or one per feature ({stride})")
+    return np.resize(values, x.size).reshape(x.shape)
+
+
+@register("Scaler", 1, domain=_ML)
+def scaler(x: np.ndarray, *, offset: tuple[float, ...] | None, scale: tuple[float, ...] | None) -> np.ndarray:
+    """Scaler-1: (x - offset) * scale per feature, as float32 (float64 input works in float64 first)."""
+    if x.ndim == 0:
+        raise ValueError("Scaler takes an input of at least one dimension")
+    if not scale or len(scale) != len(offset or ()):
+        raise ValueError("Scaler needs scale and offset of the same, non-zero length")
+    work = np.float64 if x.dtype == np.float64 else np.float32
+    shifted = x.astype(work, copy=False) - _per_feature(x, np.asarray(offset, np.float32), "Scaler", "offset")
+    return (shifted * _per_feature(x, np.asarray(scale, np.float32), "Scaler", "scale")).astype(np.float32)
+
+
+@register("Normalizer", 1, domain=_ML)
+def normalizer(x: np.ndarray, *, norm: str) -> np.ndarray:
+    """Normalizer-1: each row divided by its MAX (the largest value, not magnitude), L1 or L2 norm,
+    in float32; a row whose norm is 0 is left as it is."""
+    rows = _rows(x, "Normalizer")
+    values = _as_float32(rows)
+    if norm == "MAX":
+        total = values.max(axis=1, keepdims=True)
+        out = values / np.where(total == 0, np.float32(1), total)
+    elif norm == "L1":
+        total = np.abs(values).sum(axis=1, keepdims=True, dtype=np.float32)
+        out = values / np.where(total == 0, np.float32(1), total)
+    elif norm == "L2":
+        squares = values * values
+        total = squares.sum(axis=1, keepdims=True, dtype=np.float32)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            magnitude = np.sqrt(squares / total)
+        out = np.where(total == 0, values, np.where(values < 0, -magnitude, magnitude))
+    else:
+        raise ValueError(f"Normalizer norm must be MAX, L1 or L2, got {norm!r}")
+    return out.astype(np.float32, copy=False).reshape(x.shape)
+
+
+@register("Imputer", 1, domain=_ML)
+def imputer(
+    x: np.ndarray,
+    *,
+    imputed_value_floats: tuple[float, ...] | None,
+    imputed_value_int64s: tuple[int, ...] | None,
+    replaced_value_float: float,
+    replaced_value_int64: int,
+) -> np.ndarray:
+    """Imputer-1: elements equal to the replaced value (NaN matching NaN) become the imputed value of
+    their feature (one value for all, or one per feature)."""
+    if bool(imputed_value_floats) == bool(imputed_value_int64s):
+        raise ValueError("Imputer needs exactly one of imputed_value_floats and imputed_value_int64s")
+    if x.ndim == 0:
+        raise ValueError("Imputer takes an input of at least one dimension")
+    if imputed_value_floats:
+        imputed = np.asarray(imputed_value_floats, dtype=x.dtype)
+        replaced = x.dtype.type(replaced_value_float)
+        hit = np.isnan(x) if math.isnan(replaced_value_float) else x == replaced
+    else:
+        imputed = np.asarray(imputed_value_int64s, dtype=x.dtype)
+        hit = x == x.dtype.type(replaced_value_int64)
+    stride = x.shape[0] if x.ndim == 1 else x.shape[1]
+    fill = imputed.reshape(()) if imputed.size != stride else np.resize(imputed, x.size).reshape(x.shape)
+    return np.where(hit, fill, x).astype(x.dtype, copy=False)
+
+
+@register("OneHotEncoder", 1, domain=_ML)
+def one_hot_encoder(
+    x: np.ndarray, *, cats_int64s: tuple[int, ...] | None, cats_strings: tuple[str, ...] | None, zeros: int
+) -> np.ndarray:
+    """OneHotEncoder-1: a new last axis of len(categories), 1.0 at each element's category (numbers
+    are truncated to int64 first); an unknown category is all zeros, or an error when zeros=0."""
+    if bool(cats_int64s) == bool(cats_strings):
+        raise ValueError("OneHotEncoder needs exactly one of cats_int64s and cats_strings")
+    if x.ndim > 2:
+        raise ValueError(f"OneHotEncoder takes an input of rank 2 at most, got shape {list(x.shape)}")
+    categories: list[Any] = list(cats_strings) if cats_strings else list(cats_int64s or ())
+    where = {c: i for i, c in reversed(list(enumerate(categories)))}  # the first of repeated categories
+    flat = x.reshape(-1)
+    keys = flat.tolist() if x.dtype == object else flat.astype(np.int64).tolist()
+    index = np.array([where.get(k, -1) for k in keys], dtype=np.int64)
+    if not zeros and (index < 0).any():
+        unknown = keys[int(np.flatnonzero(index < 0)[0])]
+        raise ValueError(f"OneHotEncoder: unknown category {unknown!r} and zeros=0")
+    out = np.zeros((flat.size, len(categories)), dtype=np.float32)
+    known = np.flatnonzero(index >= 0)
+    out[known, index[known]] = 1.0
+    return out.reshape(*x.shape, len(categories))
+
+
+def _linear_scores(x: np.ndarray, coefficients: tuple[float, ...], intercepts: np.ndarray | None, count: int,
+                   op: str) -> np.ndarray:
+    """x @ coefficients^T (+ intercepts) in float32: [samples, count]."""
+    rows = _as_float32(_rows(x, op))
+    weights = np.asarray(coefficients, dtype=np.float32)
+    if count <= 0 or weights.size != count * rows.shape[1]:
+        raise ValueError(
+            f"{op}: {weights.size} coefficients do not make {count} row(s) of {rows.shape[1]} features"
+        )
+    scores = np.dot(rows, weights.reshape(count, rows.shape[1]).T)
+    if intercepts is not None:
+        scores += intercepts
+    return scores
+
+
+def _batched_scores(scores: np.ndarray, post_transform: str, complement: bool) -> np.ndarray:
+    """ONNX Runtime's post transform of the linear models' [samples, n] scores. With n > 1 it is the
+    plain transform. With one score per sample only PROBIT applies, unless ``complement`` (a binary
+    classifier) adds the other class's score: s becomes [1 - s, s], after the logistic under
+    LOGISTIC (SOFTMAX and SOFTMAX_ZERO are not applied)."""
+    if scores.shape[1] > 1:
+        return _post_transform(scores, post_transform).astype(np.float32, copy=False)
+    if post_transform == "PROBIT":
+        if complement:  # ORT writes the probits packed and leaves half the output unwritten
+            raise NotImplementedError(
+                "LinearClassifier with one coefficient row and post_transform PROBIT: ONNX Runtime leaves half "
+                "of its scores unwritten"
+            )
+        return _post_transform(scores, "PROBIT").astype(np.float32, copy=False)
+    return _complement(scores[:, 0], post_transform) if complement else scores
+
+
+@register("LinearRegressor", 1, domain=_ML)
+def linear_regressor(
+    x: np.ndarray,
+    *,
+    coefficients: tuple[float, ...] | None,
+    intercepts: tuple[float, ...] | None,
+    post_transform: str,
+    targets: int,
+) -> np.ndarray:
+    """LinearRegressor-1: x @ coefficients^T + intercepts (used when one per target), in float32."""
+    bias = np.asarray(intercepts, np.float32) if intercepts and len(intercepts) == targets else None
+    scores = _linear_scores(x, coefficients or (), bias, targets, "LinearRegressor")
+    return _batched_scores(scores, post_transform, False)
+
+
+@register("LinearClassifier", 1, domain=_ML)
+def linear_classifier(
+    x: np.ndarray,
+    *,
+    classlabels_ints: tuple[int, ...] | None,
+    classlabels_strings: tuple[str, ...] | None,
+    coefficients: tuple[float, ...],
+    intercepts: tuple[float, ...] | None,
+    multi_class: int,
+    post_transform: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """LinearClassifier-1: (label, scores). One score per class (one per intercept), the label of
+    the largest (the first of equal ones). One coefficient row is a binary classifier with two
+    labels: the second label when the score s is above 0, and the scores [1 - s, s]."""
+    if not intercepts:
+        raise ValueError("LinearClassifier needs one intercept per class")
+    labels: np.ndarray = (
+        _object_array(classlabels_strings) if classlabels_strings else np.asarray(classlabels_ints or (), np.int64)
+    )
+    scores = _linear_scores(x, coefficients, np.asarray(intercepts, np.float32), len(intercepts), "LinearClassifier")
+    binary = scores.shape[1] == 1
+    if len(labels) != (2 if binary else scores.shape[1]):
+        raise ValueError(
+            f"LinearClassifier with {scores.shape[1]} coefficient row(s) needs {2 if binary else scores.shape[1]} "
+            f"class labels, got {len(labels)}"
+        )
+    chosen = (scores[:, 0] > 0).astype(np.intp) if binary else np.argmax(scores, axis=1)
+    return labels[chosen], _batched_scores(scores, post_transform, binary)
