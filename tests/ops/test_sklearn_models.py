@@ -1,0 +1,81 @@
+"""Real classical-ML models: scikit-learn pipelines trained here and converted by skl2onnx (as teams
+export them), run on the reference backend against ONNX Runtime.
+
+They exercise the ai.onnx.ml kernels as converters use them: Scaler, Normalizer, Imputer,
+LinearClassifier/LinearRegressor (binary and multi-class), TreeEnsembleClassifier/Regressor
+(binary sklearn forests and boosted trees use the two-class conventions).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import sealtrace
+
+sklearn = pytest.importorskip("sklearn")
+skl2onnx = pytest.importorskip("skl2onnx")
+
+from sklearn.ensemble import (  # noqa: E402
+    GradientBoostingClassifier,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+from sklearn.impute import SimpleImputer  # noqa: E402
+from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import MinMaxScaler, Normalizer, StandardScaler  # noqa: E402
+from sklearn.svm import LinearSVC  # noqa: E402
+from sklearn.tree import DecisionTreeClassifier  # noqa: E402
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(300, 4)).astype(np.float32)
+WITH_GAPS = X.copy()
+WITH_GAPS[::7, 2] = np.nan
+BINARY = (X[:, 0] + X[:, 1] > 0).astype(np.int64)
+THREE = np.digitize(X[:, 0], [-0.5, 0.5]).astype(np.int64)
+TARGET = (X @ np.float32([1, -2, 0.5, 0])).astype(np.float32)
+
+CASES: dict[str, tuple[Any, np.ndarray, np.ndarray]] = {
+    "scaler + logistic regression, binary": (make_pipeline(StandardScaler(), LogisticRegression()), X, BINARY),
+    "scaler + logistic regression, 3 classes": (make_pipeline(StandardScaler(), LogisticRegression()), X, THREE),
+    "random forest, binary": (RandomForestClassifier(n_estimators=10, max_depth=4, random_state=0), X, BINARY),
+    "random forest, 3 classes": (RandomForestClassifier(n_estimators=10, max_depth=4, random_state=0), X, THREE),
+    "gradient boosting, binary": (GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0), X, BINARY),
+    "gradient boosting, 3 classes": (GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0), X, THREE),
+    "decision tree, binary": (DecisionTreeClassifier(max_depth=4, random_state=0), X, BINARY),
+    "random forest regressor": (RandomForestRegressor(n_estimators=10, max_depth=4, random_state=0), X, TARGET),
+    "linear regression": (LinearRegression(), X, TARGET),
+    "normalizer + ridge": (make_pipeline(Normalizer(), Ridge()), X, TARGET),
+    "imputer + min-max scaler + logistic regression": (
+        make_pipeline(SimpleImputer(), MinMaxScaler(), LogisticRegression()), WITH_GAPS, BINARY
+    ),
+    "linear SVM, binary": (LinearSVC(), X, BINARY),
+    "linear SVM, 3 classes": (LinearSVC(), X, THREE),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_sklearn_pipeline_matches_onnxruntime(name: str) -> None:
+    estimator, features, labels = CASES[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence and feature-name warnings of the toy fits
+        estimator.fit(features, labels)
+    # zipmap off: class probabilities as a tensor, not a sequence of maps.
+    options = {id(estimator): {"zipmap": False}} if hasattr(estimator, "predict_proba") else None
+    model = skl2onnx.to_onnx(estimator, features[:1], options=options, target_opset={"": 17, "ai.onnx.ml": 3})
+    model.ir_version = min(model.ir_version, 10)  # what onnxruntime 1.31 accepts
+    feeds = {model.graph.input[0].name: features[:64]}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = sealtrace.Session(model).run(None, feeds)
+    assert len(got) == len(want)
+    for ours, theirs in zip(got, want, strict=True):
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        if ours.dtype.kind in "iuO":  # labels: exactly the same
+            assert ours.tolist() == theirs.tolist()
+        else:  # scores and predictions: float32 rounding only
+            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
