@@ -539,3 +539,15 @@ def run_ours(op: str, x: np.ndarray, attrs: dict[str, Any], n_out: int = 2) -> l
 
     model = one_node_model(op, {"x": x}, n_out, 1, ML, **attrs)
     return sealtrace.Session(model).run(None, {"x": x})
+
+
+def test_one_hot_encoder_repeated_category_counts_at_its_last_position() -> None:
+    got, want = both("OneHotEncoder", {"x": np.array([[4, 2]], dtype=np.int64)}, 1, domain=ML, cats_int64s=[4, 2, 4])
+    assert_same(got, want)
+    assert got[0][0, 0].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_imputer_refuses_values_of_the_other_kind() -> None:
+    with pytest.raises(KernelError, match="imputed_value_floats does not apply to a int64 input"):
+        run_ours("Imputer", np.array([1, 0], np.int64), {"imputed_value_floats": [1.0], "replaced_value_float": 0.0},
+                 n_out=1)

@@ -664,6 +664,9 @@ def imputer(
         raise ValueError("Imputer needs exactly one of imputed_value_floats and imputed_value_int64s")
     if x.ndim == 0:
         raise ValueError("Imputer takes an input of at least one dimension")
+    if bool(imputed_value_floats) != (x.dtype.kind == "f"):
+        given = "imputed_value_floats" if imputed_value_floats else "imputed_value_int64s"
+        raise ValueError(f"Imputer: {given} does not apply to a {x.dtype} input")
     if imputed_value_floats:
         imputed = np.asarray(imputed_value_floats, dtype=x.dtype)
         replaced = x.dtype.type(replaced_value_float)
@@ -686,13 +689,16 @@ def one_hot_encoder(
         raise ValueError("OneHotEncoder needs exactly one of cats_int64s and cats_strings")
     if x.ndim > 2:
         raise ValueError(f"OneHotEncoder takes an input of rank 2 at most, got shape {list(x.shape)}")
-    categories: list[Any] = list(cats_strings) if cats_strings else list(cats_int64s or ())
-    where = {c: i for i, c in reversed(list(enumerate(categories)))}  # the first of repeated categories
-    flat = x.reshape(-1)
-    keys = flat.tolist() if x.dtype == object else flat.astype(np.int64).tolist()
-    index = np.array([where.get(k, -1) for k in keys], dtype=np.int64)
+    if cats_strings:
+        categories = _object_array(cats_strings)
+        flat = x.reshape(-1)
+    else:
+        categories = np.asarray(cats_int64s, dtype=np.int64)
+        flat = x.reshape(-1).astype(np.int64)
+    # A repeated category counts at its last position, as in ORT's category table.
+    index = _encode(flat, categories, np.arange(len(categories), dtype=np.int64), -1)
     if not zeros and (index < 0).any():
-        unknown = keys[int(np.flatnonzero(index < 0)[0])]
+        unknown = flat[int(np.flatnonzero(index < 0)[0])]
         raise ValueError(f"OneHotEncoder: unknown category {unknown!r} and zeros=0")
     out = np.zeros((flat.size, len(categories)), dtype=np.float32)
     known = np.flatnonzero(index >= 0)
