@@ -79,3 +79,23 @@ def test_sklearn_pipeline_matches_onnxruntime(name: str) -> None:
             assert ours.tolist() == theirs.tolist()
         else:  # scores and predictions: float32 rounding only
             np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("labels", ["int64", "string"])
+def test_default_classifier_export_with_zipmap_matches_onnxruntime(labels: str) -> None:
+    # skl2onnx's default: the probabilities as a sequence of maps (ZipMap), label -> probability.
+    names = np.array(["low", "mid", "high"]) if labels == "string" else np.array([3, 5, 7])
+    estimator = make_pipeline(StandardScaler(), LogisticRegression())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        estimator.fit(X, names[THREE])
+    model = skl2onnx.to_onnx(estimator, X[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    model.ir_version = min(model.ir_version, 10)
+    assert model.graph.node[-1].op_type == "ZipMap"
+    feeds = {model.graph.input[0].name: X[:16]}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = sealtrace.Session(model).run(None, feeds)
+    assert got[0].tolist() == want[0].tolist()
+    assert [list(m) for m in got[1]] == [list(m) for m in want[1]]
+    for ours, theirs in zip(got[1], want[1], strict=True):
+        np.testing.assert_allclose(list(ours.values()), list(theirs.values()), rtol=1e-5, atol=1e-6)

@@ -136,6 +136,13 @@ class CaptureStore(BackgroundObserver):
         self.entries.append(entry)
 
     def _save(self, key: str, value: Any) -> str:
+        if isinstance(value, Mapping):  # a map (ZipMap's sequence elements): its keys and values
+            name = safe_file_stem(key, self._taken) + ".npz"
+            keys = np.asarray(list(value.keys()))
+            with (self.directory / name).open("xb") as f:
+                np.savez(f, keys=keys.astype(str) if keys.dtype.kind == "O" else keys,
+                         values=np.asarray(list(value.values())), allow_pickle=False)
+            return name
         array = np.asarray(value)
         if array.dtype.kind == "O":
             # .npy without pickles holds no object arrays; string tensors become unicode arrays.
@@ -184,11 +191,17 @@ class CapturedRun:
         return key in self.entries
 
     def load(self, key: str) -> Any:
-        """The captured value of ``key``: an array, a list of arrays (a sequence), or None."""
+        """The captured value of ``key``: an array, a list of arrays or maps (a sequence), or None."""
         entry = self.entries.get(key)
         if entry is None:
             raise InputError(f"{self.directory}: no captured value {key!r}")
-        arrays = [np.load(self.directory / f, allow_pickle=False) for f in entry["files"]]
+        values = [self._load_file(f) for f in entry["files"]]
         if entry["kind"] == "tensor":
-            return arrays[0]
-        return arrays if entry["kind"] == "sequence" else None
+            return values[0]
+        return values if entry["kind"] == "sequence" else None
+
+    def _load_file(self, name: str) -> Any:
+        if not name.endswith(".npz"):
+            return np.load(self.directory / name, allow_pickle=False)
+        with np.load(self.directory / name, allow_pickle=False) as archive:  # a map
+            return dict(zip(archive["keys"].tolist(), archive["values"].tolist(), strict=True))

@@ -162,6 +162,26 @@ def sequence_digest(digests: list[str | None]) -> str:
     return hashlib.sha256(canonical_json({"sequence": digests})).hexdigest()
 
 
+def map_digest(value: Mapping[Any, Any]) -> str:
+    """Digest of a map value (an element of ZipMap's sequence): sha256 over the canonical JSON list of
+    its (key, value) pairs in key order. Keys are integers or strings; numbers are written exactly
+    (floats as their hexadecimal form), so equal maps give equal digests whatever their order."""
+    pairs = sorted((_map_key(k), _map_entry(v)) for k, v in value.items())
+    return hashlib.sha256(canonical_json({"map": [list(p) for p in pairs]})).hexdigest()
+
+
+def _map_key(key: Any) -> int | str:
+    return key if isinstance(key, str) else int(key)
+
+
+def _map_entry(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return {"tensor": tensor_digest(value)}
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    return float(value).hex()
+
+
 def value_identity(value: Any) -> dict[str, Any]:
     """What identifies one value: kind, dtype, shape and digest (no sample, no stats)."""
     if value is None:
@@ -191,9 +211,11 @@ def value_summary(value: Any, sample: int) -> dict[str, Any]:
 
 
 def value_digest(value: Any) -> str | None:
-    """The digest a record gives ``value`` (tensor digest, sequence digest, or None)."""
+    """The digest a record gives ``value`` (tensor, sequence or map digest, or None)."""
     if value is None:
         return None
     if isinstance(value, list):
         return sequence_digest([value_digest(v) for v in value])
+    if isinstance(value, Mapping):
+        return map_digest(value)
     return tensor_digest(np.asarray(value))

@@ -1,5 +1,5 @@
 """Classical ML operators of the ai.onnx.ml domain: LabelEncoder, ArrayFeatureExtractor, Binarizer,
-Scaler, Normalizer, Imputer, OneHotEncoder, LinearRegressor, LinearClassifier, TreeEnsemble*.
+Scaler, Normalizer, Imputer, OneHotEncoder, LinearRegressor, LinearClassifier, TreeEnsemble*, ZipMap.
 
 Where the spec leaves a case open (two-class scores, post transforms on one score), the kernels do
 what ONNX Runtime, the numerical oracle, does; cases where ORT leaves part of its output unwritten
@@ -781,3 +781,19 @@ def linear_classifier(
         )
     chosen = (scores[:, 0] > 0).astype(np.intp) if binary else np.argmax(scores, axis=1)
     return labels[chosen], _batched_scores(scores, post_transform, binary)
+
+
+@register("ZipMap", 1, domain=_ML)
+def zip_map(
+    x: np.ndarray, *, classlabels_int64s: tuple[int, ...] | None, classlabels_strings: tuple[str, ...] | None
+) -> list[dict[Any, float]]:
+    """ZipMap-1: each row of scores as a map from class label to score, a sequence of maps. Maps are
+    Python dicts of Python numbers, as ONNX Runtime's Python API returns them (scikit-learn
+    classifiers converted by skl2onnx end with this op by default)."""
+    if bool(classlabels_int64s) == bool(classlabels_strings):
+        raise ValueError("ZipMap needs exactly one of classlabels_int64s and classlabels_strings")
+    labels: list[Any] = list(classlabels_strings) if classlabels_strings else [int(v) for v in classlabels_int64s or ()]
+    if x.ndim not in (1, 2) or x.shape[-1] != len(labels):
+        raise ValueError(f"ZipMap: input of shape {list(x.shape)} for {len(labels)} class labels")
+    rows = x.reshape(-1, len(labels)).astype(np.float32, copy=False).tolist()
+    return [dict(zip(labels, row, strict=True)) for row in rows]

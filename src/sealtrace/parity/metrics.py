@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -159,6 +161,8 @@ def compare_values(name: str, a: Any, b: Any, tol: Tolerance, quiet: bool = Fals
     if type(a) is not np.ndarray or type(b) is not np.ndarray:
         if isinstance(a, list) or isinstance(b, list):
             return _compare_sequences(name, a, b, tol)
+        if isinstance(a, Mapping) or isinstance(b, Mapping):
+            return _compare_maps(name, a, b, tol)
         if a is None or b is None:
             exceeds = (a is None) != (b is None)
             return ValueDiff(
@@ -482,12 +486,36 @@ def _compare_sequences(name: str, a: Any, b: Any, tol: Tolerance) -> ValueDiff:
     if len(a) != len(b):
         return ValueDiff(name, "sequence", None, exceeds=True, shape_mismatch=f"length {len(a)} vs {len(b)}")
     worst = ValueDiff(name, "sequence", (len(a),))
-    for x, y in zip(a, b, strict=True):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
         d = compare_values(name, x, y, tol)
         if d.exceeds or d.max_abs > worst.max_abs:
+            # The first element's shape, dtype or key mismatch is kept, named by its index.
+            mismatch = worst.shape_mismatch or (d.shape_mismatch and f"element {i}: {d.shape_mismatch}")
+            dtype_mismatch = worst.dtype_mismatch or (d.dtype_mismatch and f"element {i}: {d.dtype_mismatch}")
             worst = ValueDiff(name, "sequence", (len(a),), max_abs=d.max_abs, mean_abs=d.mean_abs,
-                              max_rel=d.max_rel, max_ulp=d.max_ulp, cosine=d.cosine, exceeds=worst.exceeds or d.exceeds)
+                              max_rel=d.max_rel, max_ulp=d.max_ulp, cosine=d.cosine, shape_mismatch=mismatch,
+                              dtype_mismatch=dtype_mismatch, exceeds=worst.exceeds or d.exceeds)
     return worst
+
+
+def _compare_maps(name: str, a: Any, b: Any, tol: Tolerance) -> ValueDiff:
+    """Two maps (ZipMap's class -> score): the same keys, then their values compared as arrays in key
+    order."""
+    if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
+        return ValueDiff(name, "map", None, exceeds=True, shape_mismatch="map on one side only")
+    if set(a) != set(b):
+        return ValueDiff(name, "map", (len(a),), exceeds=True,
+                         shape_mismatch=f"keys differ: {sorted(map(str, set(a) ^ set(b)))[:5]}")
+    keys = sorted(a, key=str)
+    values_a, values_b = np.asarray([a[k] for k in keys]), np.asarray([b[k] for k in keys])
+    # ZipMap's scores are float32 handed over as Python floats: compared as float32 when that is
+    # exact on both sides, so ULP distances count float32 steps.
+    if values_a.dtype == values_b.dtype == np.float64:
+        narrow_a, narrow_b = values_a.astype(np.float32), values_b.astype(np.float32)
+        if (narrow_a == values_a).all() and (narrow_b == values_b).all():
+            values_a, values_b = narrow_a, narrow_b
+    diff = compare_values(name, values_a, values_b, tol)
+    return dataclasses.replace(diff, dtype="map", shape=(len(keys),))
 
 
 def within(a: np.ndarray, b: np.ndarray, tol: Tolerance) -> bool:
