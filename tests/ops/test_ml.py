@@ -551,3 +551,26 @@ def test_imputer_refuses_values_of_the_other_kind() -> None:
     with pytest.raises(KernelError, match="imputed_value_floats does not apply to a int64 input"):
         run_ours("Imputer", np.array([1, 0], np.int64), {"imputed_value_floats": [1.0], "replaced_value_float": 0.0},
                  n_out=1)
+
+
+@pytest.mark.parametrize(
+    "x", [strings("a", "zz", "c", "b"), np.array([[2, 9], [1, 3]], dtype=np.int64)], ids=["strings", "int64"]
+)
+def test_category_mapper_matches_onnxruntime(x: np.ndarray) -> None:
+    attrs = {"cats_strings": ["a", "b", "c", "a"], "cats_int64s": [1, 2, 3, 4], "default_int64": -5,
+             "default_string": "?"}  # "a" twice: which of its codes wins is ORT's choice too
+    got, want = both("CategoryMapper", {"x": x}, 1, domain=ML, **attrs)
+    assert_same(got, want)
+
+
+def test_feature_vectorizer_matches_onnxruntime() -> None:
+    # Inputs of one dtype (the schema binds them to one type) and other widths: cut when longer than
+    # their dimension, zero-padded when shorter.
+    for dtype in (np.float32, np.float64, np.int64):
+        feeds = {
+            "a": np.array([[1, 2, 3], [4, 5, 6]], dtype=dtype),
+            "b": np.array([[7], [8]], dtype=dtype),
+            "c": np.array([[0.5, 0.25, 9.0, 10.0], [1.5, 2.5, 3.5, 4.5]]).astype(dtype),
+        }
+        got, want = both("FeatureVectorizer", feeds, 1, domain=ML, inputdimensions=[3, 2, 2])
+        assert_same(got, want)

@@ -1,5 +1,6 @@
 """Classical ML operators of the ai.onnx.ml domain: LabelEncoder, ArrayFeatureExtractor, Binarizer,
-Scaler, Normalizer, Imputer, OneHotEncoder, LinearRegressor, LinearClassifier, TreeEnsemble*, ZipMap.
+Scaler, Normalizer, Imputer, OneHotEncoder, CategoryMapper, FeatureVectorizer, LinearRegressor,
+LinearClassifier, TreeEnsemble*, ZipMap.
 
 Where the spec leaves a case open (two-class scores, post transforms on one score), the kernels do
 what ONNX Runtime, the numerical oracle, does; cases where ORT leaves part of its output unwritten
@@ -797,3 +798,42 @@ def zip_map(
         raise ValueError(f"ZipMap: input of shape {list(x.shape)} for {len(labels)} class labels")
     rows = x.reshape(-1, len(labels)).astype(np.float32, copy=False).tolist()
     return [dict(zip(labels, row, strict=True)) for row in rows]
+
+
+@register("CategoryMapper", 1, domain=_ML)
+def category_mapper(
+    x: np.ndarray,
+    *,
+    cats_int64s: tuple[int, ...] | None,
+    cats_strings: tuple[str, ...] | None,
+    default_int64: int,
+    default_string: str,
+) -> np.ndarray:
+    """CategoryMapper-1: strings to their paired int64 (default_int64 when unknown), or int64 to
+    their paired string (default_string)."""
+    strings, ints = _object_array(cats_strings or ()), np.asarray(cats_int64s or (), dtype=np.int64)
+    if len(strings) != len(ints):
+        raise ValueError(f"CategoryMapper: {len(strings)} cats_strings but {len(ints)} cats_int64s")
+    if x.dtype == object:
+        return _encode(x, strings, ints, default_int64)
+    return _encode(x.astype(np.int64, copy=False), ints, strings, default_string)
+
+
+@register("FeatureVectorizer", 1, domain=_ML)
+def feature_vectorizer(*inputs: np.ndarray, inputdimensions: tuple[int, ...] | None) -> np.ndarray:
+    """FeatureVectorizer-1: the inputs' rows side by side as float32 [N, sum(inputdimensions)]; each
+    input fills its own width, cut when longer and zero-padded when shorter."""
+    widths = list(inputdimensions or ())
+    if len(widths) != len(inputs) or any(w < 0 for w in widths):
+        raise ValueError(f"FeatureVectorizer: {len(inputs)} input(s) but inputdimensions {widths}")
+    samples = 1 if inputs[0].ndim <= 1 else inputs[0].shape[0]
+    out = np.zeros((samples, sum(widths)), dtype=np.float32)
+    start = 0
+    for x, width in zip(inputs, widths, strict=True):
+        rows = x.reshape(1 if x.ndim <= 1 else x.shape[0], -1)
+        if rows.shape[0] != samples:
+            raise ValueError(f"FeatureVectorizer: inputs of {rows.shape[0]} and {samples} samples")
+        used = min(width, rows.shape[1])
+        out[:, start : start + used] = rows[:, :used]
+        start += width
+    return out
