@@ -574,3 +574,32 @@ def test_feature_vectorizer_matches_onnxruntime() -> None:
         }
         got, want = both("FeatureVectorizer", feeds, 1, domain=ML, inputdimensions=[3, 2, 2])
         assert_same(got, want)
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("signs", ["non-negative", "mixed"])
+@pytest.mark.parametrize("post_transform", ["NONE", "LOGISTIC", "SOFTMAX"])
+def test_svm_classifier_liblinear_mode_matches_onnxruntime(classes: int, signs: str, post_transform: str) -> None:
+    # No support vectors: one linear score per class plus rho[0] (scikit-learn never exports this
+    # mode, so it is built here); two classes take ORT's binary rule (0.5 or 0 on the top score).
+    rng = np.random.default_rng(classes + len(signs) + len(post_transform))
+    x = rng.normal(size=(12, 4)).astype(np.float32)
+    weights = rng.normal(size=classes * 4) * 0.5
+    attrs = {
+        "coefficients": [float(abs(w)) if signs == "non-negative" else float(w) for w in weights],
+        "rho": [0.1], "kernel_type": "LINEAR", "kernel_params": [0.0, 0.0, 0.0], "post_transform": post_transform,
+        "classlabels_ints": [2 * i + 1 for i in range(classes)],
+    }
+    got, want = both("SVMClassifier", {"x": x}, 1, n_out=2, domain=ML, **attrs)
+    assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_binary_svc_without_probabilities_refuses_probit() -> None:
+    # ORT writes one probit per sample and leaves the second score unwritten.
+    attrs = {
+        "coefficients": [1.0, -1.0], "rho": [0.0], "kernel_type": "RBF", "kernel_params": [0.5, 0.0, 3.0],
+        "support_vectors": [0.0, 1.0, 1.0, 0.0], "vectors_per_class": [1, 1], "classlabels_ints": [0, 1],
+        "post_transform": "PROBIT",
+    }
+    with pytest.raises(KernelError, match="second score unwritten"):
+        run_ours("SVMClassifier", np.float32([[0.5, 0.5]]), attrs)
