@@ -87,3 +87,19 @@ def test_capture_memory_is_bounded(tmp_path: Path) -> None:
     Session(_big_chain(12, size)).run(None, {"v0": np.zeros(size, np.float32)}, capture=store)
     assert 0 < store.peak_pending_bytes <= 2 << 20
     np.testing.assert_array_equal(CapturedRun.open(tmp_path / "cap").load("v12"), np.full(size, 12, np.float32))
+
+
+@pytest.mark.parametrize("bad", ["../outside.npy", "/etc/passwd", "sub/dir.npy", "..", "", 7])
+def test_a_crafted_index_cannot_point_outside_the_capture(mlp_path: Path, tmp_path: Path, bad: object) -> None:
+    # Captures are shared and diffed: the file names in their index are checked before use.
+    from sealtrace.errors import InputError
+
+    Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    (tmp_path / "outside.npy").write_bytes((tmp_path / "cap" / "x.npy").read_bytes())
+    index_path = tmp_path / "cap" / "index.json"
+    index = json.loads(index_path.read_text())
+    index["values"][0]["files"] = [bad]
+    index_path.write_text(json.dumps(index))
+    captured = CapturedRun.open(tmp_path / "cap")
+    with pytest.raises(InputError, match="invalid file"):
+        captured.load(index["values"][0]["key"])

@@ -200,7 +200,12 @@ class CapturedRun:
             return values[0]
         return values if entry["kind"] == "sequence" else None
 
-    def _load_file(self, name: str) -> Any:
+    def _load_file(self, name: Any) -> Any:
+        # The index is data, not instructions: a file it names must be a plain file name inside the
+        # capture directory (no separators, no "..", as the writer makes them), so a crafted index
+        # cannot read files elsewhere.
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+            raise InputError(f"{self.directory}: capture index names an invalid file {name!r}")
         if not name.endswith(".npz"):
             return np.load(self.directory / name, allow_pickle=False)
         with np.load(self.directory / name, allow_pickle=False) as archive:  # a map
