@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 import sealtrace
@@ -95,3 +96,15 @@ def test_diff_of_two_captures_with_maps(tmp_path: Path) -> None:
     ort_session.run(None, {"x": X}, capture=CaptureStore(tmp_path / "ort"))
     report = diff_runs(tmp_path / "ref", tmp_path / "ort", None)
     assert report.passed
+
+
+def test_run_out_names_the_outputs_an_npz_cannot_hold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sealtrace.cli import main
+
+    onnx.save(zip_map_model([4, 7, 9]), tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", X)
+    out = tmp_path / "out.npz"
+    assert main(["run", str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--out", str(out)]) == 0
+    assert "left out: maps" in capsys.readouterr().out
+    with np.load(out) as saved:
+        assert list(saved) == ["p"]

@@ -107,7 +107,10 @@ def run(
     if out_path:
         arrays = {n: v for n, v in zip(session.plan.output_names, outputs, strict=True) if isinstance(v, np.ndarray)}
         write_npz_atomically(Path(out_path), arrays)
-        click.echo(f"wrote {len(arrays)} output(s) to {out_path}")
+        # .npz holds tensors only: sequences (ZipMap's maps among them) and empty optionals are left out.
+        left_out = [n for n in session.plan.output_names if n not in arrays]
+        note = f" (not tensors, left out: {', '.join(left_out)})" if left_out else ""
+        click.echo(f"wrote {len(arrays)} output(s) to {out_path}{note}")
     if audit is not None:
         click.echo(f"audit log {audit_path}: {audit.steps} step(s), run digest {audit.run_digest}")
     if capture is not None:
