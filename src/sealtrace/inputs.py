@@ -65,6 +65,8 @@ def random_feeds(
 
 
 def _concrete_shape(info: ValueInfo, dims: Mapping[str, int]) -> tuple[int, ...]:
+    if info.kind == "map":
+        raise InputError(f"input {info.name!r} is a map: feed it from Python (Session.run with a dict)")
     if info.kind != "tensor" or info.shape is None:
         raise InputError(f"input {info.name!r}: {info.describe()} has no static shape; give it with --input")
     shape: list[int] = []

@@ -124,6 +124,8 @@ class CaptureStore(BackgroundObserver):
         elif isinstance(value, list):
             files = [self._save(f"{key}[{i}]", element) for i, element in enumerate(value)]
             entry.update(kind="sequence", files=files, digest=value_digest(value))
+        elif isinstance(value, Mapping):
+            entry.update(kind="map", files=[self._save(key, value)], digest=value_digest(value))
         else:
             array = np.asarray(value)
             entry.update(
@@ -191,12 +193,12 @@ class CapturedRun:
         return key in self.entries
 
     def load(self, key: str) -> Any:
-        """The captured value of ``key``: an array, a list of arrays or maps (a sequence), or None."""
+        """The captured value of ``key``: an array, a map, a list of arrays or maps (a sequence), or None."""
         entry = self.entries.get(key)
         if entry is None:
             raise InputError(f"{self.directory}: no captured value {key!r}")
         values = [self._load_file(f) for f in entry["files"]]
-        if entry["kind"] == "tensor":
+        if entry["kind"] in ("tensor", "map"):
             return values[0]
         return values if entry["kind"] == "sequence" else None
 

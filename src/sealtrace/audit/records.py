@@ -163,23 +163,22 @@ def sequence_digest(digests: list[str | None]) -> str:
 
 
 def map_digest(value: Mapping[Any, Any]) -> str:
-    """Digest of a map value (an element of ZipMap's sequence): sha256 over the canonical JSON list of
-    its (key, value) pairs in key order. Keys are integers or strings; numbers are written exactly
-    (floats as their hexadecimal form), so equal maps give equal digests whatever their order."""
-    pairs = sorted((_map_key(k), _map_entry(v)) for k, v in value.items())
-    return hashlib.sha256(canonical_json({"map": [list(p) for p in pairs]})).hexdigest()
+    """Digest of a map value: sha256 over the canonical JSON list of its (key, value) pairs in key
+    order. Keys and values are tagged with their kind ({"i": int}, {"s": str}, {"f": float.hex()},
+    {"tensor": digest}), so that equal maps give equal digests whatever their order, floats count
+    exactly, and no value of one kind can pass for another."""
+    pairs = sorted((_map_item(k), _map_item(v)) for k, v in value.items())
+    return hashlib.sha256(canonical_json({"map": [[k, v] for k, v in pairs]})).hexdigest()
 
 
-def _map_key(key: Any) -> int | str:
-    return key if isinstance(key, str) else int(key)
-
-
-def _map_entry(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return {"tensor": tensor_digest(value)}
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return int(value)
-    return float(value).hex()
+def _map_item(item: Any) -> tuple[str, Any]:
+    if isinstance(item, str):
+        return ("s", item)
+    if isinstance(item, np.ndarray):
+        return ("tensor", tensor_digest(item))
+    if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+        return ("i", int(item))
+    return ("f", float(item).hex())
 
 
 def value_identity(value: Any) -> dict[str, Any]:
@@ -188,6 +187,8 @@ def value_identity(value: Any) -> dict[str, Any]:
         return {"kind": "none", "digest": None}
     if isinstance(value, list):
         return {"kind": "sequence", "length": len(value), "digest": value_digest(value)}
+    if isinstance(value, Mapping):
+        return {"kind": "map", "size": len(value), "digest": map_digest(value)}
     array = np.asarray(value)
     return {
         "kind": "tensor",

@@ -143,7 +143,7 @@ def _replay_feeds(header: dict[str, Any], given: dict[str, Any], report: ReplayR
         name = entry["name"]
         if name in given:
             value = given.pop(name)
-            if value_digest(value if isinstance(value, list) else np.asarray(value)) != entry["digest"]:
+            if value_digest(value if isinstance(value, (list, Mapping)) else np.asarray(value)) != entry["digest"]:
                 report.notes.append(f"input {name!r} is not the logged input (its digest differs)")
             feeds[name] = value
             continue

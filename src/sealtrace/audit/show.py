@@ -48,6 +48,8 @@ def describe_value(entry: dict[str, Any]) -> tuple[str, str, str]:
         return entry["dtype"], "[" + ",".join(map(str, entry["shape"])) + "]", digest
     if kind == "sequence":
         return "sequence", f"len {entry['length']}", digest
+    if kind == "map":
+        return "map", f"size {entry['size']}", digest
     return "none", "-", digest
 
 

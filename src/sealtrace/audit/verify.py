@@ -256,7 +256,7 @@ def _check_inputs(header: dict[str, Any], inputs: Mapping[str, Any]) -> list[Log
         if entry is None:
             problems.append(LogProblem(1, f"input {name!r} is not an input of the logged run ({', '.join(logged)})"))
             continue
-        digest = value_digest(value if isinstance(value, list) else np.asarray(value))
+        digest = value_digest(value if isinstance(value, (list, Mapping)) else np.asarray(value))
         if digest != entry["digest"]:
             problems.append(
                 LogProblem(1, f"input {name!r}: the given value (digest {str(digest)[:16]}) is not the one logged "

@@ -388,7 +388,12 @@ def _segment_model(plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeP
 
 def _static_types(plan: Plan, feeds: Mapping[str, Any]) -> dict[str, onnx.TypeProto]:
     """Element types of the feeds and of every step output whose dtype shape inference found."""
-    types = {name: _type_of(value) for name, value in feeds.items()}
+    declared = {i.name: i.type for i in plan.source.graph.input} if plan.source is not None else {}
+    # A map's key and value types cannot be told from a dict of Python numbers: the model says them.
+    types = {
+        name: declared[name] if isinstance(value, Mapping) and name in declared else _type_of(value)
+        for name, value in feeds.items()
+    }
     for step in plan.steps:
         for name, info in zip(step.outputs, step.output_info, strict=False):
             if name and info is not None and info.dtype is not None and info.kind in ("tensor", "sequence"):

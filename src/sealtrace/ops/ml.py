@@ -1,6 +1,7 @@
 """Classical ML operators of the ai.onnx.ml domain: LabelEncoder, ArrayFeatureExtractor, Binarizer,
-Scaler, Normalizer, Imputer, OneHotEncoder, CategoryMapper, FeatureVectorizer, LinearRegressor,
-LinearClassifier, SVMRegressor, SVMClassifier, TreeEnsemble*, ZipMap.
+Scaler, Normalizer, Imputer, OneHotEncoder, CategoryMapper, FeatureVectorizer, DictVectorizer, CastMap,
+LinearRegressor, LinearClassifier, SVMRegressor, SVMClassifier, TreeEnsemble*, ZipMap. Maps are Python
+dicts, as ONNX Runtime's Python API takes and returns them.
 
 Where the spec leaves a case open (two-class scores, post transforms on one score), the kernels do
 what ONNX Runtime, the numerical oracle, does; cases where ORT leaves part of its output unwritten
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.ops.registry import register
+from sealtrace.ops.registry import KernelContext, register
 
 _ML = "ai.onnx.ml"
 
@@ -1028,3 +1029,59 @@ def _couple(classes: int, pairs: list[tuple[int, int]], pairwise: np.ndarray) ->
             qp = (qp + diff * q[i, :]) / (f(1) + diff)
             p /= f(1) + diff
     return p
+
+
+@register("DictVectorizer", 1, domain=_ML, context=True)
+def dict_vectorizer(
+    ctx: KernelContext,
+    x: dict[Any, Any],
+    *,
+    int64_vocabulary: tuple[int, ...] | None,
+    string_vocabulary: tuple[str, ...] | None,
+) -> np.ndarray:
+    """DictVectorizer-1: a map's values at the vocabulary's keys, [1, len(vocabulary)]; a key the map
+    lacks gives 0 (or "" for string values). The dtype is the map's value type as the model declares
+    it (a dict of Python floats does not say float32 or float64)."""
+    if not isinstance(x, dict):
+        raise ValueError(f"DictVectorizer takes a map, got {type(x).__name__}")
+    if bool(int64_vocabulary) == bool(string_vocabulary):
+        raise ValueError("DictVectorizer needs exactly one of int64_vocabulary and string_vocabulary")
+    vocabulary: list[Any] = list(string_vocabulary) if string_vocabulary else [int(v) for v in int64_vocabulary or ()]
+    declared = ctx.output_info[0].dtype if ctx.output_info and ctx.output_info[0] is not None else None
+    values = list(x.values())
+    if (declared is not None and declared.kind in "OUS") or (values and all(isinstance(v, str) for v in values)):
+        return _object_array([x.get(k, "") for k in vocabulary]).reshape(1, -1)
+    dtype = declared if declared is not None else (np.asarray(values).dtype if values else np.dtype(np.float32))
+    return np.asarray([x.get(k, 0) for k in vocabulary], dtype=dtype).reshape(1, -1)
+
+
+@register("CastMap", 1, domain=_ML)
+def cast_map(x: dict[int, Any], *, cast_to: str, map_form: str, max_map: int) -> np.ndarray:
+    """CastMap-1: an int64-keyed map's values in key order as a [1, n] tensor of cast_to's type; SPARSE
+    puts each value at its key's position among 0..max_map-1 and pads the rest (0, or "0.f" as ORT
+    writes for strings)."""
+    if not isinstance(x, dict):
+        raise ValueError(f"CastMap takes a map, got {type(x).__name__}")
+    keys = sorted(int(k) for k in x)
+    target = {"TO_FLOAT": np.float32, "TO_INT64": np.int64, "TO_STRING": object}.get(cast_to)
+    if target is None:
+        raise ValueError(f"CastMap cast_to must be TO_FLOAT, TO_INT64 or TO_STRING, got {cast_to!r}")
+
+    def cast(value: Any) -> Any:
+        if target is object:  # std::to_string of a float: six decimals
+            return value if isinstance(value, str) else f"{float(np.float32(value)):.6f}"
+        number = float(value) if isinstance(value, str) else float(np.float32(value))
+        return np.float32(number) if target is np.float32 else int(number)
+
+    if map_form == "DENSE":
+        items = [cast(x[k]) for k in keys]
+    elif map_form == "SPARSE":
+        if keys and keys[0] < 0:
+            raise ValueError(f"CastMap SPARSE: negative key {keys[0]}")
+        pad: Any = "0.f" if target is object else 0
+        items = [cast(x[k]) if k in x else pad for k in range(max_map)]
+    else:
+        raise ValueError(f"CastMap map_form must be DENSE or SPARSE, got {map_form!r}")
+    if target is object:
+        return _object_array(items).reshape(1, -1)
+    return np.asarray(items, dtype=target).reshape(1, -1)

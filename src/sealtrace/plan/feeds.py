@@ -44,6 +44,10 @@ def _check_value(info: ValueInfo, value: Any) -> str | None:
         if not isinstance(value, list):
             return f"expected a sequence (list of arrays), got {type(value).__name__}"
         return None
+    if info.kind == "map":
+        if not isinstance(value, Mapping):
+            return f"expected a map (dict), got {type(value).__name__}"
+        return None
     if info.kind == "optional":
         if isinstance(value, np.ndarray):
             return _check_value(ValueInfo(info.name, "tensor", info.dtype, info.shape), value)
