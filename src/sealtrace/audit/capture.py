@@ -138,7 +138,7 @@ class CaptureStore(BackgroundObserver):
         self.entries.append(entry)
 
     def _save(self, key: str, value: Any) -> str:
-        if isinstance(value, Mapping):  # a map (ZipMap's sequence elements): its keys and values
+        if isinstance(value, Mapping):  # a map (a map input, ZipMap's elements): its keys and values, no pickle
             name = safe_file_stem(key, self._taken) + ".npz"
             keys = np.asarray(list(value.keys()))
             with (self.directory / name).open("xb") as f:

@@ -164,8 +164,8 @@ def sequence_digest(digests: list[str | None]) -> str:
 
 def map_digest(value: Mapping[Any, Any]) -> str:
     """Digest of a map value: sha256 over the canonical JSON list of its (key, value) pairs in key
-    order. Keys and values are tagged with their kind ({"i": int}, {"s": str}, {"f": float.hex()},
-    {"tensor": digest}), so that equal maps give equal digests whatever their order, floats count
+    order. Keys and values are tagged with their kind (["i", int], ["s", str], ["f", float.hex()],
+    ["tensor", digest]), so that equal maps give equal digests whatever their order, floats count
     exactly, and no value of one kind can pass for another."""
     pairs = sorted((_map_item(k), _map_item(v)) for k, v in value.items())
     return hashlib.sha256(canonical_json({"map": [[k, v] for k, v in pairs]})).hexdigest()
