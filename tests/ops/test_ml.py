@@ -446,6 +446,9 @@ def test_normalizer_matches_onnxruntime(kind: str, norm: str) -> None:
          {"imputed_value_floats": [10.0, 20.0, 30.0], "replaced_value_float": float("nan")}),
         (np.float32([[1.0, 0.0, 3.0], [0.0, 5.0, -1.0]]), {"imputed_value_floats": [9.5], "replaced_value_float": 0.0}),
         (np.float32([2.0, -1.0, -1.0]), {"imputed_value_floats": [7.0, 8.0, 9.0], "replaced_value_float": -1.0}),
+        # Neither one value nor one per feature: ORT takes the first for all.
+        (np.float32([[1.0, 0.0, 3.0, 0.0], [0.0, 5.0, -1.0, 2.0]]),
+         {"imputed_value_floats": [7.0, 8.0], "replaced_value_float": 0.0}),
         (np.array([[1, -1, 3], [-1, 5, -1]], dtype=np.int64),
          {"imputed_value_int64s": [100, 200, 300], "replaced_value_int64": -1}),
     ],

@@ -605,12 +605,17 @@ def _rows(x: np.ndarray, op: str) -> np.ndarray:
     return x.reshape(1, -1) if x.ndim == 1 else x
 
 
+def _feature_count(x: np.ndarray) -> int:
+    """The stride ORT indexes per-feature attributes by: dims[1], or dims[0] of a 1-D input."""
+    return int(x.shape[0] if x.ndim == 1 else x.shape[1])
+
+
 def _per_feature(x: np.ndarray, values: np.ndarray, op: str, what: str) -> np.ndarray:
-    """values[i % stride] for every flat element i, stride = the feature count (dims[1], or dims[0]
-    of a 1-D input), as ORT indexes these per-feature attributes; one value applies to all."""
+    """values[i % stride] for every flat element i (stride: _feature_count), as ORT indexes these
+    per-feature attributes; one value applies to all."""
     if values.size == 1:
         return values.reshape(())
-    stride = x.shape[0] if x.ndim == 1 else x.shape[1]
+    stride = _feature_count(x)
     if values.size != stride:
         raise ValueError(f"{op}: {what} has {values.size} values; give 1 or one per feature ({stride})")
     return np.resize(values, x.size).reshape(x.shape)
@@ -661,7 +666,7 @@ def imputer(
     replaced_value_int64: int,
 ) -> np.ndarray:
     """Imputer-1: elements equal to the replaced value (NaN matching NaN) become the imputed value of
-    their feature (one value for all, or one per feature)."""
+    their feature (one per feature; any other count: the first for all)."""
     if bool(imputed_value_floats) == bool(imputed_value_int64s):
         raise ValueError("Imputer needs exactly one of imputed_value_floats and imputed_value_int64s")
     if x.ndim == 0:
@@ -676,8 +681,9 @@ def imputer(
     else:
         imputed = np.asarray(imputed_value_int64s, dtype=x.dtype)
         hit = x == x.dtype.type(replaced_value_int64)
-    stride = x.shape[0] if x.ndim == 1 else x.shape[1]
-    fill = imputed.reshape(()) if imputed.size != stride else np.resize(imputed, x.size).reshape(x.shape)
+    # One per feature, or else (any other count, as ORT reads it) the first value for all.
+    per_feature = imputed.size == _feature_count(x)
+    fill = _per_feature(x, imputed, "Imputer", "imputed values") if per_feature else imputed[0]
     return np.where(hit, fill, x).astype(x.dtype, copy=False)
 
 
