@@ -606,3 +606,17 @@ def test_binary_svc_without_probabilities_refuses_probit() -> None:
     }
     with pytest.raises(KernelError, match="second score unwritten"):
         run_ours("SVMClassifier", np.float32([[0.5, 0.5]]), attrs)
+
+
+@pytest.mark.parametrize("post_transform", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+def test_binary_svc_without_probabilities_matches_onnxruntime(post_transform: str) -> None:
+    # One pair score s: [-s, s] without a transform, else [1 - s, s] with s after the logistic
+    # under LOGISTIC (the binary linear classifiers' rule).
+    attrs = {
+        "coefficients": [1.0, -0.7], "rho": [0.1], "kernel_type": "RBF", "kernel_params": [0.5, 0.0, 3.0],
+        "support_vectors": [0.0, 1.0, 1.0, 0.0], "vectors_per_class": [1, 1], "classlabels_ints": [0, 1],
+        "post_transform": post_transform,
+    }
+    x = np.float32([[0.5, 0.5], [2.0, -1.0], [-1.0, 0.3]])
+    got, want = both("SVMClassifier", {"x": x}, 1, n_out=2, domain=ML, **attrs)
+    assert_same(got, want, rtol=1e-5, atol=1e-6)

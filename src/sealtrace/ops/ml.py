@@ -931,8 +931,9 @@ def svm_classifier(
     With support vectors (libsvm's SVC): one-vs-one classifiers, one per pair of classes, each
     score summed in float64 and voted on (score > 0: the first class of the pair); the label is
     the class with most votes. The scores are the pairs' (for two classes: [-s, s] without a
-    transform, else [1 - s, s]), or with prob_a/prob_b the class probabilities from Platt-scaled
-    pairs coupled as libsvm does. Without support vectors (liblinear): one linear score per class.
+    transform, else _complement's [1 - s, s]), or with prob_a/prob_b the class probabilities from
+    Platt-scaled pairs coupled as libsvm does. Without support vectors (liblinear): one linear
+    score per class.
     """
     labels: np.ndarray = (
         _object_array(classlabels_strings) if classlabels_strings else np.asarray(classlabels_ints or (), np.int64)
@@ -1001,7 +1002,7 @@ def _svc(
         )
     if post_transform == "NONE":
         return labels[best], np.concatenate([-scores, scores], axis=1)
-    return labels[best], np.concatenate([1 - scores, scores], axis=1)
+    return labels[best], _complement(scores[:, 0], post_transform)  # [1 - s, s], s after any logistic
 
 
 def _couple(classes: int, pairs: list[tuple[int, int]], pairwise: np.ndarray) -> np.ndarray:
