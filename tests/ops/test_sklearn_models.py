@@ -66,13 +66,6 @@ CASES: dict[str, tuple[Any, np.ndarray, np.ndarray | None]] = {
 }
 
 
-def _has_probabilities(estimator: Any) -> bool:
-    try:  # SVC has predict_proba only when fitted with probability=True
-        return hasattr(estimator, "predict_proba")
-    except AttributeError:
-        return False
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_sklearn_pipeline_matches_onnxruntime(name: str) -> None:
     estimator, features, labels = CASES[name]
@@ -80,7 +73,8 @@ def test_sklearn_pipeline_matches_onnxruntime(name: str) -> None:
         warnings.simplefilter("ignore")  # convergence and feature-name warnings of the toy fits
         estimator.fit(features) if labels is None else estimator.fit(features, labels)
     # zipmap off: class probabilities as a tensor, not a sequence of maps.
-    options = {id(estimator): {"zipmap": False}} if _has_probabilities(estimator) else None
+    # hasattr: SVC has predict_proba only when fitted with probability=True.
+    options = {id(estimator): {"zipmap": False}} if hasattr(estimator, "predict_proba") else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # skl2onnx reads SVC attributes scikit-learn 1.9 deprecates
         model = skl2onnx.to_onnx(estimator, features[:1], options=options, target_opset={"": 17, "ai.onnx.ml": 3})
