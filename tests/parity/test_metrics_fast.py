@@ -137,20 +137,36 @@ def test_large_values_match_the_rule(dtype: type[np.floating[Any]], size: int) -
     _check(a.reshape(-1, 1)[::2], far.reshape(-1, 1)[::2], tols)  # strided
 
 
+def _ulp_oracle(x: np.ndarray, y: np.ndarray) -> int:
+    """The definition in Python integers: floats mapped onto one monotonic integer line (+0.0 and
+    -0.0 on the same point), the largest distance between corresponding points."""
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize]
+    sign = 1 << (8 * x.dtype.itemsize - 1)
+
+    def point(u: int) -> int:
+        return -(u - sign) if u & sign else u
+
+    return max(
+        abs(point(int(u)) - point(int(v)))
+        for u, v in zip(x.view(bits).tolist(), y.view(bits).tolist(), strict=True)
+    )
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_finite_ulp_shortcut(dtype: type[np.floating[Any]]) -> None:
     rng = np.random.default_rng(3)
     a = rng.standard_normal(1000).astype(dtype)
-    cases = [a + dtype(1e-7), np.where(a == a[0], -0.0, a).astype(dtype)]
+    cases = [a + dtype(1e-7), np.where(a == a[0], -0.0, a).astype(dtype), -a]
     zeros = np.zeros(10, dtype)
     neg = np.full(10, -0.0, dtype)
     for x, y in [(a, c) for c in cases] + [(zeros, neg), (neg, zeros), (zeros, zeros)]:
         y = np.asarray(y, dtype)
+        expected = _ulp_oracle(x, y)
         # Same signs wherever either is non-zero: the raw difference, with the +0/-0 fallback.
         same = not (np.signbit(x) != np.signbit(y))[(x != 0) | (y != 0)].any()
-        assert _finite_ulp(x, y, None, same) == ulp_distance(x, y)
-        assert _finite_ulp(x, y, np.empty(2 * x.size, dtype), same) == ulp_distance(x, y)
-        assert _finite_ulp(x, y) == ulp_distance(x, y)
+        assert _finite_ulp(x, y, None, same) == expected
+        assert _finite_ulp(x, y, np.empty(2 * x.size, dtype), same) == expected
+        assert _finite_ulp(x, y) == ulp_distance(x, y) == expected
 
 
 def test_ulp_distance_across_zero_does_not_wrap() -> None:
@@ -165,3 +181,12 @@ def test_ulp_distance_across_zero_does_not_wrap() -> None:
     assert ulp_distance(one, np.float32([np.nextafter(np.float32(1), np.float32(2)), 0.0, -0.0])) == 1
     tiny = np.float32([1e-45])  # the smallest subnormal: one step from +0.0, two across to -1e-45
     assert ulp_distance(tiny, -tiny) == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(float_pairs())
+def test_ulp_distance_follows_the_definition(pair: tuple[np.ndarray, np.ndarray]) -> None:
+    a, b = pair
+    finite = (np.isfinite(a) & np.isfinite(b)).reshape(-1)
+    expected = _ulp_oracle(a.reshape(-1)[finite], b.reshape(-1)[finite]) if finite.any() else 0
+    assert ulp_distance(a, b) == expected

@@ -136,23 +136,11 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:
     itype = _ULP_INT.get(a.dtype.itemsize)
     if itype is None or a.dtype.kind != "f":
         return 0
-    finite = np.isfinite(a) & np.isfinite(b)
+    finite = (np.isfinite(a) & np.isfinite(b)).reshape(-1)
     if not finite.any():
         return 0
-    ia = a.view(itype)[finite] if not finite.all() else a.view(itype).reshape(-1)
-    ib = b.view(itype)[finite] if not finite.all() else b.view(itype).reshape(-1)
-    # Same signs: the difference of the raw integers, which cannot overflow. Opposite signs: the
-    # sum of the two magnitudes, in uint64 (two float64 magnitudes can exceed int64).
-    mixed = (ia ^ ib) < 0
-    with np.errstate(over="ignore"):
-        distance = np.subtract(ia, ib)  # wraps only where the signs differ, which is set aside
-    distance[mixed] = 0
-    largest = int(np.abs(distance).max())
-    if mixed.any():
-        magnitude = itype(np.iinfo(itype).max)
-        across = (ia[mixed] & magnitude).astype(np.uint64) + (ib[mixed] & magnitude).astype(np.uint64)
-        largest = max(largest, int(across.max()))
-    return largest
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    return _finite_ulp(fa, fb) if finite.all() else _finite_ulp(fa[finite], fb[finite])
 
 
 def compare_values(name: str, a: Any, b: Any, tol: Tolerance, quiet: bool = False) -> ValueDiff:
@@ -382,11 +370,11 @@ def _cosine_and_layout(
 
 
 def _finite_ulp(fa: np.ndarray, fb: np.ndarray, scratch: np.ndarray | None = None, same_signs: bool = False) -> int:
-    """ulp_distance for finite, flat float32/float64 arrays, without its int64 copies.
+    """ulp_distance for finite, flat float arrays (float16/32/64), in place of int64 copies.
 
     Where the signs agree, the difference of the raw integer views is the distance and cannot
     overflow; where they differ (usually values around zero), the distance is the sum of the
-    magnitudes, taken in Python integers on just those elements. ``same_signs``: the signs are
+    magnitudes, taken in uint64 on just those elements (two float64 magnitudes exceed int64). ``same_signs``: the signs are
     known to agree wherever either value is non-zero; a +0.0/-0.0 pair (distance 0) is then the
     only way to get the most negative integer as a difference. ``scratch``: any writable array of
     at least fa.nbytes contiguous bytes, reused for the differences.
@@ -401,15 +389,13 @@ def _finite_ulp(fa: np.ndarray, fb: np.ndarray, scratch: np.ndarray | None = Non
             return max(int(np.maximum.reduce(work)), -low)
     signs = np.bitwise_xor(ia, ib, out=work)
     mixed = np.flatnonzero(signs < 0) if np.minimum.reduce(signs) < 0 else None
-    if mixed is not None and fa.dtype.itemsize == 8:
-        return ulp_distance(fa, fb)  # float64 magnitudes overflow int64: the general rule decides
     np.subtract(ia, ib, out=signs)  # wraps only where the signs differ
     if mixed is not None:
         signs[mixed] = 0
     distance = max(int(np.maximum.reduce(signs)), -int(np.minimum.reduce(signs)))
     if mixed is not None:
-        magnitude = np.iinfo(itype).max
-        across = (ia[mixed] & magnitude).astype(np.int64) + (ib[mixed] & magnitude).astype(np.int64)
+        magnitude = itype(np.iinfo(itype).max)
+        across = (ia[mixed] & magnitude).astype(np.uint64) + (ib[mixed] & magnitude).astype(np.uint64)
         distance = max(distance, int(across.max()))
     return distance
 
