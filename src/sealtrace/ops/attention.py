@@ -104,6 +104,17 @@ def _softmax(logits: Array) -> Array:
     return exp
 
 
+def _per_kv_head(x: Array, kv: Array) -> Array:
+    """x (batch, heads, rows, n) times kv (batch, kv_heads, n, cols), query head h with kv head
+    h // (heads / kv_heads) (GQA): the query heads viewed as (kv_heads, group), so K and V are
+    shared rather than repeated in memory."""
+    batch, heads, rows, n = x.shape
+    kv_heads = kv.shape[1]
+    return np.matmul(x.reshape(batch, kv_heads, heads // kv_heads, rows, n), kv[:, :, None]).reshape(
+        batch, heads, rows, -1
+    )
+
+
 def _attention(
     q: Array,
     k: Array,
@@ -140,7 +151,6 @@ def _attention(
     kv_heads, kv_len = present_key.shape[1], present_key.shape[2]
     if heads % kv_heads:
         raise ValueError(f"q_num_heads ({heads}) must be a multiple of kv_num_heads ({kv_heads})")
-    group = heads // kv_heads
 
     if scale is None:
         scale = 1 / np.sqrt(head_size)
@@ -148,10 +158,7 @@ def _attention(
     root = work.type(np.sqrt(scale))
     qs = q4.astype(work) * root
     ks = present_key.astype(work) * root
-    # GQA: query head h uses kv head h // group; view queries as (kv_heads, group) to share K, V.
-    scores = np.matmul(
-        qs.reshape(batch, kv_heads, group, q_len, head_size), ks[:, :, None].swapaxes(-1, -2)
-    ).reshape(batch, heads, q_len, kv_len)
+    scores = _per_kv_head(qs, ks.swapaxes(-1, -2))
     scores = scores.astype(work, copy=False)  # ml_dtypes' bfloat16 matmul answers in float32
     raw_scores = scores
     if softcap > 0:
@@ -177,9 +184,7 @@ def _attention(
     if fully_masked.any():
         probs = np.where(fully_masked, work.type(0), probs)
 
-    y = np.matmul(
-        probs.reshape(batch, kv_heads, group, q_len, kv_len), present_value.astype(work)[:, :, None]
-    ).reshape(batch, heads, q_len, -1)
+    y = _per_kv_head(probs, present_value.astype(work))
     if rank == 3:
         y = y.transpose(0, 2, 1, 3).reshape(batch, q_len, -1)
 
@@ -377,33 +382,27 @@ def flex_attention(
     """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"FlexAttention needs rank-4 Q, K, V; got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
-    batch, heads, q_len, head_size = q.shape
+    heads, head_size = q.shape[1], q.shape[3]
     kv_heads, kv_len = k.shape[1], k.shape[2]
     if k.shape[3] != head_size or v.shape[1] != kv_heads or v.shape[2] != kv_len:
         raise ValueError(f"FlexAttention: K {list(k.shape)} and V {list(v.shape)} do not match Q {list(q.shape)}")
     if heads % kv_heads:
         raise ValueError(f"FlexAttention: q_num_heads ({heads}) must be a multiple of kv_num_heads ({kv_heads})")
-    group = heads // kv_heads
-    if softmax_precision is not None and softmax_precision not in _PRECISIONS:
-        raise ValueError(f"FlexAttention: unsupported softmax_precision {softmax_precision}")
     if softmax_precision is not None:
+        if softmax_precision not in _PRECISIONS:
+            raise ValueError(f"FlexAttention: unsupported softmax_precision {softmax_precision}")
         work = _PRECISIONS[softmax_precision]
     else:  # float64 stays float64; float32 and the half types (bfloat16 too) go to float32
         work = np.dtype(np.float64) if q.dtype == np.float64 else np.dtype(np.float32)
     root = np.asarray(np.sqrt(np.float32(1 / np.sqrt(head_size) if scale is None else scale)), dtype=q.dtype)
-    # GQA: query head h uses kv head h // group; view queries as (kv_heads, group) to share K, V.
-    scores = np.matmul(
-        (q * root).reshape(batch, kv_heads, group, q_len, head_size), (k * root)[:, :, None].swapaxes(-1, -2)
-    ).reshape(batch, heads, q_len, kv_len)
-    scores = scores.astype(work)
+    scores = _per_kv_head(q * root, (k * root).swapaxes(-1, -2)).astype(work)
     if score_mod is not None:
         scores = _modified(ctx, "score_mod", score_mod, scores, work)
     exp = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
     probs = exp / np.sum(exp, axis=-1, keepdims=True)
     if prob_mod is not None:
         probs = _modified(ctx, "prob_mod", prob_mod, probs, work)
-    y = np.matmul(probs.reshape(batch, kv_heads, group, q_len, kv_len), v.astype(work)[:, :, None])
-    return y.reshape(batch, heads, q_len, -1).astype(v.dtype)
+    return _per_kv_head(probs, v.astype(work)).astype(v.dtype)
 
 
 def _modified(ctx: KernelContext, name: str, graph: Any, value: Array, work: np.dtype[Any]) -> Array:
