@@ -3,38 +3,27 @@
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sealtrace import arrayfiles
+from sealtrace.arrayfiles import load_npy
 from sealtrace.errors import InputError
+from sealtrace.limits import check_allocation
 from sealtrace.plan.model import Plan, ValueInfo
 
 
 def load_array(path: str | os.PathLike[str]) -> np.ndarray:
-    """Read one .npy file (no pickles: object arrays are refused)."""
-    try:
-        return np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"{path}: not a readable .npy file ({exc})") from None
+    """Read one .npy file (no pickles; its declared size checked before allocating)."""
+    return load_npy(path)
 
 
 def load_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Read every array of a .npz file, keyed by name (no pickles)."""
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise InputError(f"{path}: expected a .npz archive, found a single array")
-            return {name: archive[name] for name in archive.files}
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path}: not a readable .npz file ({exc})") from None
+    """Read every array of a .npz file, keyed by name (no pickles; declared sizes checked first)."""
+    return arrayfiles.load_npz(path)
 
 
 def parse_assignments(items: Sequence[str], what: str) -> dict[str, str]:
@@ -58,9 +47,16 @@ def random_feeds(
     rng = np.random.default_rng(seed)
     dims = dict(dims or {})
     feeds: dict[str, np.ndarray] = {}
+    shapes = {info.name: _concrete_shape(info, dims) for info in inputs}
+    # Every shape is known before any value is drawn: --dim batch=10**9 is refused, not attempted.
+    # Floats are drawn as float64 and then cast, so that is what the budget is checked against.
+    declared = 0
     for info in inputs:
-        shape = _concrete_shape(info, dims)
-        feeds[info.name] = _random_array(rng, info, shape)
+        itemsize = max(8, info.dtype.itemsize if info.dtype is not None else 4)
+        declared += int(np.prod(shapes[info.name], dtype=object)) * itemsize
+    check_allocation(declared, "--random-inputs")
+    for info in inputs:
+        feeds[info.name] = _random_array(rng, info, shapes[info.name])
     return feeds
 
 
@@ -119,9 +115,27 @@ def gather_feeds(
                 raise InputError(f"--dim {name}={value}: size must be an integer") from None
             if sizes[name] <= 0:
                 raise InputError(f"--dim {name}={value}: size must be positive")
+        _check_dim_names(plan.inputs, sizes)
         missing = [v for v in plan.inputs if v.name not in feeds]
         feeds.update(random_feeds(missing, seed, sizes))
+    elif dims:
+        raise InputError("--dim sizes dynamic dimensions of --random-inputs; give it with --random-inputs")
     return feeds
+
+
+def _check_dim_names(inputs: Sequence[ValueInfo], sizes: Mapping[str, int]) -> None:
+    """Every --dim must name a dynamic dimension of an input: a typo is not silently ignored."""
+    known: set[str] = set()
+    for info in inputs:
+        for axis, dim in enumerate(info.shape or ()):
+            if not (isinstance(dim, int) and dim > 0):
+                known.add(f"{info.name}:{axis}")
+                if isinstance(dim, str):
+                    known.add(dim)
+    unknown = sorted(set(sizes) - known)
+    if unknown:
+        offered = ", ".join(sorted(known)) or "none: every input has a static shape"
+        raise InputError(f"--dim {', '.join(unknown)}: no input has such a dynamic dimension (dynamic: {offered})")
 
 
 def write_npz_atomically(path: Path, arrays: Mapping[str, np.ndarray]) -> None:

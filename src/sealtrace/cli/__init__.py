@@ -15,6 +15,8 @@ import click
 
 from sealtrace import __version__
 from sealtrace.errors import SealtraceError
+from sealtrace.limits import ENV_VAR as BUDGET_ENV_VAR
+from sealtrace.limits import parse_size, set_memory_budget
 
 EXIT_INTERNAL = 3
 
@@ -30,11 +32,32 @@ def _load_commands() -> None:
     for module in pkgutil.iter_modules(__path__):
         if not module.name.startswith("_"):
             importlib.import_module(f"{__name__}.{module.name}")
+    _add_budget_option(app)
+
+
+def _set_budget(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        set_memory_budget(parse_size(value, "--memory-budget"))
+
+
+def _add_budget_option(group: click.Group) -> None:
+    """Every verb reads outside files, so every verb takes --memory-budget (sealtrace.limits)."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _add_budget_option(command)
+        elif not any(p.name == "memory_budget" for p in command.params):
+            command.params.append(
+                click.Option(
+                    ["--memory-budget"], metavar="SIZE", expose_value=False, is_eager=True, callback=_set_budget,
+                    help=f"Most memory a size declared in an input file may claim (default 1GiB; or ${BUDGET_ENV_VAR}).",
+                )
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     _load_commands()
+    set_memory_budget(None)  # a budget given to an earlier call in this process does not carry over
     try:
         status = app.main(args=argv, prog_name="sealtrace", standalone_mode=False)
         # click returns a ctx.exit(N) code instead of raising when not in standalone mode.
