@@ -20,8 +20,8 @@ from sealtrace.container import (
     unseal,
     verify_container,
 )
-from sealtrace.container.atomic import OutputExistsError
 from sealtrace.container.format import ALIGNMENT, PREAMBLE_SIZE
+from sealtrace.outputs import OutputExistsError
 from tests.container.conftest import split, tiny_model
 
 SCHEMA = Path(__file__).resolve().parents[2] / "src" / "sealtrace" / "schemas" / "container-header.schema.json"

@@ -32,7 +32,6 @@ import numpy as np
 from onnx import ModelProto, TensorProto
 
 from sealtrace import __version__
-from sealtrace.container.atomic import atomic_output
 from sealtrace.container.chunks import default_workers
 from sealtrace.container.errors import ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.container.format import parse_canonical_json, parse_signatures
@@ -47,6 +46,7 @@ from sealtrace.container.signatures import (
 from sealtrace.container.weights import model_tensors
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import InputError
+from sealtrace.outputs import atomic_output
 
 FORMAT_NAME = "sealtrace.manifest"
 FORMAT_VERSION = 1

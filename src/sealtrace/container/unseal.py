@@ -7,9 +7,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sealtrace.container.atomic import atomic_output
 from sealtrace.container.signatures import TrustSource
 from sealtrace.container.verify import load_verified_model
+from sealtrace.outputs import atomic_output
 
 
 @dataclass(frozen=True)

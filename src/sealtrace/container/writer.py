@@ -14,7 +14,6 @@ import onnx
 from onnx import ModelProto, TensorProto
 
 from sealtrace import __version__
-from sealtrace.container.atomic import OutputExistsError, atomic_output
 from sealtrace.container.chunks import chunk_ranges, default_workers
 from sealtrace.container.errors import SealingError
 from sealtrace.container.format import (
@@ -37,6 +36,7 @@ from sealtrace.container.signatures import KeySource, sign
 from sealtrace.container.weights import model_tensors, strip_weights
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import SealtraceError
+from sealtrace.outputs import OutputExistsError, atomic_output
 from sealtrace.plan import build_plan, load_model
 
 
