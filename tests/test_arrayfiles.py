@@ -118,6 +118,18 @@ def test_what_is_not_an_array_file_is_named(tmp_path: Path, make: str) -> None:
         load_npz(path)
 
 
+@pytest.mark.parametrize(
+    "header",
+    [b"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2), }  [[[[[[", b"{'descr': '<f4', 'shape': (1,", b"\xff\xfe"],
+)
+def test_a_header_numpy_cannot_parse_is_an_array_file_error(tmp_path: Path, header: bytes) -> None:
+    # NumPy's parser raises tokenize.TokenError, SyntaxError or ValueError on such headers.
+    header = header + b" " * (-(len(header) + 11) % 64) + b"\n"
+    (tmp_path / "x.npy").write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + b"\0" * 8)
+    with pytest.raises(ArrayFileError, match="not a readable .npy header"):
+        load_npy(tmp_path / "x.npy")
+
+
 def test_object_and_record_dtypes_are_refused(tmp_path: Path) -> None:
     np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ArrayFileError, match="not a tensor dtype"):

@@ -64,7 +64,7 @@ def read_npy_header(stream: IO[bytes], where: str) -> NpyHeader:
             shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
         else:
             raise ValueError(f"format version {version[0]}.{version[1]} is not one of tensors (1.0, 2.0)")
-    except (ValueError, EOFError, SyntaxError, TypeError, struct.error, UnicodeDecodeError) as exc:
+    except Exception as exc:  # NumPy's header parser (tokenize, ast) raises assorted errors on bad bytes
         raise ArrayFileError(f"{where}: not a readable .npy header ({_brief(exc)})") from None
     if dtype.hasobject or dtype.names is not None or dtype.shape != () or dtype.kind not in _TENSOR_KINDS:
         raise ArrayFileError(f"{where}: dtype {dtype.str!r} is not a tensor dtype (objects and records are refused)")
