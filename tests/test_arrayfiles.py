@@ -126,7 +126,7 @@ def test_a_header_numpy_cannot_parse_is_an_array_file_error(tmp_path: Path, head
     # NumPy's parser raises tokenize.TokenError, SyntaxError or ValueError on such headers.
     header = header + b" " * (-(len(header) + 11) % 64) + b"\n"
     (tmp_path / "x.npy").write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + b"\0" * 8)
-    with pytest.raises(ArrayFileError, match="not a readable .npy header"):
+    with pytest.raises(ArrayFileError, match=r"not a readable \.npy header"):
         load_npy(tmp_path / "x.npy")
 
 
