@@ -25,7 +25,7 @@ PYTEST_ARGS ?=
 
 $(VENV)/.stamp-core: pyproject.toml
 	@echo "== creating $(VENV)/ (a virtual environment: everything below is installed inside it)"
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -m venv $(VENV)
 	@echo "== upgrading pip in $(VENV)/"
 	@$(PIP) --upgrade pip
 	@echo "== installing sealtrace (editable) and its dependencies: numpy, onnx, onnxruntime, click, rich,"
