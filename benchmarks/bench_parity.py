@@ -161,9 +161,11 @@ def main() -> None:
         return
     sys.path.insert(0, str(HERE))
     from machine import facts_markdown
+    from material import require
     from sealtrace import zoo
 
     keys = args.models.split(",") if args.models else [m.key for m in zoo.MODELS]
+    require("bench_parity", HERE / "results" / "parity.md", keys)
     rows = []
     met = {"time": [], "memory": []}
     for key in keys:

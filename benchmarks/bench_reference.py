@@ -184,9 +184,11 @@ def main() -> None:
         return
     sys.path.insert(0, str(HERE))
     from machine import facts_markdown
+    from material import require
     from sealtrace import zoo
 
     keys = args.models.split(",") if args.models else [m.key for m in zoo.MODELS] + ["acasxu"]
+    require("bench_reference", HERE / "results" / "reference.md", keys)
     rows = []
     ratios: dict[str, list[float]] = {"1": [], "2": [], "native": [], "onnx.reference": [], "memory": []}
     for key in keys:

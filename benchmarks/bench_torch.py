@@ -98,9 +98,11 @@ def main() -> None:
     parser.add_argument("--models", default=None, help="comma-separated keys (default: all real models + acasxu)")
     parser.add_argument("--out", default=str(HERE / "results" / "torch.md"))
     args = parser.parse_args()
+    from material import require
     from sealtrace import zoo
 
     wanted = args.models.split(",") if args.models else None
+    require("bench_torch", Path(args.out), wanted)
     rows = []
     for key, path, feeds in zoo.benchmark_cases(wanted):
         result = measure(path, feeds, args.threads, args.repeats, args.budget)

@@ -79,8 +79,11 @@ def main() -> None:
     parser.add_argument("--ort", action="store_true", help="also print ONNX Runtime's per-op profile")
     args = parser.parse_args()
     real = zoo.model(args.model)
-    session = Session(real.path)
-    feeds = real.inputs()
+    try:
+        session = Session(real.path)
+        feeds = real.inputs()
+    except zoo.MaterialMissingError as exc:
+        raise SystemExit(f"profile_steps: {args.model}: {exc}") from None
     session.run(None, feeds)
     timer = StepTimer()
     start = time.perf_counter()

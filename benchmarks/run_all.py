@@ -13,6 +13,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from material import SKIPPED  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+
 ORDER = ("reference", "container", "audit", "parity", "torch", "falsify")
 
 INTRO = """# Benchmarks
@@ -36,16 +39,26 @@ def assemble() -> None:
     print(f"wrote {ROOT / 'BENCHMARKS.md'}")
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--assemble-only", action="store_true")
     args = parser.parse_args()
+    skipped, failed = [], []
     if not args.assemble_only:
         for script in sorted(HERE.glob("bench_*.py")):
             print(f"== {script.name}", flush=True)
-            subprocess.run([sys.executable, str(script)], check=False)
+            status = subprocess.run([sys.executable, str(script)], check=False).returncode
+            if status == SKIPPED:
+                skipped.append(script.name)
+            elif status != 0:
+                failed.append(f"{script.name} (exit {status})")
     assemble()
+    if skipped:
+        print(f"skipped for missing material, their results left as they were: {', '.join(skipped)}")
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,7 +7,9 @@ is upright. The demo:
 3. tampers with one tensor of a copy and shows the container refused, with the tensor named;
 4. records the run's hash-chained audit log, shows a few steps, and verifies it;
 5. compares every step on the two backends (per-op parity) and writes an HTML report.
-Files go to out/demo/ (the demo's own folder, cleared at each run).
+Files go to out/demo/ (the demo's own folder, cleared at each run). The output fits the terminal's
+width (80 columns when piped): commands are continued with a backslash, and a command's line that is
+longer than the width is wrapped at spaces, its continuation indented.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +34,40 @@ SEALTRACE = str(Path(sys.executable).with_name("sealtrace"))
 ANGLES = ("0", "90", "180", "270")
 
 
+def command_lines(args: tuple[str, ...], width: int) -> list[str]:
+    """``$ sealtrace ARGS`` as shell lines of at most ``width`` columns, continued with a backslash."""
+    lines, line = [], "$ sealtrace"
+    for word in map(shlex.quote, args):
+        if len(line) + 1 + len(word) + 2 > width and line.strip() != "$ sealtrace":
+            lines.append(line + " \\")
+            line = "   "
+        line += " " + word
+    return [*lines, line]
+
+
+def fit(text: str, width: int) -> str:
+    """A command's output with every line longer than ``width`` wrapped at spaces (tables and short
+    lines as printed; digests and paths are never split)."""
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+        else:
+            out += textwrap.wrap(line, width, subsequent_indent="    ", break_long_words=False,
+                                 break_on_hyphens=False)
+    return "\n".join(out)
+
+
 def sh(*args: str, expect: int = 0) -> str:
     """Run a sealtrace command, echo it and its output, check its exit code."""
-    console.print(f"\n[bold cyan]$ sealtrace {shlex.join(args)}[/bold cyan]")
-    env = {**os.environ, "COLUMNS": str(console.width)}
+    console.print()
+    for line in command_lines(args, console.width):
+        console.print(line, style="bold cyan", markup=False)
+    env = {**os.environ, "COLUMNS": str(console.width)}  # the commands' own tables fit the same width
     done = subprocess.run([SEALTRACE, *args], capture_output=True, text=True, check=False, env=env)
     text = (done.stdout + done.stderr).rstrip()
     if text:
-        print(text, flush=True)  # as the command printed it (already wrapped to the terminal)
+        print(fit(text, console.width), flush=True)
     if done.returncode != expect:
         console.print(f"[red]exit {done.returncode}, expected {expect}[/red]")
         raise SystemExit(1)
@@ -55,10 +84,14 @@ def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
     OUT.mkdir(parents=True)
-    model = str(real.path)
+    # A copy under out/demo/ keeps the commands below short; its bytes are the package's.
+    model = str(OUT / "model.onnx")
+    shutil.copyfile(real.path, model)
     np.save(OUT / "photo.npy", real.inputs()["x"])
-    console.print(f"model: {real.what}\n       {model} ({real.package}=={real.version})")
-    console.print("input: scikit-image's 'astronaut' photograph, 224x224, ImageNet normalization -> out/demo/photo.npy")
+    console.print(f"model: {real.what}, from the package {real.package}=={real.version}:")
+    console.print(f"       {real.path_in_package} -> {model}", markup=False)
+    console.print("input: scikit-image's 'astronaut' photograph, 224x224, ImageNet normalization")
+    console.print("       -> out/demo/photo.npy")
 
     step("1. The reference interpreter and ONNX Runtime agree")
     feeds = real.inputs()
@@ -88,7 +121,7 @@ def main() -> None:
     data = bytearray(tampered.read_bytes())
     data[where] ^= 0x01
     tampered.write_bytes(bytes(data))
-    console.print(f"flipped one bit of byte {where} (inside tensor {victim.name!r}) in out/demo/tampered.seal")
+    console.print(f"flipped one bit of byte {where} (inside tensor {victim.name!r})\nof a copy: out/demo/tampered.seal")
     sh("verify", str(tampered), expect=1)
     sh("run", str(tampered), "--input", f"x={OUT / 'photo.npy'}", expect=1)
 

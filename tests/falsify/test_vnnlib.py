@@ -21,13 +21,7 @@ BOX = "(assert (>= X_0 0))\n(assert (<= X_0 1))\n(assert (>= X_1 -1))\n(assert (
 def acasxu_property(k: int) -> Path:
     """The ACAS Xu property file (missing material fails in CI, skips elsewhere)."""
 
-    def locate() -> Path:
-        path = zoo.ACASXU_DIR / f"prop_{k}.vnnlib"
-        if not path.is_file():
-            raise zoo.MaterialMissingError(f"{path} not found")
-        return path
-
-    path: Path = require_material(locate)
+    path: Path = require_material(lambda: zoo.acasxu_file(f"prop_{k}.vnnlib"))
     return path
 
 
