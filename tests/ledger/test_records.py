@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sealtrace.digest import canonical_json, tensor_digest
-from sealtrace.ledger import RecordError, new_record, replay_link
+from sealtrace.ledger import RecordError, replay_link
 from sealtrace.ledger.records import parse_record, record_leaf, record_problem, schema_problem
 from tests.ledger.conftest import make_record
 
@@ -113,7 +113,7 @@ def test_the_code_and_the_schema_agree(mutations: list[tuple[tuple[Any, ...], An
     for path, value in mutations:
         target: Any = record
         for key in path[:-1]:
-            if isinstance(target, dict) and key in target or isinstance(target, list) and isinstance(key, int) and key < len(target):
+            if (isinstance(target, dict) and key in target) or (isinstance(target, list) and isinstance(key, int) and key < len(target)):
                 target = target[key]
             else:
                 break
@@ -143,7 +143,7 @@ def _set(record: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
 @pytest.mark.parametrize("path", _PATHS, ids=lambda p: "/".join(map(str, p)))
 def test_the_code_and_the_schema_agree_at_each_boundary(path: tuple[Any, ...]) -> None:
     answers = set()
-    for value in _NEAR.get(str(path[-1]), []) + [None, 0, "", [], {}]:
+    for value in [*_NEAR.get(str(path[-1]), []), None, 0, "", [], {}]:
         record = _base()
         _set(record, path, value)
         by_code, by_schema = record_problem(record), schema_problem(record, "record")

@@ -36,7 +36,6 @@ from sealtrace.ledger.errors import LedgerError, LedgerUnavailableError
 STORE_FORMAT = "sealtrace.ledger.store.v1"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _PAGE = 1000  # rows per query when streaming a table
-MAX_INT64 = (1 << 63) - 1
 
 _TABLES = {
     "meta": "key TEXT PRIMARY KEY, value TEXT NOT NULL",
@@ -225,28 +224,31 @@ class SqlStore(ABC):
             rows = self._fetch(connection, "SELECT idx, id, body FROM records ORDER BY idx DESC LIMIT ?", (count,))
         return [(int(i), str(r), _bytes(b)) for i, r, b in rows]
 
-    def iter_records(self, stop: int) -> Iterator[tuple[Any, Any, Any]]:
-        """(idx, id, body) of every record with idx < ``stop``, in leaf order, a page at a time."""
-        yield from self._pages("SELECT idx, id, body FROM records WHERE idx > ? AND idx < ? ORDER BY idx LIMIT ?", stop)
+    def iter_records(self, stop: int | None = None) -> Iterator[tuple[Any, Any, Any]]:
+        """(idx, id, body) of every record (with idx < ``stop``), in leaf order, a page at a time."""
+        yield from self._rows("records", "idx", "id, body", stop)
 
-    def iter_nodes(self, stop: int) -> Iterator[tuple[Any, Any]]:
-        """(pos, hash) of every stored node with pos < ``stop``, in position order."""
-        yield from self._pages("SELECT pos, hash FROM nodes WHERE pos > ? AND pos < ? ORDER BY pos LIMIT ?", stop)
+    def iter_nodes(self, stop: int | None = None) -> Iterator[tuple[Any, Any]]:
+        """(pos, hash) of every stored node (with pos < ``stop``), in position order."""
+        yield from self._rows("nodes", "pos", "hash", stop)
 
     def iter_tree_heads(self) -> Iterator[tuple[Any, Any]]:
         """(tree_size, body) of every stored tree head, smallest first."""
-        yield from self._pages("SELECT tree_size, body FROM tree_heads WHERE tree_size > ? AND tree_size < ? "
-                               "ORDER BY tree_size LIMIT ?", MAX_INT64)
+        yield from self._rows("tree_heads", "tree_size", "body", None)
 
-    def _pages(self, sql: str, stop: int) -> Iterator[Any]:
-        after = -1
+    def _rows(self, table: str, key: str, columns: str, stop: int | None) -> Iterator[Any]:
+        """Every row of ``table`` in ``key`` order, a page per query (keyset pagination: no long
+        transaction, no server-side cursor), negative keys included: a verifier sees every row."""
+        bound = "" if stop is None else f" AND {key} < {int(stop)}"
+        first = f"SELECT {key}, {columns} FROM {table} WHERE 1 = 1{bound} ORDER BY {key} LIMIT {_PAGE}"
+        after = f"SELECT {key}, {columns} FROM {table} WHERE {key} > ?{bound} ORDER BY {key} LIMIT {_PAGE}"
+        rows: list[Any] = []
         while True:
             with self._reader() as connection:
-                rows = self._fetch(connection, sql, (after, stop, _PAGE))
+                rows = self._fetch(connection, after, (int(rows[-1][0]),)) if rows else self._fetch(connection, first)
             yield from rows
             if len(rows) < _PAGE:
                 return
-            after = int(rows[-1][0])
 
     def latest_tree_head(self) -> tuple[int, bytes] | None:
         """(tree size, body) of the largest stored tree head."""
