@@ -27,7 +27,7 @@ from sealtrace.ledger.errors import (
     RecordError,
 )
 from sealtrace.ledger.ledger import Ledger, Receipt
-from sealtrace.ledger.proofs import Consistency, Inclusion, check_proof, read_proof
+from sealtrace.ledger.proofs import Consistency, Inclusion, check_proof, held_tree_heads, read_proof
 from sealtrace.ledger.records import new_record, replay_link
 from sealtrace.ledger.store import open_store
 from sealtrace.ledger.treehead import TreeHead, trusted_keys
@@ -47,6 +47,7 @@ __all__ = [
     "TreeHead",
     "VerifyReport",
     "check_proof",
+    "held_tree_heads",
     "new_record",
     "open_store",
     "read_proof",

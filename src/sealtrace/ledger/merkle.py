@@ -159,9 +159,11 @@ def consistency_proof(first: int, second: int, read: NodeReader) -> list[bytes]:
     return _hashes(consistency_ranges(first, second), read) if first < second else []
 
 
-def _well_formed(proof: Sequence[bytes], *hashes: bytes) -> bool:
-    return len(proof) <= MAX_PROOF_LENGTH and all(
-        isinstance(h, bytes) and len(h) == HASH_SIZE for h in (*proof, *hashes)
+def _well_formed(proof: Sequence[bytes], hashes: Sequence[bytes], numbers: Sequence[int]) -> bool:
+    return (
+        len(proof) <= MAX_PROOF_LENGTH
+        and all(isinstance(h, bytes) and len(h) == HASH_SIZE for h in (*proof, *hashes))
+        and all(type(n) is int for n in numbers)  # not bool, not 5.0
     )
 
 
@@ -170,7 +172,7 @@ def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes],
 
     Runs in O(len(proof) + 64) steps whatever ``size`` claims.
     """
-    if not (_well_formed(proof, leaf, root) and 0 <= index < size <= MAX_TREE_SIZE):
+    if not (_well_formed(proof, (leaf, root), (index, size)) and 0 <= index < size <= MAX_TREE_SIZE):
         return False
     fn, sn, r = index, size - 1, leaf
     for p in proof:
@@ -192,7 +194,7 @@ def verify_consistency(first: int, second: int, first_root: bytes, second_root: 
     Equal sizes need an empty proof and equal roots. From the empty tree there is no proof (every tree
     extends it; RFC 9162 defines proofs for 0 < first only), so ``first == 0`` is refused here.
     """
-    if not (_well_formed(proof, first_root, second_root) and 0 < first <= second <= MAX_TREE_SIZE):
+    if not (_well_formed(proof, (first_root, second_root), (first, second)) and 0 < first <= second <= MAX_TREE_SIZE):
         return False
     if first == second:
         return not proof and first_root == second_root

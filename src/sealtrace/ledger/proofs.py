@@ -16,7 +16,7 @@ from typing import Any
 from sealtrace.ledger import merkle
 from sealtrace.ledger.errors import LedgerCheckError, ProofFormatError
 from sealtrace.ledger.records import parse_json, parse_record, schema_problem
-from sealtrace.ledger.treehead import TreeHead, TrustedKeys
+from sealtrace.ledger.treehead import TREE_HEAD_FORMAT, TreeHead, TrustedKeys
 from sealtrace.limits import read_regular_file
 
 INCLUSION_FORMAT = "sealtrace.ledger.inclusion-proof.v1"
@@ -81,12 +81,32 @@ def check_proof(document: Any, trusted: TrustedKeys, where: str = "proof") -> In
                            f"expected {INCLUSION_FORMAT} or {CONSISTENCY_FORMAT})")
 
 
+def held_tree_heads(document: Any, where: str) -> list[TreeHead]:
+    """The tree heads in a proof document (or a bare tree head), signatures not yet checked."""
+    kind = document.get("format") if isinstance(document, dict) else None
+    if kind == TREE_HEAD_FORMAT:
+        return [TreeHead.from_json(document, where)]
+    if kind == INCLUSION_FORMAT:
+        _hashes(document, "inclusion_proof", where)
+        return [TreeHead.from_json(document["tree_head"], f"{where}: tree_head")]
+    if kind == CONSISTENCY_FORMAT:
+        _hashes(document, "consistency_proof", where)
+        return [TreeHead.from_json(document[name], f"{where}: {name}") for name in ("first", "second")]
+    raise ProofFormatError(f"{where}: not a sealtrace ledger proof or tree head (format {str(kind)[:80]!r})")
+
+
 def _hashes(document: dict[str, Any], kind: str, where: str) -> list[bytes]:
+    proof = document.get("proof")
+    if isinstance(proof, list) and len(proof) > merkle.MAX_PROOF_LENGTH:  # refused before a schema walks it
+        raise ProofFormatError(f"{where}: a proof of {len(proof)} hashes; no tree has one longer than "
+                               f"{merkle.MAX_PROOF_LENGTH}")
     problem = schema_problem(document, kind)
     if problem is not None:
         raise ProofFormatError(f"{where}: {problem}")
     if any(len(h) != 2 * merkle.HASH_SIZE for h in document["proof"]):  # '$' also matches before a '\n'
         raise ProofFormatError(f"{where}: proof hashes must be 64 lowercase hex digits")
+    if "index" in document and type(document["index"]) is not int:  # JSON Schema takes 5.0 for an integer
+        raise ProofFormatError(f"{where}: index must be an integer")
     return [bytes.fromhex(h) for h in document["proof"]]
 
 

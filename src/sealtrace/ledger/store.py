@@ -152,10 +152,8 @@ class SqlStore(ABC):
         try:
             with self._reader() as connection:
                 meta = dict(self._fetch(connection, "SELECT key, value FROM meta"))
-        except LedgerError:
-            raise
-        except Exception as exc:
-            raise LedgerError(f"{self.location}: not a sealtrace ledger ({_brief(exc)})") from None
+        except LedgerError as exc:
+            raise LedgerError(f"{self.location}: not a sealtrace ledger ({str(exc).split(' (', 1)[-1]}") from None
         if meta.get("format") != STORE_FORMAT:
             raise LedgerError(f"{self.location}: store format {meta.get('format')!r} is not {STORE_FORMAT!r}")
         ledger_id = meta.get("ledger_id")
@@ -339,7 +337,11 @@ class SqliteStore(SqlStore):
                 connection.execute("ROLLBACK")
                 raise
             self._write_connection = connection
-        self._load_meta()
+        try:
+            self._load_meta()
+        except BaseException:
+            self.close()
+            raise
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -432,8 +434,12 @@ class PostgresStore(SqlStore):
         self._psycopg = psycopg
         self._write_connection: Any = None
         try:
-            if not readonly:
-                self._write_connection = psycopg.connect(dsn, autocommit=False, connect_timeout=10)
+            # A first connection of its own: a server that is not there fails here, at once, by name.
+            self._write_connection = psycopg.connect(dsn, autocommit=False, connect_timeout=10)
+            if readonly:
+                self._write_connection.close()
+                self._write_connection = None
+            else:
                 with self._write_connection.transaction():
                     self._write_connection.execute("SELECT pg_advisory_xact_lock(7412305)")  # serializes schema creation
                     self._create(self._write_connection)
@@ -451,7 +457,11 @@ class PostgresStore(SqlStore):
             if type(exc).__name__ == "PoolTimeout":
                 raise LedgerError(f"{self.location}: cannot connect to PostgreSQL ({_brief(exc)})") from None
             raise
-        self._load_meta()
+        try:
+            self._load_meta()
+        except BaseException:
+            self.close()
+            raise
 
     def _configure_reader(self, connection: Any) -> None:
         if self.readonly:

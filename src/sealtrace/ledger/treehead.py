@@ -85,8 +85,9 @@ class TreeHead:
             document["previous"],
             Signature.from_json(document["signature"]),
         )
-        # Python's regex '$' also matches before a final newline: only the exact form is accepted.
-        if head.to_json() != document:
+        # Python's regex '$' also matches before a final newline, and JSON Schema takes 5.0 for an
+        # integer: only the exact form is accepted.
+        if head.to_json() != document or type(head.tree_size) is not int or type(head.timestamp) is not int:
             raise ProofFormatError(f"{where}: tree head fields are not in their canonical form")
         return head
 
