@@ -7,14 +7,9 @@ Without the binaries the PostgreSQL half is skipped locally and fails in CI.
 
 from __future__ import annotations
 
-import glob
+import contextlib
 import os
-import pwd
-import shutil
-import socket
 import sqlite3
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,16 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sealtrace.ledger import new_record
 from sealtrace.signing import generate_keypair, load_private_key
-
-PG_PACKAGE_HINT = "install Debian's `postgresql` package (initdb and pg_ctl in /usr/lib/postgresql/*/bin)"
-
-
-def _pg_bindir() -> Path | None:
-    found = shutil.which("pg_ctl")
-    if found:
-        return Path(found).parent
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[-3]))
-    return Path(candidates[-1]).parent if candidates else None
+from tests.ledger.postgres import PostgresUnavailableError, temporary_postgres
 
 
 def _missing(reason: str) -> None:
@@ -44,53 +30,21 @@ def _missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
-    """A running PostgreSQL server for this session; yields its base DSN."""
-    bindir = _pg_bindir()
-    if bindir is None:
-        _missing(f"PostgreSQL server binaries not found: {PG_PACKAGE_HINT}")
+    """A running PostgreSQL server for this session (fsync off: tests check what is committed, not what
+    survives power loss); yields its base DSN."""
     try:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError:
         _missing("psycopg and psycopg-pool are not installed (pip install 'sealtrace[ledger]')")
-    run_as: list[str] = []
-    base = Path(tempfile.mkdtemp(prefix="sealtrace-pg-"))
-    if os.geteuid() == 0:  # initdb refuses root: run the server as the postgres user
+    with contextlib.ExitStack() as stack:
         try:
-            user = pwd.getpwnam("postgres")
-        except KeyError:
-            shutil.rmtree(base)
-            _missing("running as root and there is no 'postgres' user to run the server as")
-        os.chown(base, user.pw_uid, user.pw_gid)
-        run_as = ["runuser", "-u", "postgres", "--"]
-    data, port = base / "data", _free_port()
-
-    def run(*args: str) -> None:
-        subprocess.run([*run_as, *args], check=True, capture_output=True, timeout=120)
-
-    try:
-        run(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-        # fsync off: tests check what is committed, not what survives power loss (benchmarks keep it on).
-        options = f"-F -p {port} -k {base} -c listen_addresses=127.0.0.1"
-        run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-o", options, "-w", "start")
-    except subprocess.CalledProcessError as exc:
-        log = (base / "log").read_text(errors="replace")[-2000:] if (base / "log").exists() else ""
-        shutil.rmtree(base, ignore_errors=True)
-        pytest.fail(f"PostgreSQL did not start: {exc.stderr.decode(errors='replace')[-2000:]} {log}")
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=60)
-        shutil.rmtree(base, ignore_errors=True)
+            dsn = stack.enter_context(temporary_postgres(fsync=False))
+        except PostgresUnavailableError as exc:
+            _missing(str(exc))
+        yield dsn
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

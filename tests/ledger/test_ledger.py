@@ -184,3 +184,35 @@ def test_a_closed_ledger_refuses_appends(location: str, signer) -> None:
     ledger.close()
     with pytest.raises(LedgerError, match="closed"):
         ledger.append(make_record(0))
+
+
+def test_a_failed_commit_keeps_nothing_and_the_next_one_works(location: str, signer, keys, monkeypatch) -> None:
+    from sealtrace.ledger import LedgerUnavailableError
+    from sealtrace.ledger.store import Transaction
+
+    original = Transaction.insert_nodes
+    failures = iter([True])
+
+    def failing(self: Transaction, rows: list[tuple[int, bytes]]) -> None:
+        original(self, rows)  # the rows reach the store, then the commit fails: all must roll back
+        if next(failures, False):
+            raise OSError("disk full")
+
+    with Ledger.open(location, signer=signer) as ledger:
+        ledger.append(make_record(0))
+        monkeypatch.setattr(Transaction, "insert_nodes", failing)
+        with pytest.raises(LedgerUnavailableError, match="disk full"):
+            ledger.append(make_record(1))
+        assert ledger.size == 1
+        assert ledger.append(make_record(2)).index == 1
+    _verified(location, keys[1])
+
+
+def test_trails_are_stored_compressed(location: str, signer) -> None:
+    import zlib
+
+    log = b"".join(b'{"type":"step","seq":%d}\n' % i for i in range(500)) + b'{"chain_head":"' + b"6" * 64 + b'","type":"footer"}\n'
+    with Ledger.open(location, signer=signer) as ledger:
+        ledger.append(make_record(0, trail="6" * 64, audit="full"), trail=log)
+    size, data = execute_sql(location, "SELECT size, data FROM trails")[0]
+    assert size == len(log) and len(bytes(data)) < len(log) // 5 and zlib.decompress(bytes(data)) == log

@@ -363,8 +363,7 @@ class Ledger:
         for entry in entries:
             for digest, array in entry.inputs:
                 if digest not in rows:
-                    _, dtype, shape, data = encode_tensor(array)
-                    rows[digest] = (digest, dtype, shape, data, now_ms)
+                    rows[digest] = (digest, *encode_tensor(array), now_ms)
         return list(rows.values())
 
     def _remember_input(self, digest: str) -> None:

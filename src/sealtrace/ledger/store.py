@@ -285,11 +285,14 @@ class SqlStore(ABC):
         Records, nodes and tree heads are never removed: the records keep the digests, so the tree
         still verifies, and a replay of a pruned record says what is missing.
         """
+        removed = []
         with self.transaction() as tx:
-            connection = tx._connection
-            inputs = connection.execute(self._sql("DELETE FROM inputs WHERE last_used < ?"), (before_ms,)).rowcount
-            trails = connection.execute(self._sql("DELETE FROM trails WHERE time < ?"), (before_ms,)).rowcount
-        return int(inputs), int(trails)
+            # Counted first: a pipelined PostgreSQL DELETE reports no row count.
+            for table, column in (("inputs", "last_used"), ("trails", "time")):
+                condition = f"FROM {table} WHERE {column} < ?"
+                removed.append(int(self._fetch(tx._connection, f"SELECT count(*) {condition}", (before_ms,))[0][0]))
+                self._many(tx._connection, f"DELETE {condition}", [(before_ms,)])
+        return removed[0], removed[1]
 
 
 def _marks(items: Sequence[Any]) -> str:
@@ -480,7 +483,8 @@ class PostgresStore(SqlStore):
         connection = self._write_connection
         if connection is None or connection.closed or connection.broken:
             connection = self._write_connection = self._psycopg.connect(self._dsn, autocommit=False, connect_timeout=10)
-        with connection.transaction():
+        # Pipeline mode: statements go out without waiting for each answer; a batch is a few round trips.
+        with connection.pipeline(), connection.transaction():
             # EXCLUSIVE blocks other writers until commit; readers (ACCESS SHARE) go on.
             connection.execute("LOCK TABLE records IN EXCLUSIVE MODE")
             yield connection

@@ -21,12 +21,12 @@ from sealtrace.ledger.errors import LedgerError, RecordError
 from sealtrace.limits import check_allocation
 
 
-def encode_tensor(array: np.ndarray) -> tuple[str, str, str, bytes]:
-    """(digest, dtype name, shape as JSON, canonical bytes) of a tensor, for the inputs table."""
+def encode_tensor(array: np.ndarray) -> tuple[str, str, bytes]:
+    """(dtype name, shape as JSON, canonical bytes) of a tensor, for the inputs table (keyed by its digest)."""
     array = np.asarray(array)
     # Extension types (bfloat16, float8 ...) have no portable type string; their NumPy name does.
     dtype = array.dtype.name if array.dtype.kind == "V" else canonical_dtype(array.dtype)
-    return tensor_digest(array), dtype, json.dumps([int(d) for d in array.shape]), bytes(tensor_bytes(array))
+    return dtype, json.dumps([int(d) for d in array.shape]), bytes(tensor_bytes(array))
 
 
 def decode_tensor(digest: str, dtype_name: str, shape_text: str, data: bytes, where: str) -> np.ndarray:
