@@ -216,3 +216,15 @@ def test_trails_are_stored_compressed(location: str, signer) -> None:
         ledger.append(make_record(0, trail="6" * 64, audit="full"), trail=log)
     size, data = execute_sql(location, "SELECT size, data FROM trails")[0]
     assert size == len(log) and len(bytes(data)) < len(log) // 5 and zlib.decompress(bytes(data)) == log
+
+
+def test_stored_inputs_are_read_within_the_memory_budget(location: str, signer) -> None:
+    from sealtrace.limits import BudgetExceededError, memory_budget_of
+
+    feeds = {"x": np.zeros((256, 1024), np.float32)}
+    record = make_record(0, inputs=feeds)
+    with Ledger.open(location, signer=signer) as ledger:
+        ledger.append(record, inputs=feeds)
+        with memory_budget_of(1 << 19), pytest.raises(BudgetExceededError, match="memory budget"):
+            ledger.inputs_of(record)
+        assert ledger.inputs_of(record)["x"].shape == (256, 1024)

@@ -93,10 +93,11 @@ def record_leaf(record: Mapping[str, Any]) -> bytes:
     """The leaf bytes of ``record`` (its canonical JSON), after checking it against the format."""
     problem = record_problem(record)
     if problem is not None:
-        raise RecordError(f"record {str(record.get('id'))[:40]!r}: {problem}")
+        name = str(record.get("id"))[:40] if isinstance(record, Mapping) else type(record).__name__
+        raise RecordError(f"record {name!r}: {problem}")
     leaf = canonical_json(record)
     if len(leaf) > MAX_RECORD_BYTES:
-        raise RecordError(f"record {record.get('id')!r}: {len(leaf)} bytes, more than a record may be ({MAX_RECORD_BYTES})")
+        raise RecordError(f"record {record['id']}: {len(leaf)} bytes, more than a record may be ({MAX_RECORD_BYTES})")
     return leaf
 
 

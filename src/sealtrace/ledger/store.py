@@ -32,6 +32,9 @@ from typing import Any
 from urllib.parse import quote
 
 from sealtrace.ledger.errors import LedgerError, LedgerUnavailableError
+from sealtrace.ledger.records import MAX_RECORD_BYTES
+from sealtrace.ledger.treehead import MAX_TREE_HEAD_BYTES
+from sealtrace.limits import check_allocation
 
 STORE_FORMAT = "sealtrace.ledger.store.v1"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -173,7 +176,7 @@ class SqlStore(ABC):
         return found
 
     def _latest_tree_head(self, connection: Any) -> tuple[int, bytes] | None:
-        rows = self._fetch(connection, "SELECT tree_size, body FROM tree_heads ORDER BY tree_size DESC LIMIT 1")
+        rows = self._fetch(connection, f"SELECT tree_size, {_HEAD} FROM tree_heads ORDER BY tree_size DESC LIMIT 1")
         return (int(rows[0][0]), _bytes(rows[0][1])) if rows else None
 
     @contextlib.contextmanager
@@ -207,45 +210,45 @@ class SqlStore(ABC):
     def record_by_id(self, record_id: str) -> tuple[int, bytes] | None:
         """(leaf index, leaf bytes) of the record with this id."""
         with self._reader() as connection:
-            rows = self._fetch(connection, "SELECT idx, body FROM records WHERE id = ?", (record_id,))
+            rows = self._fetch(connection, f"SELECT idx, {_BODY} FROM records WHERE id = ?", (record_id,))
         return (int(rows[0][0]), _bytes(rows[0][1])) if rows else None
 
     def record_at(self, index: int) -> tuple[str, bytes] | None:
         """(id, leaf bytes) of leaf ``index``."""
         with self._reader() as connection:
-            rows = self._fetch(connection, "SELECT id, body FROM records WHERE idx = ?", (index,))
+            rows = self._fetch(connection, f"SELECT {_ID}, {_BODY} FROM records WHERE idx = ?", (index,))
         return (str(rows[0][0]), _bytes(rows[0][1])) if rows else None
 
     def recent_records(self, count: int) -> list[tuple[int, str, bytes]]:
         """The last ``count`` records, newest first."""
         with self._reader() as connection:
-            rows = self._fetch(connection, "SELECT idx, id, body FROM records ORDER BY idx DESC LIMIT ?", (count,))
+            rows = self._fetch(connection, f"SELECT idx, {_ID}, {_BODY} FROM records ORDER BY idx DESC LIMIT ?", (count,))
         return [(int(i), str(r), _bytes(b)) for i, r, b in rows]
 
     def iter_records(self, stop: int | None = None) -> Iterator[tuple[Any, Any, Any]]:
         """(idx, id, body) of every record (with idx < ``stop``), in leaf order, a page at a time."""
-        yield from self._rows("records", "idx", "id, body", stop)
+        yield from self._rows("records", "idx", f"{_ID}, {_BODY}", stop, page=128)
 
     def iter_nodes(self, stop: int | None = None) -> Iterator[tuple[Any, Any]]:
         """(pos, hash) of every stored node (with pos < ``stop``), in position order."""
-        yield from self._rows("nodes", "pos", "hash", stop)
+        yield from self._rows("nodes", "pos", _capped("hash", 64), stop)
 
     def iter_tree_heads(self) -> Iterator[tuple[Any, Any]]:
         """(tree_size, body) of every stored tree head, smallest first."""
-        yield from self._rows("tree_heads", "tree_size", "body", None)
+        yield from self._rows("tree_heads", "tree_size", _HEAD, None)
 
-    def _rows(self, table: str, key: str, columns: str, stop: int | None) -> Iterator[Any]:
+    def _rows(self, table: str, key: str, columns: str, stop: int | None, page: int = _PAGE) -> Iterator[Any]:
         """Every row of ``table`` in ``key`` order, a page per query (keyset pagination: no long
         transaction, no server-side cursor), negative keys included: a verifier sees every row."""
         bound = "" if stop is None else f" AND {key} < {int(stop)}"
-        first = f"SELECT {key}, {columns} FROM {table} WHERE 1 = 1{bound} ORDER BY {key} LIMIT {_PAGE}"
-        after = f"SELECT {key}, {columns} FROM {table} WHERE {key} > ?{bound} ORDER BY {key} LIMIT {_PAGE}"
+        first = f"SELECT {key}, {columns} FROM {table} WHERE 1 = 1{bound} ORDER BY {key} LIMIT {page}"
+        after = f"SELECT {key}, {columns} FROM {table} WHERE {key} > ?{bound} ORDER BY {key} LIMIT {page}"
         rows: list[Any] = []
         while True:
             with self._reader() as connection:
                 rows = self._fetch(connection, after, (int(rows[-1][0]),)) if rows else self._fetch(connection, first)
             yield from rows
-            if len(rows) < _PAGE:
+            if len(rows) < page:
                 return
 
     def latest_tree_head(self) -> tuple[int, bytes] | None:
@@ -256,20 +259,28 @@ class SqlStore(ABC):
     def tree_head(self, tree_size: int) -> bytes | None:
         """The stored tree head of exactly ``tree_size`` records."""
         with self._reader() as connection:
-            rows = self._fetch(connection, "SELECT body FROM tree_heads WHERE tree_size = ?", (tree_size,))
+            rows = self._fetch(connection, f"SELECT {_HEAD} FROM tree_heads WHERE tree_size = ?", (tree_size,))
         return _bytes(rows[0][0]) if rows else None
 
     def input_row(self, digest: str) -> tuple[str, str, bytes] | None:
-        """(dtype, shape, data) of a stored input."""
-        with self._reader() as connection:
-            rows = self._fetch(connection, "SELECT dtype, shape, data FROM inputs WHERE digest = ?", (digest,))
-        return (str(rows[0][0]), str(rows[0][1]), _bytes(rows[0][2])) if rows else None
+        """(dtype, shape, data) of a stored input (its size checked against the memory budget first)."""
+        return self._blob_row("inputs", f"{_capped('dtype', 64)}, {_capped('shape', 4096)}", digest)
 
     def trail_row(self, digest: str) -> tuple[int, bytes] | None:
-        """(uncompressed size, compressed data) of a stored trail."""
+        """(uncompressed size, compressed data) of a stored trail (its size checked first)."""
+        return self._blob_row("trails", "size", digest)
+
+    def _blob_row(self, table: str, columns: str, digest: str) -> tuple[Any, ...] | None:
         with self._reader() as connection:
-            rows = self._fetch(connection, "SELECT size, data FROM trails WHERE digest = ?", (digest,))
-        return (int(rows[0][0]), _bytes(rows[0][1])) if rows else None
+            rows = self._fetch(connection, f"SELECT {columns}, length(data) FROM {table} WHERE digest = ?", (digest,))
+            if not rows:
+                return None
+            *fields, length = rows[0]
+            check_allocation(int(length or 0), f"{self.location}: {table} row {digest[:16]}...")
+            data = self._fetch(connection, f"SELECT data FROM {table} WHERE digest = ?", (digest,))
+        if not data or any(field is None for field in fields):
+            return None
+        return (*(f if isinstance(f, int) else str(f) for f in fields), _bytes(data[0][0]))
 
     def counts(self) -> dict[str, int]:
         """Rows per table."""
@@ -295,6 +306,17 @@ class SqlStore(ABC):
         return removed[0], removed[1]
 
 
+def _capped(column: str, limit: int) -> str:
+    """``column`` where it holds at most ``limit`` bytes, else NULL: a hostile row cannot make a reader
+    allocate more than the format allows."""
+    return f"CASE WHEN length({column}) <= {limit} THEN {column} END"
+
+
+_ID = _capped("id", 64)
+_BODY = _capped("body", MAX_RECORD_BYTES)
+_HEAD = _capped("body", MAX_TREE_HEAD_BYTES)
+
+
 def _marks(items: Sequence[Any]) -> str:
     return ", ".join("?" * len(items))
 
@@ -305,7 +327,10 @@ def _chunks(items: list[Any], size: int = 500) -> Iterator[list[Any]]:
 
 
 def _bytes(value: Any) -> bytes:
-    # A tampered SQLite row may hold text where bytes belong; it is then simply wrong bytes.
+    # A tampered SQLite row may hold text where bytes belong (then simply wrong bytes), or more than
+    # the format allows (read as NULL by the queries: no bytes).
+    if value is None:
+        return b""
     if isinstance(value, str):
         return value.encode("utf-8", "surrogateescape")
     if isinstance(value, (bytes, bytearray, memoryview)):

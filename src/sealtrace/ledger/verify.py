@@ -15,7 +15,7 @@ from typing import Any
 
 from sealtrace.ledger import merkle
 from sealtrace.ledger.errors import LedgerError, ProofFormatError, RecordError
-from sealtrace.ledger.records import parse_record
+from sealtrace.ledger.records import MAX_RECORD_BYTES, parse_record
 from sealtrace.ledger.store import SqlStore, _bytes
 from sealtrace.ledger.treehead import TreeHead, TrustedKeys
 
@@ -172,6 +172,8 @@ def _check_tree(store: SqlStore, size: int, wanted: set[int], report: VerifyRepo
         leaf = _bytes(body)
         where = f"record {idx}"
         try:
+            if not leaf:
+                raise RecordError(f"{where}: empty, or more than a record may be ({MAX_RECORD_BYTES} bytes)")
             record = parse_record(leaf, where)
         except RecordError as exc:
             report.problem(str(exc))
