@@ -184,6 +184,9 @@ def test_a_closed_ledger_refuses_appends(location: str, signer) -> None:
     ledger.close()
     with pytest.raises(LedgerError, match="closed"):
         ledger.append(make_record(0))
+    with pytest.raises(LedgerError, match="closed"):
+        ledger.sign_tree_head()
+    ledger.close()  # twice is fine
 
 
 def test_a_failed_commit_keeps_nothing_and_the_next_one_works(location: str, signer, keys, monkeypatch) -> None:

@@ -119,7 +119,11 @@ class Ledger:
             self._last_prune = 0.0
             self._writer = threading.Thread(target=self._run, name="sealtrace-ledger-writer", daemon=True)
             self._writer.start()
-            self.sign_tree_head()  # after a crash: sign what the last run left unsigned
+            try:
+                self.sign_tree_head()  # after a crash: sign what the last run left unsigned
+            except BaseException:
+                self.close()
+                raise
 
     @classmethod
     def open(
@@ -179,12 +183,15 @@ class Ledger:
             inputs=self._checked_inputs(record, inputs or {}),
             trail=self._checked_trail(record, trail),
         )
+        self._enqueue(pending)
+        return pending.future
+
+    def _enqueue(self, item: _Pending | _Control) -> None:
         with self._close_lock:  # nothing may be queued behind the writer's stop
             if self._closed or self._failure is not None:
                 raise LedgerUnavailableError(f"{self.store.location}: the ledger is closed"
                                              + (f" ({self._failure})" if self._failure else ""))
-            self._queue.put(pending)
-        return pending.future
+            self._queue.put(item)
 
     def append(
         self,
@@ -227,7 +234,7 @@ class Ledger:
         if self._writer is None or self.signer is None:
             return self.latest_tree_head()
         control = _Control(stop=False)
-        self._queue.put(control)
+        self._enqueue(control)
         return control.future.result()
 
     def close(self) -> None:
