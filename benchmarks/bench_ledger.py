@@ -14,6 +14,7 @@ Without ``--dsn`` a PostgreSQL server is started for the run (Debian's ``postgre
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -103,6 +104,7 @@ def main() -> None:
     counts = [int(t) for t in args.threads.split(",")]
     prepared = records(60_000, 0)
     rows = []
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=ROOT) as scratch:
         server = None
         dsn = args.dsn
@@ -128,7 +130,7 @@ def main() -> None:
                 server.__exit__(None, None, None)
     cost = record_cost()
     print(f"new_record: {cost:.0f} us per record")
-    write_results(args.out, rows, cost, args.seconds)
+    write_results(args.out, rows, cost, args.seconds, (load_before, os.getloadavg()[0]))
 
 
 def _fresh_schema(dsn: str) -> str:
@@ -141,7 +143,8 @@ def _fresh_schema(dsn: str) -> str:
     return f"{dsn}{separator}options=-csearch_path%3D{schema}"
 
 
-def write_results(path: Path, rows: list[tuple[str, int, dict[str, float]]], cost: float, seconds: float) -> None:
+def write_results(path: Path, rows: list[tuple[str, int, dict[str, float]]], cost: float, seconds: float,
+                  load: tuple[float, float]) -> None:
     sys.path.insert(0, str(HERE))
     from machine import machine_facts
 
@@ -152,7 +155,8 @@ def write_results(path: Path, rows: list[tuple[str, int, dict[str, float]]], cos
         f"`python benchmarks/bench_ledger.py --seconds {seconds:g}` on {facts['cpu']} ({facts['cores']} cores, "
         "shared). Every append returns once its record is durable (SQLite WAL with synchronous=FULL; PostgreSQL "
         "with fsync on); concurrent appends are group-committed. Each record carries a unique 4 KiB input stored "
-        "by digest; tree heads are signed every 1000 records.",
+        f"by digest; tree heads are signed every 1000 records. Load average {load[0]:.1f} before the run, "
+        f"{load[1]:.1f} after (the figures move with it).",
         "",
         "| store | appenders | appends/s | p50 latency | p99 latency |",
         "|---|---|---|---|---|",
