@@ -231,3 +231,20 @@ def test_stored_inputs_are_read_within_the_memory_budget(location: str, signer) 
         with memory_budget_of(1 << 19), pytest.raises(BudgetExceededError, match="memory budget"):
             ledger.inputs_of(record)
         assert ledger.inputs_of(record)["x"].shape == (256, 1024)
+
+
+def test_a_database_of_something_else_is_left_alone(location: str, signer) -> None:
+    if location.startswith("postgresql://"):
+        execute_sql(location, "CREATE TABLE records (x TEXT)")  # someone else's table of that name
+    else:
+        import sqlite3
+
+        connection = sqlite3.connect(location)
+        connection.execute("CREATE TABLE accounts (x TEXT)")
+        connection.commit()
+        connection.close()
+    with pytest.raises(LedgerError, match="refusing"):
+        Ledger.open(location, signer=signer)
+    if not location.startswith("postgresql://"):
+        assert execute_sql(location, "PRAGMA journal_mode")[0][0] == "delete"  # not even its journal mode
+        assert [name for (name,) in execute_sql(location, "SELECT name FROM sqlite_master")] == ["accounts"]

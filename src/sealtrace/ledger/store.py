@@ -142,7 +142,22 @@ class SqlStore(ABC):
         if rows:
             connection.cursor().executemany(self._sql(sql), rows)
 
+    # The tables of the connection's database (SQLite) or schema (PostgreSQL).
+    tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    whole_database = True  # a SQLite ledger is a file of its own; a PostgreSQL one may share a schema
+
     def _create(self, connection: Any) -> None:
+        """Create the tables, unless the database already holds something that is not a ledger:
+        the ledger's tables are never put into, or mixed with, someone else's."""
+        tables = {row[0] for row in self._fetch(connection, self.tables_sql)}
+        if tables & _TABLES.keys():
+            meta = dict(self._fetch(connection, "SELECT key, value FROM meta")) if "meta" in tables else {}
+            if meta.get("format") != STORE_FORMAT:
+                raise LedgerError(f"{self.location}: has tables named like a ledger's ({', '.join(sorted(tables & _TABLES.keys()))}) "
+                                  "but is not a sealtrace ledger; refusing to touch it")
+        elif tables and self.whole_database:
+            raise LedgerError(f"{self.location}: is a SQLite database of something else ({len(tables)} tables); "
+                              "refusing to add a ledger to it")
         types = {"int": self.int_type, "blob": self.blob_type}
         for name, columns in _TABLES.items():
             connection.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns.format(**types)})")
@@ -354,18 +369,19 @@ class SqliteStore(SqlStore):
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._write_connection: sqlite3.Connection | None = None
-        if not readonly:
-            connection = self._connect()
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                self._create(connection)
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            self._write_connection = connection
         try:
+            if not readonly:
+                connection = self._connect()
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    self._create(connection)
+                    connection.execute("COMMIT")
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+                # After the check that the file is a ledger: nothing else's journal mode is changed.
+                connection.execute("PRAGMA journal_mode=WAL")
+                self._write_connection = connection
             self._load_meta()
         except BaseException:
             self.close()
@@ -448,6 +464,8 @@ class PostgresStore(SqlStore):
     placeholder = "%s"
     int_type = "BIGINT"
     blob_type = "BYTEA"
+    tables_sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+    whole_database = False
 
     def __init__(self, dsn: str, readonly: bool = False, pool_size: int = 8) -> None:
         super().__init__(_display_dsn(dsn), readonly)
