@@ -248,3 +248,12 @@ def test_a_database_of_something_else_is_left_alone(location: str, signer) -> No
     if not location.startswith("postgresql://"):
         assert execute_sql(location, "PRAGMA journal_mode")[0][0] == "delete"  # not even its journal mode
         assert [name for (name,) in execute_sql(location, "SELECT name FROM sqlite_master")] == ["accounts"]
+
+
+def test_records_are_read_back_in_order_from_any_leaf(location: str, signer) -> None:
+    with Ledger.open(location, signer=signer) as ledger:
+        ids = [ledger.append(make_record(i)).record_id for i in range(300)]  # more than one page
+        assert ledger.pending == 0
+        assert [(i, r["id"]) for i, r in ledger.records()] == list(enumerate(ids))
+        assert [i for i, _ in ledger.records(start=290)] == list(range(290, 300))
+        assert [i for i, _ in ledger.records(start=5, stop=8)] == [5, 6, 7]

@@ -18,7 +18,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +31,7 @@ from sealtrace.ledger import merkle
 from sealtrace.ledger.errors import LedgerError, LedgerUnavailableError, NotCoveredError, RecordError
 from sealtrace.ledger.proofs import consistency_document, inclusion_document
 from sealtrace.ledger.records import parse_record, record_leaf
-from sealtrace.ledger.store import SqlStore, Transaction, open_store
+from sealtrace.ledger.store import SqlStore, Transaction, open_store, row_bytes
 from sealtrace.ledger.treehead import TreeHead, trusted_keys
 from sealtrace.ledger.values import (
     compress_trail,
@@ -390,6 +390,17 @@ class Ledger:
     def size(self) -> int:
         """Records in the ledger (durable ones)."""
         return self.store.size()
+
+    @property
+    def pending(self) -> int:
+        """Appends queued and not yet durable (a gauge for metrics)."""
+        return self._queue.qsize()
+
+    def records(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(leaf index, record) from leaf ``start`` on, in order, read a page at a time: e.g. to find,
+        after a restart, the deferred records no replay links to yet."""
+        for index, _, body in self.store.iter_records(stop, start=start):
+            yield int(index), parse_record(row_bytes(body), f"{self.store.location}: record {index}")
 
     def record(self, record_id: str) -> tuple[int, dict[str, Any]]:
         """(leaf index, record) of the record with ``record_id``."""

@@ -187,12 +187,12 @@ class SqlStore(ABC):
         found: dict[int, bytes] = {}
         for chunk in _chunks(list(positions)):
             for pos, value in self._fetch(connection, f"SELECT pos, hash FROM nodes WHERE pos IN ({_marks(chunk)})", chunk):
-                found[int(pos)] = _bytes(value)
+                found[int(pos)] = row_bytes(value)
         return found
 
     def _latest_tree_head(self, connection: Any) -> tuple[int, bytes] | None:
         rows = self._fetch(connection, f"SELECT tree_size, {_HEAD} FROM tree_heads ORDER BY tree_size DESC LIMIT 1")
-        return (int(rows[0][0]), _bytes(rows[0][1])) if rows else None
+        return (int(rows[0][0]), row_bytes(rows[0][1])) if rows else None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -226,23 +226,23 @@ class SqlStore(ABC):
         """(leaf index, leaf bytes) of the record with this id."""
         with self._reader() as connection:
             rows = self._fetch(connection, f"SELECT idx, {_BODY} FROM records WHERE id = ?", (record_id,))
-        return (int(rows[0][0]), _bytes(rows[0][1])) if rows else None
+        return (int(rows[0][0]), row_bytes(rows[0][1])) if rows else None
 
     def record_at(self, index: int) -> tuple[str, bytes] | None:
         """(id, leaf bytes) of leaf ``index``."""
         with self._reader() as connection:
             rows = self._fetch(connection, f"SELECT {_ID}, {_BODY} FROM records WHERE idx = ?", (index,))
-        return (str(rows[0][0]), _bytes(rows[0][1])) if rows else None
+        return (str(rows[0][0]), row_bytes(rows[0][1])) if rows else None
 
     def recent_records(self, count: int) -> list[tuple[int, str, bytes]]:
         """The last ``count`` records, newest first."""
         with self._reader() as connection:
             rows = self._fetch(connection, f"SELECT idx, {_ID}, {_BODY} FROM records ORDER BY idx DESC LIMIT ?", (count,))
-        return [(int(i), str(r), _bytes(b)) for i, r, b in rows]
+        return [(int(i), str(r), row_bytes(b)) for i, r, b in rows]
 
-    def iter_records(self, stop: int | None = None) -> Iterator[tuple[Any, Any, Any]]:
-        """(idx, id, body) of every record (with idx < ``stop``), in leaf order, a page at a time."""
-        yield from self._rows("records", "idx", f"{_ID}, {_BODY}", stop, page=128)
+    def iter_records(self, stop: int | None = None, start: int | None = None) -> Iterator[tuple[Any, Any, Any]]:
+        """(idx, id, body) of every record (with ``start`` <= idx < ``stop``), in leaf order, a page at a time."""
+        yield from self._rows("records", "idx", f"{_ID}, {_BODY}", stop, page=128, start=start)
 
     def iter_nodes(self, stop: int | None = None) -> Iterator[tuple[Any, Any]]:
         """(pos, hash) of every stored node (with pos < ``stop``), in position order."""
@@ -252,11 +252,13 @@ class SqlStore(ABC):
         """(tree_size, body) of every stored tree head, smallest first."""
         yield from self._rows("tree_heads", "tree_size", _HEAD, None)
 
-    def _rows(self, table: str, key: str, columns: str, stop: int | None, page: int = _PAGE) -> Iterator[Any]:
+    def _rows(self, table: str, key: str, columns: str, stop: int | None, page: int = _PAGE,
+              start: int | None = None) -> Iterator[Any]:
         """Every row of ``table`` in ``key`` order, a page per query (keyset pagination: no long
         transaction, no server-side cursor), negative keys included: a verifier sees every row."""
         bound = "" if stop is None else f" AND {key} < {int(stop)}"
-        first = f"SELECT {key}, {columns} FROM {table} WHERE 1 = 1{bound} ORDER BY {key} LIMIT {page}"
+        low = "" if start is None else f" AND {key} >= {int(start)}"
+        first = f"SELECT {key}, {columns} FROM {table} WHERE 1 = 1{low}{bound} ORDER BY {key} LIMIT {page}"
         after = f"SELECT {key}, {columns} FROM {table} WHERE {key} > ?{bound} ORDER BY {key} LIMIT {page}"
         rows: list[Any] = []
         while True:
@@ -275,7 +277,7 @@ class SqlStore(ABC):
         """The stored tree head of exactly ``tree_size`` records."""
         with self._reader() as connection:
             rows = self._fetch(connection, f"SELECT {_HEAD} FROM tree_heads WHERE tree_size = ?", (tree_size,))
-        return _bytes(rows[0][0]) if rows else None
+        return row_bytes(rows[0][0]) if rows else None
 
     def input_row(self, digest: str) -> tuple[str, str, bytes] | None:
         """(dtype, shape, data) of a stored input (its size checked against the memory budget first)."""
@@ -295,7 +297,7 @@ class SqlStore(ABC):
             data = self._fetch(connection, f"SELECT data FROM {table} WHERE digest = ?", (digest,))
         if not data or any(field is None for field in fields):
             return None
-        return (*(f if isinstance(f, int) else str(f) for f in fields), _bytes(data[0][0]))
+        return (*(f if isinstance(f, int) else str(f) for f in fields), row_bytes(data[0][0]))
 
     def counts(self) -> dict[str, int]:
         """Rows per table."""
@@ -341,7 +343,7 @@ def _chunks(items: list[Any], size: int = 500) -> Iterator[list[Any]]:
         yield items[start : start + size]
 
 
-def _bytes(value: Any) -> bytes:
+def row_bytes(value: Any) -> bytes:
     # A tampered SQLite row may hold text where bytes belong (then simply wrong bytes), or more than
     # the format allows (read as NULL by the queries: no bytes).
     if value is None:

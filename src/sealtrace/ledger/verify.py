@@ -16,7 +16,7 @@ from typing import Any
 from sealtrace.ledger import merkle
 from sealtrace.ledger.errors import LedgerError, ProofFormatError, RecordError
 from sealtrace.ledger.records import MAX_RECORD_BYTES, parse_record
-from sealtrace.ledger.store import SqlStore, _bytes
+from sealtrace.ledger.store import SqlStore, row_bytes
 from sealtrace.ledger.treehead import TreeHead, TrustedKeys
 
 MAX_PROBLEMS = 100
@@ -111,7 +111,7 @@ def _tree_heads(store: SqlStore, trusted: TrustedKeys, report: VerifyReport) -> 
     for column_size, body in store.iter_tree_heads():
         where = f"tree head row {column_size}"
         report.tree_heads += 1
-        stored = _bytes(body)
+        stored = row_bytes(body)
         try:
             head = TreeHead.from_bytes(stored, where)
         except (ProofFormatError, LedgerError) as exc:
@@ -169,7 +169,7 @@ def _check_tree(store: SqlStore, size: int, wanted: set[int], report: VerifyRepo
         if idx > expected:
             report.problem(f"records {expected} to {idx - 1} are missing (leaf indices jump from {expected} to {idx})")
             expected = idx
-        leaf = _bytes(body)
+        leaf = row_bytes(body)
         where = f"record {idx}"
         try:
             if not leaf:
@@ -205,7 +205,7 @@ class _StoredNodes:
     """The stored nodes in position order, taken one position at a time as the tree is recomputed."""
 
     def __init__(self, store: SqlStore) -> None:
-        self._rows = ((int(pos), _bytes(value)) for pos, value in store.iter_nodes())
+        self._rows = ((int(pos), row_bytes(value)) for pos, value in store.iter_nodes())
         self._next = next(self._rows, None)
 
     def _advance(self) -> None:
