@@ -1,0 +1,57 @@
+"""The ledger: an append-only, RFC 9162 Merkle-tree log of inference records with signed tree heads.
+
+What a server (or ``run --ledger``) needs::
+
+    from sealtrace.ledger import Ledger, new_record
+
+    with Ledger.open("ledger.db", signer="key.pem") as ledger:      # or "postgresql://..."
+        record = new_record(model_name=..., plan_digest=..., backend="onnxruntime", backend_version=...,
+                            inputs=feeds, outputs=outputs, principal=user, audit="io")
+        receipt = ledger.append(record, inputs=feeds)                # returns once durable
+        document = ledger.prove(receipt.record_id)                   # after a tree head covers it
+
+and what anyone else needs to believe it: :func:`check_proof` (a proof document and trusted public
+keys) and :meth:`Ledger.verify` (a whole store). docs/ledger.md specifies every encoding. The
+package imports ``digest``, ``signing``, ``limits`` and ``audit.records`` of sealtrace, nothing of
+the server or the CLI.
+"""
+
+from __future__ import annotations
+
+from sealtrace.ledger.errors import (
+    LedgerCheckError,
+    LedgerError,
+    LedgerUnavailableError,
+    NotCoveredError,
+    ProofFormatError,
+    RecordError,
+)
+from sealtrace.ledger.ledger import Ledger, Receipt
+from sealtrace.ledger.proofs import Consistency, Inclusion, check_proof, held_tree_heads, read_proof
+from sealtrace.ledger.records import new_record, replay_link
+from sealtrace.ledger.store import open_store
+from sealtrace.ledger.treehead import TreeHead, trusted_keys
+from sealtrace.ledger.verify import VerifyReport, verify_store
+
+__all__ = [
+    "Consistency",
+    "Inclusion",
+    "Ledger",
+    "LedgerCheckError",
+    "LedgerError",
+    "LedgerUnavailableError",
+    "NotCoveredError",
+    "ProofFormatError",
+    "Receipt",
+    "RecordError",
+    "TreeHead",
+    "VerifyReport",
+    "check_proof",
+    "held_tree_heads",
+    "new_record",
+    "open_store",
+    "read_proof",
+    "replay_link",
+    "trusted_keys",
+    "verify_store",
+]
