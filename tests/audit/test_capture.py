@@ -120,7 +120,7 @@ def _zip_map_capture(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra:
 
 def _loads_whole(directory: Path) -> bool:
     run = CapturedRun.open(directory)
-    return all(run.load(key) is not None or run.entries[key]["kind"] == "none" for key in run.keys())
+    return all(run.load(key) is not None or run.entries[key]["kind"] == "none" for key in run.entries)
 
 
 def test_force_replaces_a_capture_of_maps_and_keeps_files_sealtrace_did_not_write(
