@@ -151,15 +151,10 @@ def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json
         click.echo(diff_json(report), nl=False)
     else:
         console = Console()
-        identical = sum(1 for e in report.entries if e.status == "identical")
-        console.print(
-            f"{len(report.entries)} values ({report.kinds[0]} vs {report.kinds[1]}): {identical} identical, "
-            f"{len(report.differing)} differing"
-        )
+        console.print(report.summary(), markup=False)
         origin = report.drift_origin
         if origin is not None:
-            console.print(f"drift origin: {origin.key} (step {origin.step}, {origin.op_type}): {origin.status}",
-                          markup=False)
+            console.print(f"drift origin: {origin.key} ({origin.where()}): {origin.status}", markup=False)
         shown = Table(title="differing values", title_justify="left")
         for column in ("#", "value", "step", "op", "status", "max abs", "max rel"):
             shown.add_column(column)

@@ -1,10 +1,15 @@
 """``sealtrace diff A B``: compare two recorded runs (two captures, or two audit logs).
 
+Neither side is trusted as it stands: an audit log is chain-verified first (a log that does not
+verify is a failed check naming the line), and every value read from a capture is re-hashed against
+its index digest (a file that does not match is a failed check naming the file and the key).
+
 Values are matched by key: the value name, prefixed by its subgraph path for values made inside
-subgraphs, with '#N' for the N-th repeat (the key scheme of captures). Digests are compared for
-every value; numbers are compared where both sides hold them: whole tensors for captures, the
-logged samples (the first N values) for audit logs. The drift origin is the first value, in A's
-order, that differs beyond tolerance (or whose digests differ when no numbers are there to judge).
+subgraphs, with '#N' for the N-th repeat (the key scheme of captures); graph inputs come first.
+Digests are compared for every value; numbers are compared where both sides hold them: whole
+tensors for captures, the logged samples (the first N values) for audit logs. The drift origin is
+the first value, in A's order, that differs beyond tolerance (or whose digests differ when no
+numbers are there to judge).
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ class RecordedValue:
     """One value of a recorded run: where it came from, its digest, and numbers if recorded."""
 
     key: str
-    step: str
+    step: str  # '' for a graph input
     op_type: str
     digest: str | None
     numbers: Any = None  # full tensor (capture) or the logged sample (audit log)
     sampled: bool = False
+    kind: str = "tensor"  # tensor | sequence | map | none
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,10 @@ class DiffEntry:
     op_type: str
     status: str  # identical | within | exceeds | digest-differs | only-in-a | only-in-b
     diff: ValueDiff | None
+
+    def where(self) -> str:
+        """Where the value comes from, for people: 'graph input' or 'step NAME (OP)'."""
+        return f"step {self.step} ({self.op_type})" if self.step else "graph input"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +76,17 @@ class DiffReport:
     def differing(self) -> list[DiffEntry]:
         return [e for e in self.entries if e.status not in ("identical", "within")]
 
+    def count(self, status: str) -> int:
+        """How many values have ``status`` ('identical', 'within', ...)."""
+        return sum(1 for e in self.entries if e.status == status)
+
+    def summary(self) -> str:
+        """'N values (capture vs capture): I identical, W within tolerance, D differing'."""
+        return (
+            f"{len(self.entries)} values ({self.kinds[0]} vs {self.kinds[1]}): {self.count('identical')} identical, "
+            f"{self.count('within')} within tolerance, {len(self.differing)} differing"
+        )
+
     @property
     def drift_origin(self) -> DiffEntry | None:
         return next((e for e in self.entries if e.status in ("exceeds", "digest-differs")), None)
@@ -83,7 +104,8 @@ class DiffReport:
             "tolerance": self.tolerance.to_json(),
             "summary": {
                 "values": len(self.entries),
-                "identical": sum(1 for e in self.entries if e.status == "identical"),
+                "identical": self.count("identical"),
+                "within": self.count("within"),
                 "differing": len(self.differing),
                 "drift_origin": None if origin is None else {"key": origin.key, "step": origin.step,
                                                               "op_type": origin.op_type},
@@ -94,13 +116,14 @@ class DiffReport:
 
 
 def load_recorded(path: str | os.PathLike[str]) -> tuple[str, list[RecordedValue]]:
-    """Read a capture directory or an audit log into its values, in recorded order."""
+    """Read a capture directory or an audit log into its values, in recorded order, checked: a
+    capture's values against their digests, a log's chain (a failure is a CheckFailedError)."""
     source = Path(path)
+    if not (source.exists() or source.is_symlink()):
+        raise InputError(f"{source}: no such capture directory or audit log")
     if source.is_dir():
         return "capture", _from_capture(source)
-    if source.is_file():
-        return "audit", _from_audit_log(source)
-    raise InputError(f"{source}: no such capture directory or audit log")
+    return "audit", _from_audit_log(source)  # read as a regular file only (no device, no FIFO)
 
 
 def _from_capture(directory: Path) -> list[RecordedValue]:
@@ -109,20 +132,23 @@ def _from_capture(directory: Path) -> list[RecordedValue]:
     run = CapturedRun.open(directory)
     values = []
     for key, entry in run.entries.items():
+        value = run.load(key)  # re-hashed against the index digest
         values.append(
-            RecordedValue(key, entry.get("step", ""), entry.get("op_type", ""), entry.get("digest"), run.load(key))
+            RecordedValue(key, entry.get("step", ""), entry.get("op_type", ""), entry.get("digest"), value,
+                          kind=entry["kind"])
         )
     return values
 
 
 def _from_audit_log(path: Path) -> list[RecordedValue]:
-    from sealtrace.audit.log import read_records
-    from sealtrace.audit.records import from_json_number
+    from sealtrace.audit.log import read_lines
+    from sealtrace.audit.verify import verify_lines
 
-    records = read_records(path)
-    if not records or records[0].get("type") != "header":
-        raise InputError(f"{path}: not a sealtrace audit log (no header record)")
-    values: list[RecordedValue] = []
+    # Only a log whose chain verifies is compared: past a bad line nothing can be trusted.
+    verification = verify_lines(read_lines(path), str(path))
+    verification.raise_if_failed()
+    records = verification.records
+    values: list[RecordedValue] = [_logged_value(entry["name"], "", "", entry) for entry in records[0]["inputs"]]
     seen: dict[str, int] = {}
     for record in records:
         if record.get("type") != "step":
@@ -136,17 +162,21 @@ def _from_audit_log(path: Path) -> list[RecordedValue]:
             seen[key] = count + 1
             if count:
                 key = f"{key}#{count}"
-            numbers = None
-            if output.get("kind") == "tensor" and output.get("sample"):
-                try:
-                    numbers = np.asarray([from_json_number(v) for v in output["sample"]], dtype=output.get("dtype"))
-                except (TypeError, ValueError):
-                    numbers = None
-            values.append(
-                RecordedValue(key, record.get("name", ""), record.get("op_type", ""), output.get("digest"),
-                              numbers, sampled=True)
-            )
+            values.append(_logged_value(key, record.get("name", ""), record.get("op_type", ""), output))
     return values
+
+
+def _logged_value(key: str, step: str, op_type: str, entry: dict[str, Any]) -> RecordedValue:
+    from sealtrace.audit.records import from_json_number
+
+    numbers = None
+    if entry.get("kind") == "tensor" and entry.get("sample"):
+        try:
+            numbers = np.asarray([from_json_number(v) for v in entry["sample"]], dtype=entry.get("dtype"))
+        except (TypeError, ValueError, OverflowError):
+            numbers = None  # a sample NumPy cannot hold in the logged dtype (bfloat16, complex): digests only
+    return RecordedValue(key, step, op_type, entry.get("digest"), numbers, sampled=True,
+                         kind=str(entry.get("kind", "tensor")))
 
 
 def diff_runs(
@@ -170,7 +200,7 @@ def diff_runs(
 
 
 def _compare(position: int, va: RecordedValue, vb: RecordedValue, tolerance: ToleranceTable) -> DiffEntry:
-    if va.digest is not None and va.digest == vb.digest:
+    if va.digest == vb.digest and (va.digest is not None or va.kind == vb.kind == "none"):
         return DiffEntry(position, va.key, va.step, va.op_type, "identical", None)
     if va.numbers is None or vb.numbers is None:
         return DiffEntry(position, va.key, va.step, va.op_type, "digest-differs", None)
