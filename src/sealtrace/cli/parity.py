@@ -15,7 +15,7 @@ from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity
-from sealtrace.parity.report import FORMATS, format_number, write_report
+from sealtrace.parity.report import check_report_paths, format_number, write_reports
 from sealtrace.plan import Plan
 from sealtrace.session import open_model
 
@@ -78,9 +78,8 @@ def parity(
         raise InputError(f"--backends {backends}: give exactly two, e.g. reference,onnxruntime")
     if tolerance_file and (atol is not None or rtol is not None):
         raise InputError("give either --atol/--rtol or --tolerance-file, not both")
-    for path in reports:
-        if not path.endswith(FORMATS):
-            raise InputError(f"--report {path}: the file name must end in {', '.join(FORMATS)}")
+    # Every report path is checked before the run, not found taken after it.
+    check_report_paths(reports, force)
     if tolerance_file:
         table = ToleranceTable.load(tolerance_file)
     else:
@@ -96,8 +95,7 @@ def parity(
         report = check_parity(
             plan, feeds, names, table, local=not no_local, optimized=optimized, observers=[_Advance(progress, task)]
         )
-    for path in reports:
-        write_report(report, path, overwrite=force)
+    write_reports([(report, path) for path in reports], overwrite=force)
     console = Console()
     origin = report.drift_origin
     console.print(
