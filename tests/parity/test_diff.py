@@ -154,3 +154,49 @@ def test_values_that_are_none_on_both_sides_are_identical(tmp_path: Path) -> Non
     report = diff_runs(tmp_path / "a", tmp_path / "b")
     assert [(e.key, e.status) for e in report.entries] == [("x", "identical"), ("y", "identical"),
                                                             ("nothing", "identical")]
+
+
+def test_diff_holds_a_few_captured_values_at_a_time(
+    recorded: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two captures of a large model do not fit in memory together: values are read as compared.
+    import weakref
+
+    from sealtrace.audit.capture import CapturedRun
+
+    alive: list[weakref.ref[np.ndarray]] = []
+    most = 0
+    real_load = CapturedRun.load
+
+    def load(self: CapturedRun, key: str) -> object:
+        nonlocal most
+        value = real_load(self, key)
+        alive.append(weakref.ref(value))
+        most = max(most, sum(1 for ref in alive if ref() is not None))
+        return value
+
+    monkeypatch.setattr(CapturedRun, "load", load)
+    report = diff_runs(recorded["cap_a"], recorded["cap_b"])
+    assert len(alive) == 2 * len(report.entries) > 6
+    assert most <= 3
+
+
+def test_a_capture_against_a_log_differing_beyond_the_sample_differs(tmp_path: Path) -> None:
+    # The log holds the first 8 values only: agreement there says nothing about the rest.
+    from onnx import TensorProto, helper
+
+    from sealtrace.session import Session
+    from tests.conftest import make_model
+
+    model = make_model([helper.make_node("Identity", ["x"], ["y"], name="copy")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [20])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [20])])
+    x = np.arange(20, dtype=np.float32)
+    other = x.copy()
+    other[-1] += 5
+    Session(model).run(None, {"x": x}, capture=tmp_path / "cap")
+    Session(model).run(None, {"x": other}, audit=tmp_path / "run.jsonl")
+    for a, b in ((tmp_path / "cap", tmp_path / "run.jsonl"), (tmp_path / "run.jsonl", tmp_path / "cap")):
+        report = diff_runs(a, b)
+        assert not report.passed  # the capture's side used to be judged "within" on the sample alone
+        assert {e.status for e in report.entries} == {"digest-differs"}

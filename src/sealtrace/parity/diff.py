@@ -14,8 +14,10 @@ numbers are there to judge).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,9 +38,15 @@ class RecordedValue:
     step: str  # '' for a graph input
     op_type: str
     digest: str | None
-    numbers: Any = None  # full tensor (capture) or the logged sample (audit log)
+    numbers: Any = None  # the logged sample (audit log)
     sampled: bool = False
     kind: str = "tensor"  # tensor | sequence | map | none
+    load: Callable[[], Any] | None = field(default=None, repr=False, compare=False)  # a capture's value
+
+    def read(self) -> Any:
+        """The numbers to compare: a capture's whole value, read (and re-hashed) now, so that a
+        diff holds two values at a time however large the runs; a log's sample."""
+        return self.load() if self.load is not None else self.numbers
 
 
 @dataclass(frozen=True)
@@ -130,14 +138,12 @@ def _from_capture(directory: Path) -> list[RecordedValue]:
     from sealtrace.audit.capture import CapturedRun
 
     run = CapturedRun.open(directory)
-    values = []
-    for key, entry in run.entries.items():
-        value = run.load(key)  # re-hashed against the index digest
-        values.append(
-            RecordedValue(key, entry.get("step", ""), entry.get("op_type", ""), entry.get("digest"), value,
-                          kind=entry["kind"])
-        )
-    return values
+    return [
+        # run.load re-hashes the value against its index digest.
+        RecordedValue(key, entry.get("step", ""), entry.get("op_type", ""), entry.get("digest"), kind=entry["kind"],
+                      load=functools.partial(run.load, key))
+        for key, entry in run.entries.items()
+    ]
 
 
 def _from_audit_log(path: Path) -> list[RecordedValue]:
@@ -190,28 +196,31 @@ def diff_runs(
     report = DiffReport((kind_a, kind_b), (str(a), str(b)), tolerance)
     for position, va in enumerate(values_a):
         vb = by_key_b.pop(va.key, None)
+        a_numbers = va.read()  # every captured value is read, and so checked, matched or not
         if vb is None:
             report.entries.append(DiffEntry(position, va.key, va.step, va.op_type, "only-in-a", None))
             continue
-        report.entries.append(_compare(position, va, vb, tolerance))
+        report.entries.append(_compare(position, va, a_numbers, vb, vb.read(), tolerance))
     for vb in by_key_b.values():
+        vb.read()
         report.entries.append(DiffEntry(len(report.entries), vb.key, vb.step, vb.op_type, "only-in-b", None))
     return report
 
 
-def _compare(position: int, va: RecordedValue, vb: RecordedValue, tolerance: ToleranceTable) -> DiffEntry:
+def _compare(
+    position: int, va: RecordedValue, a_numbers: Any, vb: RecordedValue, b_numbers: Any, tolerance: ToleranceTable
+) -> DiffEntry:
     if va.digest == vb.digest and (va.digest is not None or va.kind == vb.kind == "none"):
         return DiffEntry(position, va.key, va.step, va.op_type, "identical", None)
-    if va.numbers is None or vb.numbers is None:
+    if a_numbers is None or b_numbers is None:
         return DiffEntry(position, va.key, va.step, va.op_type, "digest-differs", None)
-    a_numbers, b_numbers = va.numbers, vb.numbers
     if va.sampled or vb.sampled:
         # Only the logged samples are there: compare the common prefix.
         count = min(np.size(a_numbers), np.size(b_numbers))
         a_numbers = np.asarray(a_numbers).reshape(-1)[:count]
         b_numbers = np.asarray(b_numbers).reshape(-1)[:count]
     diff = compare_values(va.key.split("/")[-1], a_numbers, b_numbers, tolerance.for_value(va.op_type, va.key))
-    if va.sampled and not diff.exceeds:
+    if (va.sampled or vb.sampled) and not diff.exceeds:
         # The samples agree but the digests do not: the difference lies beyond the sample.
         return DiffEntry(position, va.key, va.step, va.op_type, "digest-differs", diff)
     return DiffEntry(position, va.key, va.step, va.op_type, "exceeds" if diff.exceeds else "within", diff)
