@@ -132,3 +132,21 @@ def test_replay_of_a_changed_model_says_so_in_its_error(mlp_log: Path, tmp_path:
     onnx.save(changed(mlp_model(), "w", 1.5), tmp_path / "changed.onnx")
     with pytest.raises(AuditCheckError, match=r"line 2: step 'matmul'.*a model other than the logged one"):
         replay_log(mlp_log, tmp_path / "changed.onnx").raise_if_different()
+
+
+def test_a_rechained_log_with_a_huge_input_shape_is_bad_input(mlp_path: Path, mlp_log: Path) -> None:
+    # Unsigned logs can be rebuilt whole; a shape whose product overflows int64 to 0 matched an
+    # empty sample and made the rebuild fail with an internal error.
+    import json
+
+    from sealtrace.audit.records import seal_record
+
+    records = [json.loads(line) for line in mlp_log.read_bytes().splitlines()]
+    records[0]["inputs"][0].update(shape=[2**32, 2**32], sample=[])
+    lines, prev = [], "0" * 64
+    for seq, record in enumerate(records):
+        lines.append(seal_record(record, seq, prev) + b"\n")
+        prev = record["chain_head" if record["type"] == "footer" else "digest"]
+    mlp_log.write_bytes(b"".join(lines))
+    with pytest.raises(InputError, match="give it with --input"):
+        replay_log(mlp_log, mlp_path)

@@ -10,6 +10,7 @@ runs and shows where the runs part, but it is not a replay of the log: it fails.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -184,7 +185,8 @@ def _from_sample(entry: dict[str, Any]) -> np.ndarray | None:
     if entry.get("kind") != "tensor" or entry["dtype"] == "str":
         return None
     shape = tuple(entry["shape"])
-    if len(entry["sample"]) != int(np.prod(shape, dtype=np.int64)):
+    # Python integers: a crafted shape cannot overflow into matching the sample's length.
+    if len(entry["sample"]) != math.prod(shape):
         return None
     try:
         array = np.array([from_json_number(v) for v in entry["sample"]], dtype=np.dtype(entry["dtype"]))
