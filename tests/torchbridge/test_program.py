@@ -111,3 +111,34 @@ def test_export_parity_checks_its_report_paths_before_the_export(tmp_path: Path,
     assert code == 2
     err = capsys.readouterr().err
     assert "r.reference.md" in err and "exists" in err  # not "cannot import": checked first
+
+
+def test_sizes_and_values_from_the_command_line_are_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each was an internal error (OverflowError, MemoryError, torch's RuntimeError) before.
+    from onnx import TensorProto, helper
+
+    from tests.conftest import make_model
+
+    small = make_model([helper.make_node("Identity", ["n"], ["y"], name="copy")],
+                       [helper.make_tensor_value_info("n", TensorProto.INT32, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.INT32, [2])])
+    huge = make_model([helper.make_node("Identity", ["n"], ["y"], name="copy")],
+                      [helper.make_tensor_value_info("n", TensorProto.INT64, [100_000, 100_000, 100])],
+                      [helper.make_tensor_value_info("y", TensorProto.INT64, [100_000, 100_000, 100])])
+    onnx.save(small, tmp_path / "small.onnx")
+    onnx.save(huge, tmp_path / "huge.onnx")
+    factory = "tests.torchbridge.models:reused_block"
+    cases = [
+        ["convert", str(tmp_path / "small.onnx"), "-o", str(tmp_path / "a.pt2"), "--fix", "n=99999999999999999999"],
+        ["convert", str(tmp_path / "huge.onnx"), "-o", str(tmp_path / "b.pt2"), "--fix", "n=3"],
+        ["export-parity", factory, "--input-shape", "x=2x-8"],
+        ["export-parity", factory, "--input-shape", "x=2x8", "--input-dtype", "x=int64", "--int-high", "0"],
+        ["export-parity", factory, "--input-shape", "x=100000x100000x1000"],
+    ]
+    for args in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert "internal error" not in err and err.count("\n") == 1, err
+    assert not (tmp_path / "a.pt2").exists() and not (tmp_path / "b.pt2").exists()

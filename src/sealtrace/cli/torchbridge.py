@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from pathlib import Path
 
 import click
@@ -12,6 +13,7 @@ import numpy as np
 from sealtrace.cli import app
 from sealtrace.errors import BackendError, CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds, parse_assignments
+from sealtrace.limits import check_allocation
 
 
 def _torch() -> None:
@@ -119,8 +121,12 @@ def _pinned(items: tuple[str, ...], plan: object) -> dict[str, np.ndarray]:
                 value = np.asarray(float(text) if dtype.kind == "f" else int(text), dtype=dtype)
             except ValueError:
                 raise InputError(f"--fix {name}={text}: not a number") from None
+            except OverflowError:
+                raise InputError(f"--fix {name}={text}: out of range for {dtype}") from None
             shape = names[name].shape
             if shape and all(isinstance(d, int) for d in shape):
+                # The shape is the model's: checked against the memory budget before it is filled.
+                check_allocation(math.prod(shape) * dtype.itemsize, f"--fix {name}: input {name!r} of shape {list(shape)}")
                 value = np.full(shape, value, dtype=dtype)
         pinned[name] = value
     return pinned
@@ -189,6 +195,8 @@ def export_parity(
     model = build()
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"{factory}() returned {type(model).__name__}, not a torch.nn.Module")
+    if int_high < 1:
+        raise InputError(f"--int-high {int_high}: integers are drawn from [0, N), N must be at least 1")
     kinds = parse_assignments(dtypes, "--input-dtype")
     generator = torch.Generator().manual_seed(seed)
     kwargs = {}
@@ -197,9 +205,12 @@ def export_parity(
             shape = [int(d) for d in text.lower().split("x")]
         except ValueError:
             raise InputError(f"--input-shape {name}={text}: expected sizes like 1x3x224x224") from None
+        if any(d < 0 for d in shape):
+            raise InputError(f"--input-shape {name}={text}: sizes must not be negative")
         dtype = getattr(torch, kinds.pop(name, "float32"), None)
         if not isinstance(dtype, torch.dtype):
             raise InputError(f"--input-dtype {name}: unknown torch dtype")
+        check_allocation(math.prod(shape) * dtype.itemsize, f"--input-shape {name}={text}")
         if dtype.is_floating_point:
             kwargs[name] = torch.randn(shape, generator=generator).to(dtype)
         else:
