@@ -190,3 +190,14 @@ def test_a_capture_whose_writer_failed_is_not_complete(
     assert not captured.complete
     assert captured.keys() == ["x", "h"]
     assert _loads_whole(tmp_path / "cap")
+
+
+def test_force_removes_only_array_files_an_index_lists(mlp_path: Path, tmp_path: Path) -> None:
+    Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    (tmp_path / "cap" / "notes.txt").write_text("mine")
+    index = json.loads((tmp_path / "cap" / "index.json").read_text())
+    index["values"][0]["files"] = ["notes.txt"]  # an edited index cannot get a user's file deleted
+    (tmp_path / "cap" / "index.json").write_text(json.dumps(index))
+    Session(mlp_path).run(None, MLP_INPUT, capture=CaptureStore(tmp_path / "cap", overwrite=True))
+    assert (tmp_path / "cap" / "notes.txt").read_text() == "mine"
+    assert _loads_whole(tmp_path / "cap")

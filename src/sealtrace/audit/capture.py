@@ -341,12 +341,18 @@ class CaptureStore(BackgroundObserver):
 
 def _listed_files(directory: Path) -> list[str]:
     """The files the capture index in ``directory`` lists (none when there is no readable index):
-    what a capture that replaces it may remove."""
+    what a capture that replaces it may remove. Only names the writer makes (.npy, .npz) count:
+    an index edited to list someone's notes does not get them deleted."""
     try:
         run = CapturedRun.open(directory)
     except InputError:
         return []
-    return [name for entry in run.entries.values() for name in entry["files"] if _plain_file_name(name)]
+    return [
+        name
+        for entry in run.entries.values()
+        for name in entry["files"]
+        if _plain_file_name(name) and name.endswith((".npy", ".npz"))
+    ]
 
 
 @dataclass(frozen=True)
