@@ -152,3 +152,29 @@ def test_show_fits_80_120_and_200_columns(
             for cell in (row.step, row.op_type, row.output, row.shape, row.digest, row.stats):
                 assert any(cell in line for line in lines), (width, cell)
     assert "┃ line" in out  # at 200 columns the whole table fits
+
+
+def test_names_that_look_like_markup_are_printed_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # rich read '[/a]' in a step name as a closing tag: a MarkupError, exit 3, in show, parity and diff.
+    import onnx
+    from onnx import TensorProto, helper
+
+    from tests.conftest import make_model
+
+    nodes = [helper.make_node("Relu", ["x"], ["h[/b]"], name="[/a]"),
+             helper.make_node("Neg", ["h[/b]"], ["y"], name="[bold]neg")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    onnx.save(model, tmp_path / "m.onnx")
+    for name, x in (("a", [1, -2, 3]), ("b", [1, -2, 4])):
+        np.save(tmp_path / f"{name}.npy", np.array(x, np.float32))
+        assert main(["run", str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / f'{name}.npy'}",
+                     "--audit", str(tmp_path / f"{name}.jsonl"), "--capture", str(tmp_path / f"cap_{name}")]) == 0
+    capsys.readouterr()
+    assert main(["audit", "show", str(tmp_path / "a.jsonl")]) == 0
+    assert "[/a]" in capsys.readouterr().out
+    assert main(["parity", str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'a.npy'}", "--atol", "0"]) == 0
+    assert "[bold]neg" in capsys.readouterr().out
+    assert main(["diff", str(tmp_path / "cap_a"), str(tmp_path / "cap_b")]) == 1
+    captured = capsys.readouterr()
+    assert "h[/b]" in captured.out and "internal error" not in captured.err

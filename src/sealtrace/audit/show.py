@@ -96,7 +96,7 @@ def steps_renderable(rows: Sequence[StepRow], title: str, width: int) -> Rendera
         for column in COLUMNS:
             table.add_column(column, justify="right" if column == "line" else "left", no_wrap=True)
         for row in rows:
-            table.add_row(*_cells(row))
+            table.add_row(*(Text(cell) for cell in _cells(row)))  # names are text, never markup
         return table
     listing = Table.grid(padding=(0, 2))
     listing.add_column(justify="right", no_wrap=True)

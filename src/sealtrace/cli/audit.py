@@ -84,9 +84,9 @@ def show(log: str, limit: int | None) -> None:
     result = verify_lines(read_lines(log), log)
     # Only the verified prefix is shown: past the first bad line nothing can be trusted (or parsed).
     records = result.records
-    console = Console(highlight=False)
+    console = Console(highlight=False, markup=False)  # names from the log are text, not markup
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=200, highlight=False)  # piped to a file: room for the whole table
+        console = Console(width=200, highlight=False, markup=False)  # piped to a file: room for the whole table
     if result.ok:
         status = "verified (chain intact)"
     elif result.chain_intact:

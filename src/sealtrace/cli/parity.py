@@ -96,7 +96,7 @@ def parity(
             plan, feeds, names, table, local=not no_local, optimized=optimized, observers=[_Advance(progress, task)]
         )
     write_reports([(report, path) for path in reports], overwrite=force)
-    console = Console()
+    console = Console(markup=False)  # model and value names are text, not markup
     origin = report.drift_origin
     console.print(
         f"{len(report.steps)} steps compared ({names[0]} vs {names[1]}), "
@@ -148,7 +148,7 @@ def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json
     if as_json:
         click.echo(diff_json(report), nl=False)
     else:
-        console = Console()
+        console = Console(markup=False)  # value names are text, not markup
         console.print(report.summary(), markup=False)
         origin = report.drift_origin
         if origin is not None:

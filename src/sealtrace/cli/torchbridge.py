@@ -220,7 +220,7 @@ def export_parity(
     default = Tolerance()
     table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
     result = check_export(model, (), kwargs=kwargs, backends=names, tolerance=table, optimize=optimize)
-    console = Console()
+    console = Console(markup=False)  # model and value names are text, not markup
     console.print(f"{len(result.calls)} leaf module calls, {len(result.unmapped)} without an ONNX value")
     for backend, report in result.reports.items():
         origin = report.drift_origin
