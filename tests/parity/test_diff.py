@@ -200,3 +200,20 @@ def test_a_capture_against_a_log_differing_beyond_the_sample_differs(tmp_path: P
         report = diff_runs(a, b)
         assert not report.passed  # the capture's side used to be judged "within" on the sample alone
         assert {e.status for e in report.entries} == {"digest-differs"}
+
+
+def test_two_incomplete_captures_do_not_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Both runs failed at the same step: their captures agree, but they are no complete runs.
+    from sealtrace.errors import KernelError
+    from sealtrace.session import Session
+    from tests.audit.test_recorder import _failing_model
+
+    feeds = {"x": np.ones((2, 3), np.float32), "shape": np.array([4, 4], np.int64)}
+    for name in ("a", "b"):
+        with pytest.raises(KernelError):
+            Session(_failing_model()).run(None, feeds, capture=tmp_path / name)
+    report = diff_runs(tmp_path / "a", tmp_path / "b")
+    assert not report.differing and not report.passed
+    assert main(["diff", str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+    captured = capsys.readouterr()
+    assert "incomplete capture" in captured.out and "incomplete capture" in captured.err

@@ -162,4 +162,6 @@ def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json
         if report.differing:
             console.print(shown)
     if not report.passed:
+        if not report.differing:
+            raise CheckFailedError(f"{' and '.join(report.incomplete)}: incomplete capture(s); the runs cannot match")
         raise CheckFailedError(f"{len(report.differing)} value(s) differ between {run_a} and {run_b}")

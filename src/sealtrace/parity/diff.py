@@ -73,12 +73,23 @@ class DiffEntry:
         }
 
 
+@dataclass(frozen=True)
+class RecordedRun:
+    """One side of a diff: what it is ('capture' or 'audit'), its values in recorded order, and
+    whether it is complete (a capture of a run that failed is not)."""
+
+    kind: str
+    values: list[RecordedValue]
+    complete: bool = True
+
+
 @dataclass
 class DiffReport:
     kinds: tuple[str, str]
     sources: tuple[str, str]
     tolerance: ToleranceTable
     entries: list[DiffEntry] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)  # sources whose capture is not complete
 
     @property
     def differing(self) -> list[DiffEntry]:
@@ -90,10 +101,13 @@ class DiffReport:
 
     def summary(self) -> str:
         """'N values (capture vs capture): I identical, W within tolerance, D differing'."""
-        return (
+        text = (
             f"{len(self.entries)} values ({self.kinds[0]} vs {self.kinds[1]}): {self.count('identical')} identical, "
             f"{self.count('within')} within tolerance, {len(self.differing)} differing"
         )
+        for source in self.incomplete:
+            text += f"; {source} is an incomplete capture (its run failed or a file could not be written)"
+        return text
 
     @property
     def drift_origin(self) -> DiffEntry | None:
@@ -101,7 +115,8 @@ class DiffReport:
 
     @property
     def passed(self) -> bool:
-        return not self.differing
+        """Every value matches, and both runs were recorded whole."""
+        return not self.differing and not self.incomplete
 
     def to_json(self) -> dict[str, Any]:
         origin = self.drift_origin
@@ -117,33 +132,36 @@ class DiffReport:
                 "differing": len(self.differing),
                 "drift_origin": None if origin is None else {"key": origin.key, "step": origin.step,
                                                               "op_type": origin.op_type},
+                "incomplete": list(self.incomplete),
                 "passed": self.passed,
             },
             "entries": [e.to_json() for e in self.entries],
         }
 
 
-def load_recorded(path: str | os.PathLike[str]) -> tuple[str, list[RecordedValue]]:
+def load_recorded(path: str | os.PathLike[str]) -> RecordedRun:
     """Read a capture directory or an audit log into its values, in recorded order, checked: a
-    capture's values against their digests, a log's chain (a failure is a CheckFailedError)."""
+    capture's values against their digests as they are read, a log's chain now (a failure is a
+    CheckFailedError)."""
     source = Path(path)
     if not (source.exists() or source.is_symlink()):
         raise InputError(f"{source}: no such capture directory or audit log")
     if source.is_dir():
-        return "capture", _from_capture(source)
-    return "audit", _from_audit_log(source)  # read as a regular file only (no device, no FIFO)
+        return _from_capture(source)
+    return RecordedRun("audit", _from_audit_log(source))  # read as a regular file only (no device, no FIFO)
 
 
-def _from_capture(directory: Path) -> list[RecordedValue]:
+def _from_capture(directory: Path) -> RecordedRun:
     from sealtrace.audit.capture import CapturedRun
 
     run = CapturedRun.open(directory)
-    return [
+    values = [
         # run.load re-hashes the value against its index digest.
         RecordedValue(key, entry.get("step", ""), entry.get("op_type", ""), entry.get("digest"), kind=entry["kind"],
                       load=functools.partial(run.load, key))
         for key, entry in run.entries.items()
     ]
+    return RecordedRun("capture", values, run.complete)
 
 
 def _from_audit_log(path: Path) -> list[RecordedValue]:
@@ -190,11 +208,11 @@ def diff_runs(
 ) -> DiffReport:
     """Compare two recorded runs; see the module docstring."""
     tolerance = tolerance or ToleranceTable(Tolerance())
-    kind_a, values_a = load_recorded(a)
-    kind_b, values_b = load_recorded(b)
-    by_key_b = {v.key: v for v in values_b}
-    report = DiffReport((kind_a, kind_b), (str(a), str(b)), tolerance)
-    for position, va in enumerate(values_a):
+    run_a, run_b = load_recorded(a), load_recorded(b)
+    by_key_b = {v.key: v for v in run_b.values}
+    report = DiffReport((run_a.kind, run_b.kind), (str(a), str(b)), tolerance)
+    report.incomplete = [str(source) for source, run in ((a, run_a), (b, run_b)) if not run.complete]
+    for position, va in enumerate(run_a.values):
         vb = by_key_b.pop(va.key, None)
         a_numbers = va.read()  # every captured value is read, and so checked, matched or not
         if vb is None:
