@@ -243,3 +243,14 @@ def test_a_missing_capture_file_is_a_failed_check(two_captures: tuple[Path, Path
     (b / "z.npy").unlink()
     assert main(["diff", str(a), str(b)]) == 1
     assert "z.npy" in capsys.readouterr().err
+
+
+def test_a_map_with_keys_unicode_arrays_cannot_hold_reads_back_exactly(tmp_path: Path) -> None:
+    from tests.test_map_values import ML, map_input_model
+
+    node = helper.make_node("DictVectorizer", ["x"], ["y"], domain=ML, string_vocabulary=["a\x00", "b"])
+    model = map_input_model(node, TensorProto.STRING, TensorProto.FLOAT, TensorProto.FLOAT)
+    feeds = {"x": {"a\x00": 1.5, "b": -2.0}}
+    run = CapturedRun.open(_capture(model, feeds, tmp_path / "cap"))
+    assert run.load("x") == feeds["x"]
+    assert _index(tmp_path / "cap")["format"] == "sealtrace.capture.v2"

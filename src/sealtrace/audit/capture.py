@@ -150,9 +150,14 @@ def _plain_strings(array: np.ndarray) -> np.ndarray | None:
     return plain if tensor_digest(plain) == tensor_digest(array) else None
 
 
-def _map_arrays(value: Mapping[Any, Any]) -> tuple[np.ndarray, np.ndarray]:
-    keys = np.asarray(list(value.keys()))
-    return (keys.astype(str) if keys.dtype.kind == "O" else keys), np.asarray(list(value.values()))
+def _map_column(items: list[Any]) -> np.ndarray:
+    """A map's keys or values as one array; strings as objects, so that none is cut short (a
+    unicode array drops trailing NULs) before :func:`_plain_strings` looks at them."""
+    if any(isinstance(item, (str, bytes)) for item in items):
+        column = np.empty(len(items), dtype=object)
+        column[:] = items
+        return column
+    return np.asarray(items)
 
 
 class CaptureStore(BackgroundObserver):
@@ -252,9 +257,8 @@ class CaptureStore(BackgroundObserver):
         assert self._staging is not None
         if isinstance(value, Mapping):  # a map (a map input, ZipMap's elements): its keys and values, no pickle
             name = safe_file_stem(key, self._taken) + ".npz"
-            keys, values = _map_arrays(value)
             members: dict[str, np.ndarray] = {}
-            for part, array in (("keys", keys), ("values", values)):
+            for part, array in (("keys", _map_column(list(value))), ("values", _map_column(list(value.values())))):
                 plain = _plain_strings(array) if array.dtype.kind in "OUS" else array
                 if plain is None:
                     members.update(_utf8_members(part, array))
