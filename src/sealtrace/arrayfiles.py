@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -64,7 +65,8 @@ def read_npy_header(stream: IO[bytes], where: str) -> NpyHeader:
             shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
         else:
             raise ValueError(f"format version {version[0]}.{version[1]} is not one of tensors (1.0, 2.0)")
-    except (ValueError, EOFError, SyntaxError, TypeError, struct.error, UnicodeDecodeError) as exc:
+    except (ValueError, EOFError, SyntaxError, TypeError, struct.error, UnicodeDecodeError, tokenize.TokenError) as exc:
+        # TokenError: NumPy re-tokenizes a header that does not parse (an unclosed brace).
         raise ArrayFileError(f"{where}: not a readable .npy header ({_brief(exc)})") from None
     if dtype.hasobject or dtype.names is not None or dtype.shape != () or dtype.kind not in _TENSOR_KINDS:
         raise ArrayFileError(f"{where}: dtype {dtype.str!r} is not a tensor dtype (objects and records are refused)")

@@ -90,7 +90,7 @@ def test_capture_memory_is_bounded(tmp_path: Path) -> None:
     np.testing.assert_array_equal(CapturedRun.open(tmp_path / "cap").load("v12"), np.full(size, 12, np.float32))
 
 
-@pytest.mark.parametrize("bad", ["../outside.npy", "/etc/passwd", "sub/dir.npy", "..", "", 7])
+@pytest.mark.parametrize("bad", ["../outside.npy", "/etc/passwd", "sub/dir.npy", "..", "", 7, {}, ["x.npy"], ".hidden.npy"])
 def test_a_crafted_index_cannot_point_outside_the_capture(mlp_path: Path, tmp_path: Path, bad: object) -> None:
     # Captures are shared and diffed: the file names in their index are checked before use.
     from sealtrace.errors import InputError

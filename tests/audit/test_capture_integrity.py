@@ -254,3 +254,16 @@ def test_a_map_with_keys_unicode_arrays_cannot_hold_reads_back_exactly(tmp_path:
     run = CapturedRun.open(_capture(model, feeds, tmp_path / "cap"))
     assert run.load("x") == feeds["x"]
     assert _index(tmp_path / "cap")["format"] == "sealtrace.capture.v2"
+
+
+def test_a_capture_file_whose_header_does_not_close_is_a_failed_check(
+    two_captures: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # NumPy re-tokenizes such a header and raises tokenize.TokenError: it was an internal error.
+    a, b = two_captures
+    data = bytearray((b / "h.npy").read_bytes())
+    data[data.index(b"}")] = ord(" ")
+    (b / "h.npy").write_bytes(bytes(data))
+    assert main(["diff", str(a), str(b)]) == 1
+    err = capsys.readouterr().err
+    assert "h.npy" in err and "not a readable .npy header" in err

@@ -404,7 +404,10 @@ class CapturedRun:
         if entry["kind"] == "none":
             return None
         encodings = entry.get("encodings", {})
-        parts = [self._read_file(key, name, encodings.get(name)) for name in entry["files"]]
+        parts = [
+            self._read_file(key, name, encodings.get(name) if _plain_file_name(name) else None)
+            for name in entry["files"]
+        ]
         value = parts if entry["kind"] == "sequence" else parts[0]
         if _digest(value) != entry["digest"]:
             raise CaptureIntegrityError(
