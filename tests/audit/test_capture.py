@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from sealtrace.audit import AuditLogExistsError, AuditRecorder, CapturedRun, CaptureStore
@@ -89,7 +90,7 @@ def test_capture_memory_is_bounded(tmp_path: Path) -> None:
     np.testing.assert_array_equal(CapturedRun.open(tmp_path / "cap").load("v12"), np.full(size, 12, np.float32))
 
 
-@pytest.mark.parametrize("bad", ["../outside.npy", "/etc/passwd", "sub/dir.npy", "..", "", 7])
+@pytest.mark.parametrize("bad", ["../outside.npy", "/etc/passwd", "sub/dir.npy", "..", "", 7, {}, ["x.npy"], ".hidden.npy"])
 def test_a_crafted_index_cannot_point_outside_the_capture(mlp_path: Path, tmp_path: Path, bad: object) -> None:
     # Captures are shared and diffed: the file names in their index are checked before use.
     from sealtrace.errors import InputError
@@ -103,3 +104,100 @@ def test_a_crafted_index_cannot_point_outside_the_capture(mlp_path: Path, tmp_pa
     captured = CapturedRun.open(tmp_path / "cap")
     with pytest.raises(InputError, match="invalid file"):
         captured.load(index["values"][0]["key"])
+
+
+def _zip_map_capture(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, Path]:
+    from sealtrace.cli import main
+    from tests.test_map_values import X, zip_map_model
+
+    onnx.save(zip_map_model(["cat", "dog", "emu"]), tmp_path / "zipmap.onnx")
+    np.save(tmp_path / "x.npy", X)
+    code = main(["run", str(tmp_path / "zipmap.onnx"), "--input", f"x={tmp_path / 'x.npy'}",
+                 "--capture", str(tmp_path / "cap"), *extra])
+    capsys.readouterr()
+    return code, tmp_path / "cap"
+
+
+def _loads_whole(directory: Path) -> bool:
+    run = CapturedRun.open(directory)
+    return all(run.load(key) is not None or run.entries[key]["kind"] == "none" for key in run.entries)
+
+
+def test_force_replaces_a_capture_of_maps_and_keeps_files_sealtrace_did_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, cap = _zip_map_capture(tmp_path, capsys)
+    assert code == 0
+    first = sorted(p.name for p in cap.iterdir())
+    (cap / "mine.npy").write_bytes(b"a user's file")  # not listed in the index: not sealtrace's
+    (cap / "notes.txt").write_text("notes")
+    code, cap = _zip_map_capture(tmp_path, capsys, "--force")
+    assert code == 0
+    assert (cap / "mine.npy").read_bytes() == b"a user's file" and (cap / "notes.txt").read_text() == "notes"
+    assert sorted(p.name for p in cap.iterdir()) == sorted([*first, "mine.npy", "notes.txt"])
+    assert CapturedRun.open(cap).complete and _loads_whole(cap)
+
+
+def test_force_removes_the_files_of_the_previous_capture(mlp_path: Path, tmp_path: Path) -> None:
+    Session(loop_model()).run(None, {"x": np.array([1.0, -2.0], np.float32)}, capture=tmp_path / "cap")
+    (tmp_path / "cap" / "h.npy").write_bytes(b"a user's h")  # a name the next capture wants
+    Session(mlp_path).run(None, MLP_INPUT, capture=CaptureStore(tmp_path / "cap", overwrite=True))
+    run = CapturedRun.open(tmp_path / "cap")
+    listed = {name for entry in run.entries.values() for name in entry["files"]}
+    assert (tmp_path / "cap" / "h.npy").read_bytes() == b"a user's h"  # kept; the new h went elsewhere
+    assert sorted(p.name for p in (tmp_path / "cap").iterdir()) == sorted([*listed, "h.npy", "index.json"])
+    np.testing.assert_array_equal(run.load("x"), MLP_INPUT["x"])
+    assert _loads_whole(tmp_path / "cap")
+
+
+def test_the_previous_capture_stays_whole_until_the_new_one_is_in_place(mlp_path: Path, tmp_path: Path) -> None:
+    Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    seen: list[bool] = []
+
+    class Watch:
+        def on_run_start(self, *args: object) -> None:
+            pass
+
+        def on_step(self, event: object) -> None:
+            seen.append(_loads_whole(tmp_path / "cap"))  # a run killed now leaves this capture
+
+        def on_run_end(self, outputs: object) -> None:
+            pass
+
+    doubled = {"x": MLP_INPUT["x"] * 2}
+    Session(mlp_path).run(None, doubled, observers=[Watch()], capture=CaptureStore(tmp_path / "cap", overwrite=True))
+    assert seen and all(seen)
+    np.testing.assert_array_equal(CapturedRun.open(tmp_path / "cap").load("x"), doubled["x"])
+
+
+def test_a_capture_whose_writer_failed_is_not_complete(
+    mlp_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sealtrace.audit import AuditWriteError
+
+    real_save = CaptureStore._save
+    calls = iter(range(100))
+
+    def failing_save(self: CaptureStore, key: str, value: object, encodings: dict[str, str]) -> str:
+        if next(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_save(self, key, value, encodings)
+
+    monkeypatch.setattr(CaptureStore, "_save", failing_save)
+    with pytest.raises(AuditWriteError, match="No space left"):
+        Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    captured = CapturedRun.open(tmp_path / "cap")
+    assert not captured.complete
+    assert captured.keys() == ["x", "h"]
+    assert _loads_whole(tmp_path / "cap")
+
+
+def test_force_removes_only_array_files_an_index_lists(mlp_path: Path, tmp_path: Path) -> None:
+    Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    (tmp_path / "cap" / "notes.txt").write_text("mine")
+    index = json.loads((tmp_path / "cap" / "index.json").read_text())
+    index["values"][0]["files"] = ["notes.txt"]  # an edited index cannot get a user's file deleted
+    (tmp_path / "cap" / "index.json").write_text(json.dumps(index))
+    Session(mlp_path).run(None, MLP_INPUT, capture=CaptureStore(tmp_path / "cap", overwrite=True))
+    assert (tmp_path / "cap" / "notes.txt").read_text() == "mine"
+    assert _loads_whole(tmp_path / "cap")

@@ -64,6 +64,117 @@ def test_wrong_input_exits_1(mlp_log: Path, tmp_path: Path, capsys: pytest.Captu
 def test_show_on_a_damaged_log_shows_the_verified_prefix(mlp_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = mlp_log.read_bytes().splitlines(keepends=True)
     mlp_log.write_bytes(b"".join([*lines[:3], b'{"type":"step","foo":1}\n', b"garbage\n"]))
-    assert main(["audit", "show", str(mlp_log)]) == 0
-    out = capsys.readouterr().out
-    assert "NOT VERIFIED: line 4" in out and "MatMul" in out and "Add" in out
+    # A log that does not verify is a failed check, even where its verified part is shown (exit 0 before).
+    assert main(["audit", "show", str(mlp_log)]) == 1
+    captured = capsys.readouterr()
+    assert "NOT VERIFIED: line 4" in captured.out and "MatMul" in captured.out and "Add" in captured.out
+    assert captured.err.startswith("sealtrace: error:") and "line 4" in captured.err
+    assert captured.err.count("\n") == 1
+
+
+def test_show_of_a_consistent_chain_with_a_false_footer_exits_1(
+    mlp_log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Re-chained by hand: every digest is right, but the footer counts steps the log does not have.
+    import json
+
+    from sealtrace.audit.records import seal_record
+
+    records = [json.loads(line) for line in mlp_log.read_bytes().splitlines()]
+    records[-1]["steps"] = 7
+    lines, prev = [], "0" * 64
+    for seq, record in enumerate(records):
+        lines.append(seal_record(record, seq, prev) + b"\n")
+        prev = record["chain_head" if record["type"] == "footer" else "digest"]
+    mlp_log.write_bytes(b"".join(lines))
+    assert main(["audit", "show", str(mlp_log)]) == 1
+    captured = capsys.readouterr()
+    assert "chain intact, but" in captured.out and "footer counts 7 steps" in captured.err
+
+
+@pytest.mark.parametrize("verb", [["audit", "verify"], ["audit", "show"], ["diff"], ["replay"]])
+def test_a_deeply_nested_line_is_a_failed_check_in_every_verb(
+    mlp_path: Path, mlp_log: Path, verb: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = mlp_log.read_bytes().splitlines(keepends=True)
+    mlp_log.write_bytes(b"".join([*lines[:2], b'{"type":"step","x":' + b"[" * 100_000 + b"\n", *lines[3:]]))
+    args = {"diff": [str(mlp_log), str(mlp_log)], "replay": [str(mlp_log), "--container", str(mlp_path)]}
+    assert main([*verb, *args.get(verb[0], [str(mlp_log)])]) == 1  # exit 3 (RecursionError) before
+    err = capsys.readouterr().err
+    assert "line 3" in err and "internal error" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("special", ["fifo", "device"])
+def test_a_log_that_is_not_a_regular_file_is_refused_unread(
+    tmp_path: Path, special: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    log = tmp_path / "log.jsonl"
+    if special == "fifo":
+        os.mkfifo(log)  # no writer: a plain open and read would wait forever
+    else:
+        log.symlink_to("/dev/zero")  # a read without end
+    for verb in (["audit", "verify"], ["audit", "show"]):
+        assert main([*verb, str(log)]) == 2
+        assert "regular file" in capsys.readouterr().err
+
+
+def test_show_fits_80_120_and_200_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Names as long as real exporters make them: the table used to squeeze them into columns of letters.
+    from onnx import TensorProto, helper
+
+    from sealtrace.audit.log import read_records
+    from sealtrace.audit.show import step_rows
+    from sealtrace.session import Session
+    from tests.conftest import make_model
+
+    names = ["/features/features.0/features.0.0/Conv", "/features/features.0/features.0.1/BatchNormalization",
+             "/features/features.0/features.0.2/HardSwish"]
+    ops = ["Relu", "Sigmoid", "HardSwish"]
+    values = ["x", *(f"p2o.pd_op.{op.lower()}.0.0" for op in ops)]
+    nodes = [helper.make_node(op, [values[i]], [values[i + 1]], name=names[i]) for i, op in enumerate(ops)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 112, 112])],
+                       [helper.make_tensor_value_info(values[-1], TensorProto.FLOAT, [1, 16, 112, 112])])
+    log = tmp_path / "run.jsonl"
+    x = np.random.default_rng(0).standard_normal((1, 16, 112, 112)).astype(np.float32)
+    Session(model).run(None, {"x": x}, audit=log)
+    rows = step_rows(read_records(log))
+    for width in (80, 120, 200):
+        monkeypatch.setenv("COLUMNS", str(width))
+        assert main(["audit", "show", str(log)]) == 0
+        out = capsys.readouterr().out
+        lines = out.splitlines()
+        assert all(len(line.rstrip()) <= width for line in lines), width
+        for row in rows:  # each name, shape and digest whole on one line: no column squeezed below it
+            for cell in (row.step, row.op_type, row.output, row.shape, row.digest, row.stats):
+                assert any(cell in line for line in lines), (width, cell)
+    assert "┃ line" in out  # at 200 columns the whole table fits
+
+
+def test_names_that_look_like_markup_are_printed_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # rich read '[/a]' in a step name as a closing tag: a MarkupError, exit 3, in show, parity and diff.
+    import onnx
+    from onnx import TensorProto, helper
+
+    from tests.conftest import make_model
+
+    nodes = [helper.make_node("Relu", ["x"], ["h[/b]"], name="[/a]"),
+             helper.make_node("Neg", ["h[/b]"], ["y"], name="[bold]neg")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    onnx.save(model, tmp_path / "m.onnx")
+    for name, x in (("a", [1, -2, 3]), ("b", [1, -2, 4])):
+        np.save(tmp_path / f"{name}.npy", np.array(x, np.float32))
+        assert main(["run", str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / f'{name}.npy'}",
+                     "--audit", str(tmp_path / f"{name}.jsonl"), "--capture", str(tmp_path / f"cap_{name}")]) == 0
+    capsys.readouterr()
+    assert main(["audit", "show", str(tmp_path / "a.jsonl")]) == 0
+    assert "[/a]" in capsys.readouterr().out
+    assert main(["parity", str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'a.npy'}", "--atol", "0"]) == 0
+    assert "[bold]neg" in capsys.readouterr().out
+    assert main(["diff", str(tmp_path / "cap_a"), str(tmp_path / "cap_b")]) == 1
+    captured = capsys.readouterr()
+    assert "h[/b]" in captured.out and "internal error" not in captured.err

@@ -95,3 +95,58 @@ def test_tampered_log_is_not_replayed(mlp_path: Path, mlp_log: Path) -> None:
     mlp_log.write_bytes(b"".join(lines[:2] + lines[3:]))
     with pytest.raises(AuditCheckError, match="line 3"):
         replay_log(mlp_log, mlp_path)
+
+
+def test_replay_of_another_model_file_fails_even_when_bit_identical(
+    mlp_path: Path, mlp_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Same weights and graph, another file (a doc string differs): every step matches, but it is not
+    # the logged model, so it is no replay of the log (exit 0 before).
+    from sealtrace.cli import main
+
+    other = mlp_model()
+    other.doc_string = "re-exported"
+    onnx.save(other, tmp_path / "other.onnx")
+    report = replay_log(mlp_log, tmp_path / "other.onnx")
+    assert report.identical and not report.passed and report.not_logged == ["a model"]
+    with pytest.raises(AuditCheckError, match="other than the logged one"):
+        report.raise_if_different()
+    assert main(["replay", str(mlp_log), "--container", str(tmp_path / "other.onnx")]) == 1
+    captured = capsys.readouterr()
+    assert "note: the log names ONNX file sha256" in captured.out
+    assert "bit-identical" in captured.err and "other than the logged one" in captured.err
+    assert main(["replay", str(mlp_log), "--container", str(mlp_path)]) == 0
+
+
+def test_replay_with_another_input_fails_even_when_every_step_matches(mlp_path: Path, record_log: Callable[..., Path]) -> None:
+    # +0.0 and -0.0 hash differently but multiply alike: every step output matches the log.
+    x = np.array([[0.0, -1.0, 2.0, 0.25]], np.float32)
+    log = record_log(mlp_path, {"x": x})
+    report = replay_log(log, mlp_path, {"x": np.array([[-0.0, -1.0, 2.0, 0.25]], np.float32)})
+    assert report.identical and not report.passed and report.not_logged == ["input 'x'"]
+    with pytest.raises(AuditCheckError, match="input 'x'"):
+        report.raise_if_different()
+
+
+def test_replay_of_a_changed_model_says_so_in_its_error(mlp_log: Path, tmp_path: Path) -> None:
+    onnx.save(changed(mlp_model(), "w", 1.5), tmp_path / "changed.onnx")
+    with pytest.raises(AuditCheckError, match=r"line 2: step 'matmul'.*a model other than the logged one"):
+        replay_log(mlp_log, tmp_path / "changed.onnx").raise_if_different()
+
+
+def test_a_rechained_log_with_a_huge_input_shape_is_bad_input(mlp_path: Path, mlp_log: Path) -> None:
+    # Unsigned logs can be rebuilt whole; a shape whose product overflows int64 to 0 matched an
+    # empty sample and made the rebuild fail with an internal error.
+    import json
+
+    from sealtrace.audit.records import seal_record
+
+    records = [json.loads(line) for line in mlp_log.read_bytes().splitlines()]
+    records[0]["inputs"][0].update(shape=[2**32, 2**32], sample=[])
+    lines, prev = [], "0" * 64
+    for seq, record in enumerate(records):
+        lines.append(seal_record(record, seq, prev) + b"\n")
+        prev = record["chain_head" if record["type"] == "footer" else "digest"]
+    mlp_log.write_bytes(b"".join(lines))
+    with pytest.raises(InputError, match="give it with --input"):
+        replay_log(mlp_log, mlp_path)

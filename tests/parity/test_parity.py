@@ -20,6 +20,7 @@ from sealtrace import build_plan, zoo
 from sealtrace.backends.base import StepObserver
 from sealtrace.backends.reference import ReferenceBackend
 from sealtrace.cli import main
+from sealtrace.errors import InputError
 from sealtrace.ops.registry import Kernel
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity, compare_values
 from sealtrace.parity.metrics import ulp_distance
@@ -192,6 +193,66 @@ def test_cli_parity_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["parity", str(model), "--random-inputs", "--backends", "reference"]) == 2
     assert main(["parity", str(model), "--random-inputs", "--report", str(out)]) == 2  # exists
     assert "exists" in capsys.readouterr().err
+
+
+def test_every_report_path_is_checked_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # b.json used to be found existing only after the whole run, with a.html already written.
+    import sealtrace.cli.parity as cli_parity
+
+    model = tmp_path / "net.onnx"
+    onnx.save(conv_net(), model)
+    (tmp_path / "b.json").write_text("kept")
+    ran: list[bool] = []
+    real = cli_parity.check_parity
+    monkeypatch.setattr(cli_parity, "check_parity", lambda *a, **k: ran.append(True) or real(*a, **k))
+    run = ["parity", str(model), "--random-inputs"]
+    assert main([*run, "--report", str(tmp_path / "a.html"), "--report", str(tmp_path / "b.json")]) == 2
+    assert "b.json" in capsys.readouterr().err
+    assert main([*run, "--report", str(tmp_path / "c.md"), "--report", str(tmp_path / "." / "c.md")]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert main([*run, "--report", str(tmp_path / "missing" / "r.md")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not ran and not (tmp_path / "a.html").exists() and (tmp_path / "b.json").read_text() == "kept"
+    assert main([*run, "--report", str(tmp_path / "a.html"), "--report", str(tmp_path / "b.json"), "--force"]) == 0
+    assert ran and json.loads((tmp_path / "b.json").read_text())["summary"]["passed"] is True
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("t.json", b"5"), ("t.json", b"[[]]"), ("t.json", b'{"ops": 3}'), ("t.json", b"[" * 100_000),
+     ("t.toml", b"\xff\xfe"), ("t.toml", b"a = " + b"[" * 100_000), ("t.toml", b"values = 1")],
+)
+def test_malformed_tolerance_files_are_bad_input(
+    tmp_path: Path, name: str, content: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "net.onnx"
+    onnx.save(conv_net(), model)
+    (tmp_path / name).write_bytes(content)
+    assert main(["parity", str(model), "--random-inputs", "--tolerance-file", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sealtrace: error:") and name in err and err.count("\n") == 1
+
+
+def test_a_tolerance_file_that_is_a_device_is_refused_unread(tmp_path: Path) -> None:
+    (tmp_path / "t.toml").symlink_to("/dev/zero")
+    with pytest.raises(InputError, match="regular file"):
+        ToleranceTable.load(tmp_path / "t.toml")
+
+
+def test_reports_are_written_all_or_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sealtrace.parity import report as reports
+
+    result = check_parity(build_plan(conv_net()), {"x": np.ones((1, 3, 8, 8), np.float32)}, ["reference", "onnxruntime"])
+
+    def broken(_report: object) -> str:
+        raise RuntimeError("renderer failed")
+
+    monkeypatch.setitem(reports._WRITERS, ".md", broken)
+    with pytest.raises(RuntimeError):
+        reports.write_reports([(result, tmp_path / "a.html"), (result, tmp_path / "b.md")])
+    assert list(tmp_path.iterdir()) == []
 
 
 def _chromium() -> str | None:

@@ -7,12 +7,13 @@ import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from sealtrace.errors import InputError, SealtraceError
+from sealtrace.limits import memory_budget, read_regular_file
 
 SCHEMA_FILE = "audit-log.schema.json"
+MAX_DEPTH = 32  # lists and objects in one record; the schema's records nest a few levels
 
 
 @dataclass(frozen=True)
@@ -27,14 +28,12 @@ class LogLine:
 
 
 def read_lines(path: str | os.PathLike[str]) -> list[LogLine]:
-    """Every line of the log at ``path``, parsed where it parses (no check beyond JSON)."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read audit log ({exc.strerror})") from None
-    return parse_lines(data)
+    """Every line of the log at ``path``, parsed where it parses (no check beyond JSON).
+
+    Only a regular file is read (``/dev/zero`` or a FIFO would be a read without end), and no
+    larger than the memory budget (``sealtrace.limits``).
+    """
+    return parse_lines(read_regular_file(path, "audit log", max_bytes=memory_budget()))
 
 
 def parse_lines(data: bytes) -> list[LogLine]:
@@ -62,9 +61,28 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
         value = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"not valid JSON ({exc})"
+    except RecursionError:
+        # Reported as any other line that is not a record: no record nests this deep.
+        return None, "not valid JSON (nested too deeply)"
     if not isinstance(value, dict):
         return None, f"not a JSON object (found {type(value).__name__})"
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _nested_deeper(value, MAX_DEPTH):
+        # No record nests this deep; refused here, before re-encoding, hashing or schema checks
+        # recurse into it.
+        return None, f"not a record (nested more than {MAX_DEPTH} levels deep)"
     return value, None
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` levels deep (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -123,7 +141,10 @@ def schema_problem(record: dict[str, Any]) -> str | None:
         return f"unknown record type {kind!r} (expected header, step or footer)"
     from jsonschema.exceptions import best_match
 
-    error = best_match(validator.iter_errors(record))
+    try:
+        error = best_match(validator.iter_errors(record))
+    except RecursionError:
+        return "nested too deeply"
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "record"

@@ -4,11 +4,13 @@ The log is verified first (a log whose chain is broken is not replayed). The mod
 are then run again with an in-memory recorder taking the same sample size, and the two logs are
 compared step by step. The outcome is either bit-identical (every output digest of every step and
 of the graph outputs agrees) or the first step whose output differs, with the numeric difference
-the logged samples show.
+the logged samples show. A replay of another model or with other inputs than the logged ones still
+runs and shows where the runs part, but it is not a replay of the log: it fails.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,6 +62,7 @@ class ReplayReport:
     structure_difference: str | None = None  # the replay ran other steps than the log lists
     outputs_differing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    not_logged: list[str] = field(default_factory=list)  # what the replay ran that the log does not name
     replayed_records: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @property
@@ -72,9 +75,17 @@ class ReplayReport:
             and self.steps_logged == self.steps_replayed
         )
 
+    @property
+    def passed(self) -> bool:
+        """True when the logged model ran on the logged inputs and every digest is bit-identical."""
+        return self.identical and not self.not_logged
+
     def summary(self) -> str:
         if self.identical:
-            return f"bit-identical: {self.steps_replayed} step(s) and every graph output match the log"
+            text = f"bit-identical: {self.steps_replayed} step(s) and every graph output match the log"
+            if self.not_logged:
+                text += f", but the replay ran {' and '.join(self.not_logged)} other than the logged one"
+            return text
         if self.first_difference is not None:
             return (
                 f"differs: first at {self.first_difference.describe()} "
@@ -85,10 +96,15 @@ class ReplayReport:
         return f"differs: graph output(s) {', '.join(map(repr, self.outputs_differing))}"
 
     def raise_if_different(self) -> None:
-        """Raise :class:`AuditCheckError` unless the replay is bit-identical (CLI exit 1)."""
-        if not self.identical:
+        """Raise :class:`AuditCheckError` (CLI exit 1) unless the replay is bit-identical and ran
+        the logged model on the logged inputs."""
+        if not self.passed:
             line = self.first_difference.line if self.first_difference is not None else None
-            raise AuditCheckError(f"replay of {self.log} {self.summary()}", line)
+            other = (
+                f" (the replay ran {' and '.join(self.not_logged)} other than the logged one)"
+                if self.not_logged and not self.identical else ""
+            )  # fmt: skip
+            raise AuditCheckError(f"replay of {self.log} {self.summary()}{other}", line)
 
 
 def replay_log(
@@ -100,8 +116,9 @@ def replay_log(
     """Re-run the logged run of ``model`` (container or ONNX file) on the reference backend.
 
     ``inputs`` default to the logged ones where the log's sample holds a whole input. A model or
-    input other than the logged one is noted and the replay goes on: the comparison then shows
-    where the runs part. ``session_options`` go to :class:`sealtrace.session.Session` (trust=...).
+    input other than the logged one is noted and the replay goes on, so that the comparison shows
+    where the runs part; the report then does not pass (``not_logged`` names what differs).
+    ``session_options`` go to :class:`sealtrace.session.Session` (trust=...).
     """
     from sealtrace.session import Session
 
@@ -127,10 +144,14 @@ def _note_linkage(report: ReplayReport, header: dict[str, Any], session: Any) ->
         actual = ("container", origin.container_digest)
     else:
         actual = ("onnx", origin.sha256)
+    same_plan = header["plan_digest"] == session.plan.digest
     if logged is None or (logged.kind, logged.digest) != actual:
         what = logged.describe() if logged is not None else "no model digest"
         report.notes.append(f"the log names {what}; the replayed model has {actual[0]} digest {actual[1]}")
-    if header["plan_digest"] != session.plan.digest:
+        # A log that names no model digest (a run of a Plan object) is linked by its Plan digest.
+        if logged is not None or not same_plan:
+            report.not_logged.append("a model")
+    if not same_plan:
         report.notes.append(
             f"the Plan differs from the logged one (plan digest {session.plan.digest[:16]}, logged "
             f"{header['plan_digest'][:16]})"
@@ -145,6 +166,7 @@ def _replay_feeds(header: dict[str, Any], given: dict[str, Any], report: ReplayR
             value = given.pop(name)
             if value_digest(value if isinstance(value, (list, Mapping)) else np.asarray(value)) != entry["digest"]:
                 report.notes.append(f"input {name!r} is not the logged input (its digest differs)")
+                report.not_logged.append(f"input {name!r}")
             feeds[name] = value
             continue
         rebuilt = _from_sample(entry)
@@ -163,7 +185,8 @@ def _from_sample(entry: dict[str, Any]) -> np.ndarray | None:
     if entry.get("kind") != "tensor" or entry["dtype"] == "str":
         return None
     shape = tuple(entry["shape"])
-    if len(entry["sample"]) != int(np.prod(shape, dtype=np.int64)):
+    # Python integers: a crafted shape cannot overflow into matching the sample's length.
+    if len(entry["sample"]) != math.prod(shape):
         return None
     try:
         array = np.array([from_json_number(v) for v in entry["sample"]], dtype=np.dtype(entry["dtype"]))

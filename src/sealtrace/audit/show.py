@@ -1,10 +1,15 @@
-"""``audit show``: a log's steps as rows a person can read (op, shapes, short digests, stats)."""
+"""``audit show``: a log's steps as rows a person can read (op, shapes, short digests, stats),
+fitted to the width of the terminal."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 DIGEST_CHARS = 12
 
@@ -66,3 +71,40 @@ def step_rows(records: Iterable[dict[str, Any]]) -> list[StepRow]:
                 StepRow(line, where, record["op_type"], entry["name"], dtype, shape, digest, format_stats(entry.get("stats")))
             )
     return rows
+
+
+COLUMNS = ("line", "step", "op", "output", "dtype", "shape", "digest", "min .. max, mean")
+
+
+def _cells(row: StepRow) -> tuple[str, ...]:
+    return (str(row.line), row.step, row.op_type, row.output, row.dtype, row.shape, row.digest, row.stats)
+
+
+def table_width(rows: Sequence[StepRow]) -> int:
+    """Columns the full table takes when no cell is wrapped (borders and padding included)."""
+    widths = [max([len(name), *(len(_cells(row)[i]) for row in rows)]) for i, name in enumerate(COLUMNS)]
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def steps_renderable(rows: Sequence[StepRow], title: str, width: int) -> RenderableType:
+    """The step outputs fitted to ``width`` columns: a table when every cell fits whole on one
+    line, else a list of two lines per output (names, then dtype, shape, digest and stats) that
+    wraps between words. No column is ever squeezed below its content: a name or a digest is
+    never broken into a column of letters."""
+    if table_width(rows) <= width:
+        table = Table(title=title, title_justify="left")
+        for column in COLUMNS:
+            table.add_column(column, justify="right" if column == "line" else "left", no_wrap=True)
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in _cells(row)))  # names are text, never markup
+        return table
+    listing = Table.grid(padding=(0, 2))
+    listing.add_column(justify="right", no_wrap=True)
+    listing.add_column(overflow="fold")  # wraps between words; folds only a word wider than the line
+    listing.add_row(Text("line", style="bold"), Text("step (op) -> output\ndtype shape  digest  min .. max, mean", style="bold"))
+    for row in rows:
+        listing.add_row(
+            str(row.line),
+            Text(f"{row.step} ({row.op_type}) -> {row.output or '-'}\n{row.dtype} {row.shape}  {row.digest}  {row.stats}"),
+        )
+    return Group(Text(title), listing)

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from sealtrace.cli import app
 from sealtrace.inputs import load_array, load_npz, parse_assignments
@@ -71,55 +70,56 @@ def verify(log: str, model: str | None, input_files: tuple[str, ...], npz_files:
 
 @audit.command("show")
 @click.argument("log", type=click.Path(dir_okay=False))
-@click.option("--limit", type=int, default=None, metavar="N", help="Show the first N step outputs only.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N", help="Show the first N step outputs only.")
 def show(log: str, limit: int | None) -> None:
-    """Print LOG's run facts and a table of its steps (op, shapes, digests cut short, stats)."""
+    """Print LOG's run facts and its steps (op, shapes, digests cut short, stats), fitted to the width.
+
+    Only the verified part of a log is shown; a log that does not verify exits 1 after it, naming
+    the first bad line.
+    """
     from sealtrace.audit.log import read_lines
-    from sealtrace.audit.show import format_stats, step_rows
+    from sealtrace.audit.show import format_stats, step_rows, steps_renderable
     from sealtrace.audit.verify import verify_lines
 
     result = verify_lines(read_lines(log), log)
     # Only the verified prefix is shown: past the first bad line nothing can be trusted (or parsed).
     records = result.records
-    console = Console()
+    console = Console(highlight=False, markup=False)  # names from the log are text, not markup
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=200)  # piped: a table folded to 80 columns is unreadable
-    status = (
-        "chain intact"
-        if result.chain_intact
-        else f"NOT VERIFIED: {result.problems[0]}; showing the {len(records)} record(s) before it"
-    )
+        console = Console(width=200, highlight=False, markup=False)  # piped to a file: room for the whole table
+    if result.ok:
+        status = "verified (chain intact)"
+    elif result.chain_intact:
+        status = f"NOT VERIFIED: chain intact, but {result.problems[0]}"
+    else:
+        status = f"NOT VERIFIED: {result.problems[0]}; showing the {len(records)} record(s) before it"
     header = records[0] if records and records[0].get("type") == "header" else None
     if header is not None:
         model = header["model"]
-        linked = model.get("container_digest") or model.get("sha256") or "-"
-        console.print(
-            f"run {header['run_id']} started {header['started']} on {header['backend']['name']} "
-            f"{header['backend']['version']}; {model['kind']} {model.get('path') or ''} {linked}; "
-            f"plan {header['plan_digest'][:16]}; {status}",
-            highlight=False,
-        )
+        backend = header["backend"]
+        console.print(f"run {header['run_id']} started {header['started']} on {backend['name']} {backend['version']}")
+        linked = (
+            f"container digest {model['container_digest']}" if model.get("container_digest")
+            else f"sha256 {model['sha256']}" if model.get("sha256") else "no digest"
+        )  # fmt: skip
+        console.print(f"model: {model['kind']} {model.get('path') or '-'}")
+        console.print(f"  {linked}")
+        console.print(f"plan {header['plan_digest'][:16]}; {status}")
         for entry in header["inputs"]:
             console.print(
                 f"input {entry['name']}: {entry.get('dtype', entry['kind'])} {entry.get('shape', '')} "
-                f"{(entry['digest'] or '-')[:16]} {format_stats(entry.get('stats'))}",
-                highlight=False,
+                f"{(entry['digest'] or '-')[:16]} {format_stats(entry.get('stats'))}"
             )
     else:
-        console.print(status, highlight=False)
+        console.print(status)
     rows = step_rows(records)
-    table = Table(title=f"{log}: {len(rows)} step output(s)", title_justify="left")
-    for column in ("line", "step", "op", "output", "dtype", "shape", "digest", "min .. max, mean"):
-        # Identifiers stay on one line; names and stats fold when the terminal is narrow.
-        fixed = column in ("line", "op", "dtype", "shape", "digest")
-        table.add_column(column, justify="right" if column == "line" else "left", no_wrap=fixed, overflow="fold")
-    for row in rows[:limit] if limit is not None else rows:
-        table.add_row(str(row.line), row.step, row.op_type, row.output, row.dtype, row.shape, row.digest, row.stats)
-    console.print(table)
+    shown = rows[:limit] if limit is not None else rows
+    console.print(steps_renderable(shown, f"{log}: {len(rows)} step output(s)", console.width))
     footer = records[-1] if records and records[-1].get("type") == "footer" else None
     if footer is not None:
         signed = f", signed by key {footer['signature']['key_id']}" if footer.get("signature") else ""
-        console.print(f"{footer['steps']} step(s); run digest {footer['chain_head']}{signed}", highlight=False)
+        console.print(f"{footer['steps']} step(s); run digest {footer['chain_head']}{signed}")
+    result.raise_if_failed()
 
 
 @app.command()

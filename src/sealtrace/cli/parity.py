@@ -15,7 +15,7 @@ from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity
-from sealtrace.parity.report import FORMATS, format_number, write_report
+from sealtrace.parity.report import check_report_paths, format_number, write_reports
 from sealtrace.plan import Plan
 from sealtrace.session import open_model
 
@@ -78,9 +78,8 @@ def parity(
         raise InputError(f"--backends {backends}: give exactly two, e.g. reference,onnxruntime")
     if tolerance_file and (atol is not None or rtol is not None):
         raise InputError("give either --atol/--rtol or --tolerance-file, not both")
-    for path in reports:
-        if not path.endswith(FORMATS):
-            raise InputError(f"--report {path}: the file name must end in {', '.join(FORMATS)}")
+    # Every report path is checked before the run, not found taken after it.
+    check_report_paths(reports, force)
     if tolerance_file:
         table = ToleranceTable.load(tolerance_file)
     else:
@@ -96,9 +95,8 @@ def parity(
         report = check_parity(
             plan, feeds, names, table, local=not no_local, optimized=optimized, observers=[_Advance(progress, task)]
         )
-    for path in reports:
-        write_report(report, path, overwrite=force)
-    console = Console()
+    write_reports([(report, path) for path in reports], overwrite=force)
+    console = Console(markup=False)  # model and value names are text, not markup
     origin = report.drift_origin
     console.print(
         f"{len(report.steps)} steps compared ({names[0]} vs {names[1]}), "
@@ -150,16 +148,11 @@ def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json
     if as_json:
         click.echo(diff_json(report), nl=False)
     else:
-        console = Console()
-        identical = sum(1 for e in report.entries if e.status == "identical")
-        console.print(
-            f"{len(report.entries)} values ({report.kinds[0]} vs {report.kinds[1]}): {identical} identical, "
-            f"{len(report.differing)} differing"
-        )
+        console = Console(markup=False)  # value names are text, not markup
+        console.print(report.summary(), markup=False)
         origin = report.drift_origin
         if origin is not None:
-            console.print(f"drift origin: {origin.key} (step {origin.step}, {origin.op_type}): {origin.status}",
-                          markup=False)
+            console.print(f"drift origin: {origin.key} ({origin.where()}): {origin.status}", markup=False)
         shown = Table(title="differing values", title_justify="left")
         for column in ("#", "value", "step", "op", "status", "max abs", "max rel"):
             shown.add_column(column)
@@ -169,4 +162,6 @@ def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json
         if report.differing:
             console.print(shown)
     if not report.passed:
+        if not report.differing:
+            raise CheckFailedError(f"{' and '.join(report.incomplete)}: incomplete capture(s); the runs cannot match")
         raise CheckFailedError(f"{len(report.differing)} value(s) differ between {run_a} and {run_b}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import math
 from pathlib import Path
 
 import click
@@ -11,6 +13,7 @@ import numpy as np
 from sealtrace.cli import app
 from sealtrace.errors import BackendError, CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds, parse_assignments
+from sealtrace.limits import check_allocation
 
 
 def _torch() -> None:
@@ -56,30 +59,39 @@ def convert(
     reference backend on them; a .seal source also gets OUT.pt2.binding.json binding the program to
     the container. Exit 1 when the program disagrees with the reference beyond --atol.
     """
-    _torch()
-    import torch
+    from sealtrace.container import is_container
+    from sealtrace.outputs import check_output
+    from sealtrace.session import open_model
 
-    from sealtrace.torchbridge.convert import load_plan
-    from sealtrace.torchbridge.program import export_program, save_program
-
+    if importlib.util.find_spec("torch") is None:
+        _torch()  # says how to install it
+    # Everything that needs no torch is checked before importing it (some 10 s): the output
+    # paths, the model, the pinned inputs and the example feeds (a missing --dim among them).
     out = Path(output)
     if out.suffix != ".pt2":
         raise InputError(f"-o {output}: the file name must end in .pt2")
-    if out.exists() and not force:
-        raise InputError(f"-o {output}: file exists (use --force to overwrite)")
-    plan = load_plan(model)
+    check_output(out, force, "-o")
+    sealed = is_container(model)
+    if sealed:
+        check_output(f"{out}.binding.json", force, "binding record")
+    elif sign_key:
+        raise InputError("--sign applies to .seal sources (the binding record is what gets signed)")
+    plan, _origin = open_model(model)
     pinned = _pinned(fixed, plan)
     # Pinned inputs are not asked for: gather feeds for the remaining inputs only.
     free = dataclasses.replace(plan, inputs=tuple(v for v in plan.inputs if v.name not in pinned))
     feeds = gather_feeds(free, input_files, npz_files, random_inputs, seed, dims)
+    _torch()
+    import torch
+
+    from sealtrace.torchbridge.program import export_program, save_program
+
     result = export_program(plan, feeds, fixed_inputs=pinned, dtype=torch.float64 if as_float64 else None)
     save_program(result.program, out, overwrite=force)
     click.echo(f"wrote {out} (torch.export program; inputs: {', '.join(result.input_names)})")
     for name, diff in result.max_abs_diff.items():
         click.echo(f"  {name}: max |program - reference| = {diff:.3g}")
-    from sealtrace.container import is_container
-
-    if is_container(model):
+    if sealed:
         from sealtrace.binding import bind
 
         record = bind(out, model, transformation="torchbridge-torch-export", backend="torch",
@@ -88,8 +100,6 @@ def convert(
                                "fixed_inputs": sorted(pinned)},
                       sign_with=sign_key, embed=False, overwrite=force)
         click.echo(f"bound to container {record.container_digest[:16]} ({out}.binding.json)")
-    elif sign_key:
-        raise InputError("--sign applies to .seal sources (the binding record is what gets signed)")
     worst = max(result.max_abs_diff.values(), default=0.0)
     if not np.isfinite(worst) or worst > atol:
         raise CheckFailedError(f"the exported program differs from the reference by {worst:.3g} > --atol {atol:g}")
@@ -111,11 +121,21 @@ def _pinned(items: tuple[str, ...], plan: object) -> dict[str, np.ndarray]:
                 value = np.asarray(float(text) if dtype.kind == "f" else int(text), dtype=dtype)
             except ValueError:
                 raise InputError(f"--fix {name}={text}: not a number") from None
+            except OverflowError:
+                raise InputError(f"--fix {name}={text}: out of range for {dtype}") from None
             shape = names[name].shape
             if shape and all(isinstance(d, int) for d in shape):
+                # The shape is the model's: checked against the memory budget before it is filled.
+                check_allocation(math.prod(shape) * dtype.itemsize, f"--fix {name}: input {name!r} of shape {list(shape)}")
                 value = np.full(shape, value, dtype=dtype)
         pinned[name] = value
     return pinned
+
+
+def _per_backend(path: str, backend: str, backends: int) -> Path:
+    """Where export-parity writes ``path``'s report of ``backend``: OUT.<backend>.md when several."""
+    target = Path(path)
+    return target.with_name(f"{target.stem}.{backend}{target.suffix}") if backends > 1 else target
 
 
 @app.command("export-parity")
@@ -149,14 +169,20 @@ def export_parity(
 
     Exit 0 when every leaf call and graph output is within tolerance on every backend, 1 when not.
     """
+    from sealtrace.parity.report import check_report_paths, write_reports
+
+    names = list(dict.fromkeys(b.strip() for b in backends.split(",") if b.strip()))
+    # Every report path is checked before the export and the runs (minutes), not after them.
+    targets = {
+        (backend, path): _per_backend(path, backend, len(names)) for path in reports for backend in names
+    }
+    check_report_paths(list(targets.values()), force)
     _torch()
-    import importlib
 
     import torch
     from rich.console import Console
 
     from sealtrace.parity import Tolerance, ToleranceTable
-    from sealtrace.parity.report import FORMATS, write_report
     from sealtrace.torchbridge.export_parity import check_export
 
     module_name, sep, attr = factory.partition(":")
@@ -169,6 +195,8 @@ def export_parity(
     model = build()
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"{factory}() returned {type(model).__name__}, not a torch.nn.Module")
+    if int_high < 1:
+        raise InputError(f"--int-high {int_high}: integers are drawn from [0, N), N must be at least 1")
     kinds = parse_assignments(dtypes, "--input-dtype")
     generator = torch.Generator().manual_seed(seed)
     kwargs = {}
@@ -177,23 +205,22 @@ def export_parity(
             shape = [int(d) for d in text.lower().split("x")]
         except ValueError:
             raise InputError(f"--input-shape {name}={text}: expected sizes like 1x3x224x224") from None
+        if any(d < 0 for d in shape):
+            raise InputError(f"--input-shape {name}={text}: sizes must not be negative")
         dtype = getattr(torch, kinds.pop(name, "float32"), None)
         if not isinstance(dtype, torch.dtype):
             raise InputError(f"--input-dtype {name}: unknown torch dtype")
+        check_allocation(math.prod(shape) * dtype.itemsize, f"--input-shape {name}={text}")
         if dtype.is_floating_point:
             kwargs[name] = torch.randn(shape, generator=generator).to(dtype)
         else:
             kwargs[name] = torch.randint(0, int_high, shape, generator=generator).to(dtype)
     if kinds:
         raise InputError(f"--input-dtype for input(s) without --input-shape: {', '.join(kinds)}")
-    names = [b.strip() for b in backends.split(",") if b.strip()]
-    for path in reports:
-        if not path.endswith(FORMATS):
-            raise InputError(f"--report {path}: the file name must end in {', '.join(FORMATS)}")
     default = Tolerance()
     table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
     result = check_export(model, (), kwargs=kwargs, backends=names, tolerance=table, optimize=optimize)
-    console = Console()
+    console = Console(markup=False)  # model and value names are text, not markup
     console.print(f"{len(result.calls)} leaf module calls, {len(result.unmapped)} without an ONNX value")
     for backend, report in result.reports.items():
         origin = report.drift_origin
@@ -202,11 +229,11 @@ def export_parity(
             + (f"; drift starts at {origin.name} ({origin.op_type})" if origin else ""),
             markup=False,
         )
-        for path in reports:
-            target = Path(path)
-            if len(result.reports) > 1:
-                target = target.with_name(f"{target.stem}.{backend}{target.suffix}")
-            write_report(report, target, overwrite=force)
-            console.print(f"wrote {target}", markup=False)
+    written = write_reports(
+        [(result.reports[backend], target) for (backend, _), target in targets.items() if backend in result.reports],
+        overwrite=force,
+    )
+    for target in written:
+        console.print(f"wrote {target}", markup=False)
     if not result.passed:
         raise CheckFailedError("the ONNX export differs from PyTorch beyond tolerance")

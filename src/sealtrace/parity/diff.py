@@ -1,16 +1,23 @@
 """``sealtrace diff A B``: compare two recorded runs (two captures, or two audit logs).
 
+Neither side is trusted as it stands: an audit log is chain-verified first (a log that does not
+verify is a failed check naming the line), and every value read from a capture is re-hashed against
+its index digest (a file that does not match is a failed check naming the file and the key).
+
 Values are matched by key: the value name, prefixed by its subgraph path for values made inside
-subgraphs, with '#N' for the N-th repeat (the key scheme of captures). Digests are compared for
-every value; numbers are compared where both sides hold them: whole tensors for captures, the
-logged samples (the first N values) for audit logs. The drift origin is the first value, in A's
-order, that differs beyond tolerance (or whose digests differ when no numbers are there to judge).
+subgraphs, with '#N' for the N-th repeat (the key scheme of captures); graph inputs come first.
+Digests are compared for every value; numbers are compared where both sides hold them: whole
+tensors for captures, the logged samples (the first N values) for audit logs. The drift origin is
+the first value, in A's order, that differs beyond tolerance (or whose digests differ when no
+numbers are there to judge).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,11 +35,18 @@ class RecordedValue:
     """One value of a recorded run: where it came from, its digest, and numbers if recorded."""
 
     key: str
-    step: str
+    step: str  # '' for a graph input
     op_type: str
     digest: str | None
-    numbers: Any = None  # full tensor (capture) or the logged sample (audit log)
+    numbers: Any = None  # the logged sample (audit log)
     sampled: bool = False
+    kind: str = "tensor"  # tensor | sequence | map | none
+    load: Callable[[], Any] | None = field(default=None, repr=False, compare=False)  # a capture's value
+
+    def read(self) -> Any:
+        """The numbers to compare: a capture's whole value, read (and re-hashed) now, so that a
+        diff holds two values at a time however large the runs; a log's sample."""
+        return self.load() if self.load is not None else self.numbers
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,10 @@ class DiffEntry:
     op_type: str
     status: str  # identical | within | exceeds | digest-differs | only-in-a | only-in-b
     diff: ValueDiff | None
+
+    def where(self) -> str:
+        """Where the value comes from, for people: 'graph input' or 'step NAME (OP)'."""
+        return f"step {self.step} ({self.op_type})" if self.step else "graph input"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,16 +73,41 @@ class DiffEntry:
         }
 
 
+@dataclass(frozen=True)
+class RecordedRun:
+    """One side of a diff: what it is ('capture' or 'audit'), its values in recorded order, and
+    whether it is complete (a capture of a run that failed is not)."""
+
+    kind: str
+    values: list[RecordedValue]
+    complete: bool = True
+
+
 @dataclass
 class DiffReport:
     kinds: tuple[str, str]
     sources: tuple[str, str]
     tolerance: ToleranceTable
     entries: list[DiffEntry] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)  # sources whose capture is not complete
 
     @property
     def differing(self) -> list[DiffEntry]:
         return [e for e in self.entries if e.status not in ("identical", "within")]
+
+    def count(self, status: str) -> int:
+        """How many values have ``status`` ('identical', 'within', ...)."""
+        return sum(1 for e in self.entries if e.status == status)
+
+    def summary(self) -> str:
+        """'N values (capture vs capture): I identical, W within tolerance, D differing'."""
+        text = (
+            f"{len(self.entries)} values ({self.kinds[0]} vs {self.kinds[1]}): {self.count('identical')} identical, "
+            f"{self.count('within')} within tolerance, {len(self.differing)} differing"
+        )
+        for source in self.incomplete:
+            text += f"; {source} is an incomplete capture (its run failed or a file could not be written)"
+        return text
 
     @property
     def drift_origin(self) -> DiffEntry | None:
@@ -72,7 +115,8 @@ class DiffReport:
 
     @property
     def passed(self) -> bool:
-        return not self.differing
+        """Every value matches, and both runs were recorded whole."""
+        return not self.differing and not self.incomplete
 
     def to_json(self) -> dict[str, Any]:
         origin = self.drift_origin
@@ -83,46 +127,52 @@ class DiffReport:
             "tolerance": self.tolerance.to_json(),
             "summary": {
                 "values": len(self.entries),
-                "identical": sum(1 for e in self.entries if e.status == "identical"),
+                "identical": self.count("identical"),
+                "within": self.count("within"),
                 "differing": len(self.differing),
                 "drift_origin": None if origin is None else {"key": origin.key, "step": origin.step,
                                                               "op_type": origin.op_type},
+                "incomplete": list(self.incomplete),
                 "passed": self.passed,
             },
             "entries": [e.to_json() for e in self.entries],
         }
 
 
-def load_recorded(path: str | os.PathLike[str]) -> tuple[str, list[RecordedValue]]:
-    """Read a capture directory or an audit log into its values, in recorded order."""
+def load_recorded(path: str | os.PathLike[str]) -> RecordedRun:
+    """Read a capture directory or an audit log into its values, in recorded order, checked: a
+    capture's values against their digests as they are read, a log's chain now (a failure is a
+    CheckFailedError)."""
     source = Path(path)
+    if not (source.exists() or source.is_symlink()):
+        raise InputError(f"{source}: no such capture directory or audit log")
     if source.is_dir():
-        return "capture", _from_capture(source)
-    if source.is_file():
-        return "audit", _from_audit_log(source)
-    raise InputError(f"{source}: no such capture directory or audit log")
+        return _from_capture(source)
+    return RecordedRun("audit", _from_audit_log(source))  # read as a regular file only (no device, no FIFO)
 
 
-def _from_capture(directory: Path) -> list[RecordedValue]:
+def _from_capture(directory: Path) -> RecordedRun:
     from sealtrace.audit.capture import CapturedRun
 
     run = CapturedRun.open(directory)
-    values = []
-    for key, entry in run.entries.items():
-        values.append(
-            RecordedValue(key, entry.get("step", ""), entry.get("op_type", ""), entry.get("digest"), run.load(key))
-        )
-    return values
+    values = [
+        # run.load re-hashes the value against its index digest.
+        RecordedValue(key, entry.get("step", ""), entry.get("op_type", ""), entry.get("digest"), kind=entry["kind"],
+                      load=functools.partial(run.load, key))
+        for key, entry in run.entries.items()
+    ]
+    return RecordedRun("capture", values, run.complete)
 
 
 def _from_audit_log(path: Path) -> list[RecordedValue]:
-    from sealtrace.audit.log import read_records
-    from sealtrace.audit.records import from_json_number
+    from sealtrace.audit.log import read_lines
+    from sealtrace.audit.verify import verify_lines
 
-    records = read_records(path)
-    if not records or records[0].get("type") != "header":
-        raise InputError(f"{path}: not a sealtrace audit log (no header record)")
-    values: list[RecordedValue] = []
+    # Only a log whose chain verifies is compared: past a bad line nothing can be trusted.
+    verification = verify_lines(read_lines(path), str(path))
+    verification.raise_if_failed()
+    records = verification.records
+    values: list[RecordedValue] = [_logged_value(entry["name"], "", "", entry) for entry in records[0]["inputs"]]
     seen: dict[str, int] = {}
     for record in records:
         if record.get("type") != "step":
@@ -136,17 +186,21 @@ def _from_audit_log(path: Path) -> list[RecordedValue]:
             seen[key] = count + 1
             if count:
                 key = f"{key}#{count}"
-            numbers = None
-            if output.get("kind") == "tensor" and output.get("sample"):
-                try:
-                    numbers = np.asarray([from_json_number(v) for v in output["sample"]], dtype=output.get("dtype"))
-                except (TypeError, ValueError):
-                    numbers = None
-            values.append(
-                RecordedValue(key, record.get("name", ""), record.get("op_type", ""), output.get("digest"),
-                              numbers, sampled=True)
-            )
+            values.append(_logged_value(key, record.get("name", ""), record.get("op_type", ""), output))
     return values
+
+
+def _logged_value(key: str, step: str, op_type: str, entry: dict[str, Any]) -> RecordedValue:
+    from sealtrace.audit.records import from_json_number
+
+    numbers = None
+    if entry.get("kind") == "tensor" and entry.get("sample"):
+        try:
+            numbers = np.asarray([from_json_number(v) for v in entry["sample"]], dtype=entry.get("dtype"))
+        except (TypeError, ValueError, OverflowError):
+            numbers = None  # a sample NumPy cannot hold in the logged dtype (bfloat16, complex): digests only
+    return RecordedValue(key, step, op_type, entry.get("digest"), numbers, sampled=True,
+                         kind=str(entry.get("kind", "tensor")))
 
 
 def diff_runs(
@@ -154,34 +208,37 @@ def diff_runs(
 ) -> DiffReport:
     """Compare two recorded runs; see the module docstring."""
     tolerance = tolerance or ToleranceTable(Tolerance())
-    kind_a, values_a = load_recorded(a)
-    kind_b, values_b = load_recorded(b)
-    by_key_b = {v.key: v for v in values_b}
-    report = DiffReport((kind_a, kind_b), (str(a), str(b)), tolerance)
-    for position, va in enumerate(values_a):
+    run_a, run_b = load_recorded(a), load_recorded(b)
+    by_key_b = {v.key: v for v in run_b.values}
+    report = DiffReport((run_a.kind, run_b.kind), (str(a), str(b)), tolerance)
+    report.incomplete = [str(source) for source, run in ((a, run_a), (b, run_b)) if not run.complete]
+    for position, va in enumerate(run_a.values):
         vb = by_key_b.pop(va.key, None)
+        a_numbers = va.read()  # every captured value is read, and so checked, matched or not
         if vb is None:
             report.entries.append(DiffEntry(position, va.key, va.step, va.op_type, "only-in-a", None))
             continue
-        report.entries.append(_compare(position, va, vb, tolerance))
+        report.entries.append(_compare(position, va, a_numbers, vb, vb.read(), tolerance))
     for vb in by_key_b.values():
+        vb.read()
         report.entries.append(DiffEntry(len(report.entries), vb.key, vb.step, vb.op_type, "only-in-b", None))
     return report
 
 
-def _compare(position: int, va: RecordedValue, vb: RecordedValue, tolerance: ToleranceTable) -> DiffEntry:
-    if va.digest is not None and va.digest == vb.digest:
+def _compare(
+    position: int, va: RecordedValue, a_numbers: Any, vb: RecordedValue, b_numbers: Any, tolerance: ToleranceTable
+) -> DiffEntry:
+    if va.digest == vb.digest and (va.digest is not None or va.kind == vb.kind == "none"):
         return DiffEntry(position, va.key, va.step, va.op_type, "identical", None)
-    if va.numbers is None or vb.numbers is None:
+    if a_numbers is None or b_numbers is None:
         return DiffEntry(position, va.key, va.step, va.op_type, "digest-differs", None)
-    a_numbers, b_numbers = va.numbers, vb.numbers
     if va.sampled or vb.sampled:
         # Only the logged samples are there: compare the common prefix.
         count = min(np.size(a_numbers), np.size(b_numbers))
         a_numbers = np.asarray(a_numbers).reshape(-1)[:count]
         b_numbers = np.asarray(b_numbers).reshape(-1)[:count]
     diff = compare_values(va.key.split("/")[-1], a_numbers, b_numbers, tolerance.for_value(va.op_type, va.key))
-    if va.sampled and not diff.exceeds:
+    if (va.sampled or vb.sampled) and not diff.exceeds:
         # The samples agree but the digests do not: the difference lies beyond the sample.
         return DiffEntry(position, va.key, va.step, va.op_type, "digest-differs", diff)
     return DiffEntry(position, va.key, va.step, va.op_type, "exceeds" if diff.exceeds else "within", diff)

@@ -15,6 +15,9 @@ from typing import Any
 import numpy as np
 
 from sealtrace.errors import InputError
+from sealtrace.limits import read_regular_file
+
+_MAX_TOLERANCE_FILE = 16 << 20  # a table of names and numbers; more is not a tolerance file
 
 
 @dataclass(frozen=True)
@@ -50,17 +53,24 @@ class ToleranceTable:
     def load(cls, path: str | os.PathLike[str]) -> ToleranceTable:
         """Read a .toml or .json file: ``[default]`` atol/rtol, ``[ops.Conv]``, ``[values."name"]``."""
         file = Path(path)
+        # A regular file of a sane size only: /dev/zero or a FIFO would be a read without end.
+        raw = read_regular_file(file, "tolerance file", max_bytes=_MAX_TOLERANCE_FILE)
+        kind = "JSON" if file.suffix == ".json" else "TOML"
         try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"{file}: cannot read tolerance file ({exc.strerror})") from None
-        try:
+            text = raw.decode("utf-8")
             data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
         except (ValueError, tomllib.TOMLDecodeError) as exc:
-            raise InputError(f"{file}: not valid {'JSON' if file.suffix == '.json' else 'TOML'} ({exc})") from None
+            raise InputError(f"{file}: not valid {kind} ({' '.join(str(exc).split())[:160]})") from None
+        except RecursionError:
+            raise InputError(f"{file}: not valid {kind} (nested too deeply)") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{file}: a tolerance file is a table of sections (default, ops, values)")
         unknown = set(data) - {"default", "ops", "values"}
         if unknown:
             raise InputError(f"{file}: unknown section(s) {', '.join(sorted(unknown))}")
+        for section in ("ops", "values"):
+            if not isinstance(data.get(section, {}), dict):
+                raise InputError(f"{file}: [{section}] must be a table of names")
 
         def tol(entry: Any, where: str) -> Tolerance:
             if not isinstance(entry, dict) or set(entry) - {"atol", "rtol"}:

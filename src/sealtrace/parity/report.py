@@ -6,9 +6,12 @@ import html
 import json
 import math
 import os
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 from sealtrace.errors import InputError
+from sealtrace.outputs import atomic_output, check_output
 from sealtrace.parity.checker import DriftReport, StepComparison
 
 FORMATS = (".json", ".md", ".html")
@@ -167,18 +170,47 @@ def report_html(report: DriftReport) -> str:
     )
 
 
+_WRITERS: dict[str, Callable[[DriftReport], str]] = {
+    ".json": report_json, ".md": report_markdown, ".html": report_html,
+}  # fmt: skip
+
+
+def check_report_paths(
+    paths: Sequence[str | os.PathLike[str]], overwrite: bool = False, what: str = "--report"
+) -> list[Path]:
+    """Refuse, before any work, a report that could not be written at the end: an unknown format,
+    a path given twice, a missing directory, an existing file without ``overwrite``."""
+    targets: list[Path] = []
+    seen: set[str] = set()
+    for path in paths:
+        target = Path(path)
+        if target.suffix not in _WRITERS:
+            raise InputError(f"{what} {target}: the file name must end in {', '.join(FORMATS)}")
+        same = os.path.realpath(target)
+        if same in seen:
+            raise InputError(f"{what} {target}: given twice")
+        seen.add(same)
+        targets.append(check_output(target, overwrite, what))
+    return targets
+
+
+def write_reports(
+    reports: Sequence[tuple[DriftReport, str | os.PathLike[str]]], overwrite: bool = False
+) -> list[Path]:
+    """Write each report in the format its suffix names (.json, .md, .html): all of them or none.
+
+    Every path is checked and every report rendered before the first file appears; each file is
+    written whole and renamed into place only once all of them are written.
+    """
+    targets = check_report_paths([path for _, path in reports], overwrite, "report")
+    texts = [_WRITERS[target.suffix](report) for (report, _), target in zip(reports, targets, strict=True)]
+    with ExitStack() as stack:
+        files = [stack.enter_context(atomic_output(target, overwrite)) for target in targets]
+        for f, text in zip(files, texts, strict=True):
+            f.write(text.encode("utf-8"))
+    return targets
+
+
 def write_report(report: DriftReport, path: str | os.PathLike[str], overwrite: bool = False) -> Path:
     """Write the report in the format its suffix names (.json, .md, .html), atomically."""
-    target = Path(path)
-    writers = {".json": report_json, ".md": report_markdown, ".html": report_html}
-    if target.suffix not in writers:
-        raise InputError(f"{target}: report format must be one of {', '.join(FORMATS)}")
-    if target.exists() and not overwrite:
-        raise InputError(f"{target}: file exists (use --force to overwrite)")
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(writers[target.suffix](report), encoding="utf-8")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+    return write_reports([(report, path)], overwrite)[0]
