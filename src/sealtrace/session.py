@@ -66,10 +66,11 @@ def open_model(
     if trust or require_signature:
         raise InputError("trust= and require_signature= apply to sealed containers (.seal) only")
     if isinstance(model, (str, os.PathLike)):
-        # One read: the digest in the audit linkage is of the bytes the Plan was built from.
-        proto, sha256 = load_model_file(model)
-        plan = build_plan(proto, require_kernels=require_kernels)
-        return plan, ModelOrigin("onnx", path=os.fspath(model), sha256=sha256)
+        # One read of the file and of each external data file: the digest in the audit linkage is
+        # of the bytes the Plan was built from, external data included.
+        read = load_model_file(model)
+        plan = build_plan(read.model, require_kernels=require_kernels)
+        return plan, ModelOrigin("onnx", path=os.fspath(model), sha256=read.digest)
     plan = model if isinstance(model, Plan) else build_plan(model, require_kernels=require_kernels)
     return plan, _origin_of(model)
 
