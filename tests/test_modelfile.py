@@ -144,12 +144,13 @@ def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sealtrace", *args], capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("device", ["/dev/zero"])
-def test_devices_and_fifos_are_refused_as_models(tmp_path: Path, device: str) -> None:
+@pytest.mark.parametrize("device", ["/dev/zero", "fifo"])
+def test_devices_and_fifos_are_refused_as_models_and_containers(tmp_path: Path, device: str) -> None:
     if device == "fifo":
         device = str(tmp_path / "pipe")
         os.mkfifo(device)
-    for args in (["run", device, "--random-inputs"], ["seal", device, "-o", str(tmp_path / "x.seal")]):
+    for args in (["run", device, "--random-inputs"], ["verify", device], ["inspect", device],
+                 ["seal", device, "-o", str(tmp_path / "x.seal")]):  # fmt: skip
         done = _cli(*args)
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.startswith("sealtrace: error:") and len(done.stderr.strip().splitlines()) == 1

@@ -224,12 +224,13 @@ def add_signatures(
         added = [s for s in sign(container.digest, keys) if s.key_id not in present]
         signatures: list[SignatureEntry] = [*container.signatures, *added]
         header = canonical_json({"container": container.body, "signatures": [s.to_json() for s in signatures]})
-        data = container.buffer[container.data_start :]
         with atomic_output(out_path, force=force) as f:
             f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), bytes.fromhex(container.digest)))
             f.write(header)
             _pad(f, PREAMBLE_SIZE + len(header), align(PREAMBLE_SIZE + len(header)))
-            for start in range(0, len(data), 16 << 20):
-                f.write(data[start : start + (16 << 20)])
-        data.release()
+            # Copied as read (a file truncated meanwhile is an IntegrityError and nothing is written);
+            # a byte changed between the check and the copy fails every later verification, since
+            # the signatures cover the digest, which covers every chunk.
+            for start in range(container.data_start, container.size, 16 << 20):
+                f.write(container.source.read(start, min(16 << 20, container.size - start)))
     return tuple(s.key_id for s in signatures)
