@@ -141,20 +141,24 @@ class Session:
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         require_kernels = bool(getattr(self.backend, "needs_kernels", True))
         if container is not None:
-            from sealtrace.binding import check_binding
+            from sealtrace.binding import load_bound_model
 
             if not isinstance(model, (str, os.PathLike)):
                 raise InputError("container= needs the artifact's file path")
-            record = check_binding(
-                model, container, trust=trust, require_signature=require_signature, strict=strict
-            ).record
-            self.plan = build_plan(model, require_kernels=require_kernels)
+            if require_signature and not trust:
+                raise InputError("require_signature (--require-signature) needs at least one trusted public key (--trust KEY.pub)")
+            # One read of the artifact (and of its external data): the bytes checked are the bytes run.
+            bound = load_bound_model(model, container, trust=trust, require_signature=require_signature, strict=strict)
+            record = bound.check.record
+            self.plan = build_plan(bound.model, require_kernels=require_kernels)
             self.origin = ModelOrigin(
                 "artifact",
                 path=os.fspath(model),
-                sha256=record.artifact_sha256,
+                sha256=bound.identity,
                 container_digest=record.container_digest,
                 binding_digest=record.digest,
+                signed_by=bound.check.trusted_by if trust else bound.check.signed_by,
+                trusted=bool(trust),
             )
         else:
             self.plan, self.origin = open_model(
