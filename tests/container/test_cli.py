@@ -213,3 +213,34 @@ def _big_model(path: Path) -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2048])], [w],
     )  # fmt: skip
     onnx.save(helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "fifo"])
+def test_a_device_or_fifo_key_is_refused_not_read_forever(signed_seal: dict[str, Path], tiny_onnx: Path, tmp_path: Path,
+                                                          device: str) -> None:  # fmt: skip
+    import os
+    import subprocess
+    import sys
+
+    if device == "fifo":
+        device = str(tmp_path / "key.pipe")
+        os.mkfifo(device)
+    for args in (["verify", str(signed_seal["seal"]), "--trust", device],
+                 ["seal", str(tiny_onnx), "-o", str(tmp_path / "x.seal"), "--sign", device]):  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "sealtrace", *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith("sealtrace: error:") and "not a regular file" in done.stderr
+
+
+def test_manifest_trust_refuses_an_unsigned_manifest(signed_seal: dict[str, Path], tmp_path: Path) -> None:
+    """The manifests share the containers' signature check: --trust alone refuses (it labelled)."""
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    (directory / "weights.bin").write_bytes(b"weights")
+    manifest = tmp_path / "ckpt.manifest.json"
+    assert main(["manifest", "create", str(directory), "-o", str(manifest)]) == 0
+    assert main(["manifest", "verify", str(directory), str(manifest), "--trust", str(signed_seal["pub"])]) == 1
+    signed = tmp_path / "signed.manifest.json"
+    assert main(["manifest", "create", str(directory), "-o", str(signed), "--sign", str(signed_seal["key"])]) == 0
+    assert main(["manifest", "verify", str(directory), str(signed), "--trust", str(signed_seal["pub"])]) == 0
+    assert main(["manifest", "verify", str(directory), str(signed), "--trust", str(signed_seal["other_pub"])]) == 1
