@@ -186,3 +186,19 @@ def test_countersigning_keeps_the_digest_and_adds_a_trusted_signature(
     with pytest.raises(IntegrityError):
         add_signatures(tmp_path / "bad.seal", tmp_path / "never.seal", keys["mallory"])  # never signs a bad one
     assert not (tmp_path / "never.seal").exists()
+
+
+def test_verify_refuses_what_loading_would_refuse(signed: bytes) -> None:
+    """A self-consistent header whose tensor storage cannot hold its dtype: run refused it (exit 1)
+    while verify said OK. Now both fail the check."""
+    from sealtrace.container import load_verified_model
+
+    def edit(header: dict) -> None:  # type: ignore[type-arg]
+        header["signatures"] = []
+        header["container"]["tensors"][0]["storage"] = "int64_data"  # W is float
+
+    forged = edited(signed, edit)
+    with pytest.raises(IntegrityError, match="cannot hold"):
+        verify_container(forged)
+    with pytest.raises(IntegrityError, match="cannot hold"):
+        load_verified_model(forged)

@@ -27,6 +27,7 @@ from sealtrace.container.weights import (
     external_references,
     model_tensors,
     restore_weights,
+    storage_holds,
 )
 from sealtrace.errors import InputError
 
@@ -226,6 +227,9 @@ def _check_references(stripped: ModelProto, container: Container) -> None:
         seen.add(entry.name)
         if dtype_name(tensor.data_type) != entry.dtype or tuple(tensor.dims) != entry.shape:
             raise ContainerDamagedError(container.where, f"tensor {entry.name!r}: graph and table disagree on dtype or shape")
+        if not storage_holds(entry.storage or "", entry.dtype or ""):
+            # Loading would refuse it: verify must not say OK to what run refuses.
+            raise ContainerDamagedError(container.where, f"tensor {entry.name!r}: storage {entry.storage} cannot hold {entry.dtype}")
     unused = sorted(set(table) - seen)
     if unused:
         raise ContainerDamagedError(container.where, f"tensor table entries the graph never uses: {', '.join(unused[:5])}")
