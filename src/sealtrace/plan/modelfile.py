@@ -98,24 +98,20 @@ def parse_model(data: bytes, where: str) -> ModelProto:
     return model
 
 
-def read_model_file(source: str | os.PathLike[str], *, load_external: bool = True) -> ModelFile:
+def read_model_file(source: str | os.PathLike[str]) -> ModelFile:
     """Read an ONNX file and its external data once; fill the tensors from the bytes hashed.
 
     Refused with :class:`InvalidModelError` (exit 2): a missing file, a directory, a device or
     FIFO (``/dev/zero``), bytes that are not ONNX, an external data location that is absolute or
     leaves the model's directory (``..``, a symbolic link pointing out), a negative or malformed
     offset or length, a range past the end of its file, external data in a sparse tensor.
-    ``load_external=False`` parses the model only (its external data left unread and unhashed).
     """
     path = Path(os.fspath(source))
     data = read_regular_file(path, "ONNX model", InvalidModelError)
     model = parse_model(data, str(path))
     sha256, size = hashlib.sha256(data).hexdigest(), len(data)
     del data  # the parsed model holds what is needed; do not keep a second copy while loading weights
-    external: tuple[ExternalFile, ...] = ()
-    if load_external:
-        external = _external_data(model, path, fill=True)
-    return ModelFile(path, model, sha256, size, external)
+    return ModelFile(path, model, sha256, size, _external_data(model, path, fill=True))
 
 
 def external_tensors(model: ModelProto) -> Iterator[TensorProto]:
