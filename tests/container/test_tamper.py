@@ -202,3 +202,26 @@ def test_verify_refuses_what_loading_would_refuse(signed: bytes) -> None:
         verify_container(forged)
     with pytest.raises(IntegrityError, match="cannot hold"):
         load_verified_model(forged)
+
+
+def test_trust_alone_refuses_through_every_api(signed: bytes, keys: dict[str, Path], tmp_path: Path) -> None:
+    """trust= means: refuse what these keys did not sign, in every API that takes it."""
+    from sealtrace import Session
+    from sealtrace.container import load_verified_model, unseal
+    from sealtrace.session import open_model
+
+    path = tmp_path / "signed.seal"
+    path.write_bytes(signed)
+    stranger = [keys["mallory.pub"]]
+    for call in (
+        lambda: load_verified_model(path, trust=stranger),
+        lambda: unseal(path, tmp_path / "out.onnx", trust=stranger),
+        lambda: open_model(path, trust=stranger),
+        lambda: Session(path, trust=stranger),
+    ):
+        with pytest.raises(IntegrityError, match="trusted signature"):
+            call()
+    assert not (tmp_path / "out.onnx").exists()
+    assert Session(path, trust=[keys["alice.pub"]]).origin.signed_by == (
+        verify_container(signed).signatures[0].key_id,
+    )
