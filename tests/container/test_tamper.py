@@ -186,6 +186,10 @@ def test_countersigning_keeps_the_digest_and_adds_a_trusted_signature(
     with pytest.raises(IntegrityError):
         add_signatures(tmp_path / "bad.seal", tmp_path / "never.seal", keys["mallory"])  # never signs a bad one
     assert not (tmp_path / "never.seal").exists()
+    # An existing -o is refused before the container is read (it was found only after verifying).
+    (tmp_path / "mine.seal").write_bytes(b"mine")
+    assert main(["sign", str(tmp_path / "bad.seal"), "--key", str(keys["mallory"]), "-o", str(tmp_path / "mine.seal")]) == 2
+    assert (tmp_path / "mine.seal").read_bytes() == b"mine"
 
 
 def test_verify_refuses_what_loading_would_refuse(signed: bytes) -> None:

@@ -35,7 +35,7 @@ from sealtrace.container.signatures import KeySource, sign
 from sealtrace.container.weights import model_tensors, strip_weights
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import SealtraceError
-from sealtrace.outputs import OutputExistsError, atomic_output
+from sealtrace.outputs import OutputExistsError, atomic_output, check_output
 from sealtrace.plan import build_plan
 from sealtrace.plan.builder import load_model_file
 
@@ -218,6 +218,7 @@ def add_signatures(
     from sealtrace.container.verify import verify_container
 
     keys: list[KeySource] = list(sign_with) if isinstance(sign_with, (list, tuple)) else [sign_with]  # type: ignore[list-item]
+    check_output(out_path, force, "-o")  # before the container is read and hashed
     with open_container(source) as container:
         verify_container(container)
         present = {s.key_id for s in container.signatures}
