@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from sealtrace.binding import (
 from sealtrace.binding import bind as bind_artifact
 from sealtrace.cli import main
 from sealtrace.container import seal_model
+from sealtrace.errors import InputError
 from sealtrace.signing import generate_keypair
 from tests.parity.test_parity import FEEDS, conv_net
 
@@ -150,3 +152,186 @@ def test_ort_only_artifact_runs_on_ort_and_is_refused_by_the_reference(sealed: d
     np.testing.assert_allclose(bound.run(None, FEEDS)[0], Session(sealed["seal"]).run(None, FEEDS)[0], atol=1e-5)
     with pytest.raises(UnsupportedError):
         Session(fused, container=sealed["seal"])
+
+
+# --- issue 14: what a binding covers, what it reads, how it fails ---------------------------------
+
+
+def _external_artifact(tmp_path: Path) -> tuple[Path, Path]:
+    """An ONNX artifact whose weights live in an external data file beside it."""
+    from tests.parity.test_parity import conv_net
+
+    artifact = tmp_path / "ext.onnx"
+    onnx.save(conv_net(), artifact, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    return artifact, tmp_path / "ext.onnx.data"
+
+
+def _edit_first_weight(data: Path) -> None:
+    raw = bytearray(data.read_bytes())
+    raw[0] ^= 0x40
+    data.write_bytes(bytes(raw))
+
+
+def test_signed_binding_covers_external_data(sealed: dict[str, Path], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    artifact, data = _external_artifact(tmp_path)
+    trust = ["--trust", str(sealed["pub"]), "--require-signature"]
+    assert main(["bind", str(artifact), "--to", str(sealed["seal"]), "--sign", str(sealed["key"])]) == 0
+    assert read_binding(artifact).artifact_digest_scope == "file+external-data"
+    assert main(["check-binding", str(artifact), "--container", str(sealed["seal"]), *trust]) == 0
+    before = Session(artifact, container=sealed["seal"], trust=[sealed["pub"]]).run(None, FEEDS)[0]
+    _edit_first_weight(data)
+    capsys.readouterr()
+    # Was "ok: unmodified" and the edited weights ran.
+    assert main(["check-binding", str(artifact), "--container", str(sealed["seal"]), *trust]) == 1
+    assert "artifact modified" in capsys.readouterr().err
+    with pytest.raises(BindingCheckError, match="artifact modified"):
+        Session(artifact, container=sealed["seal"], trust=[sealed["pub"]])
+    assert main(["run", str(artifact), "--container", str(sealed["seal"]), "--random-inputs"]) == 1
+    np.testing.assert_array_equal(before, Session(sealed["seal"]).run(None, FEEDS)[0])  # it ran before the edit
+
+
+def test_record_that_does_not_cover_external_data_fails(sealed: dict[str, Path], tmp_path: Path) -> None:
+    """A record of scope 'file' (what older sealtrace wrote for such artifacts) covers the .onnx only:
+    it no longer passes for an artifact with external data."""
+    artifact, _ = _external_artifact(tmp_path)
+    record = bind_artifact(artifact, sealed["seal"], embed=False)
+    old = {**record.to_json(), "artifact": {**record.to_json()["artifact"], "digest_scope": "file",
+                                            "sha256": hashlib.sha256(artifact.read_bytes()).hexdigest()}}  # fmt: skip
+    Path(f"{artifact}.binding.json").write_text(json.dumps(old))
+    with pytest.raises(BindingCheckError, match="does not cover"):
+        check_binding(artifact, sealed["seal"])
+
+
+def test_records_of_artifacts_without_external_data_still_verify(sealed: dict[str, Path], tmp_path: Path) -> None:
+    """The digest of an artifact without external data is what it always was."""
+    engine = tmp_path / "m.engine"
+    engine.write_bytes(b"engine bytes")
+    record = bind_artifact(engine, sealed["seal"], embed=False)
+    assert record.artifact_digest_scope == "file"
+    assert record.artifact_sha256 == hashlib.sha256(b"engine bytes").hexdigest()
+    compiled = read_binding(sealed["artifact"])
+    assert compiled.artifact_digest_scope == "onnx-without-binding"
+    stripped = onnx.load(sealed["artifact"])
+    del stripped.metadata_props[:]
+    assert compiled.artifact_sha256 == hashlib.sha256(stripped.SerializeToString(deterministic=True)).hexdigest()
+    assert check_binding(sealed["artifact"], sealed["seal"], trust=[sealed["pub"]]).ok
+
+
+def test_bound_artifact_is_built_from_the_bytes_that_were_checked(sealed: dict[str, Path], tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The artifact is swapped for another model after its digest was taken: what runs is still
+    the checked model (it was read once), never the swapped one."""
+    import sealtrace.binding as binding
+    from sealtrace import build_plan
+
+    checked_plan = build_plan(sealed["artifact"]).digest
+    impostor = onnx.load(sealed["artifact"])
+    weight = impostor.graph.initializer[0]
+    weight.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(weight) * 2, weight.name))
+    real_digest = binding._container_digest
+
+    def swap_then_digest(container: str | Path) -> str:
+        onnx.save(impostor, sealed["artifact"])  # between the check's read and any later read
+        return real_digest(container)
+
+    monkeypatch.setattr(binding, "_container_digest", swap_then_digest)
+    session = Session(sealed["artifact"], container=sealed["seal"])
+    assert session.plan.digest == checked_plan
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d.update(options=None),
+        lambda d: d.update(options=[1, 2]),
+        lambda d: d.update(transformation=None),
+        lambda d: d.update(created=12),
+        lambda d: d.update(backend=["onnxruntime", "1"]),
+        lambda d: d.update(backend={"name": None, "version": "1"}),
+        lambda d: d["artifact"].update(name=7),
+        lambda d: d.update(artifact="x"),
+        lambda d: d.update(signatures={"a": 1}),
+        lambda d: d.update(signatures=[{"algorithm": "ed25519", "key_id": 5, "signature": "00"}]),
+        lambda d: d.update(signatures=[None]),
+        lambda d: d.update(sealtrace_version=0.1),
+        lambda d: d["options"].update(level=float("nan")),
+    ],
+)
+def test_sidecar_fields_of_the_wrong_type_are_refused(sealed: dict[str, Path], edit: object,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    sidecar = Path(f"{sealed['artifact']}.binding.json")
+    data = json.loads(sidecar.read_text())
+    edit(data)  # type: ignore[operator]
+    sidecar.write_text(json.dumps(data))
+    with pytest.raises(BindingError):
+        read_binding(sealed["artifact"])
+    assert main(["check-binding", str(sealed["artifact"]), "--container", str(sealed["seal"])]) == 2
+    assert capsys.readouterr().err.startswith("sealtrace: error:")
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"format": NaN}', '{"a": Infinity}', "\xff"])
+def test_unparseable_sidecars_are_refused(sealed: dict[str, Path], text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Path(f"{sealed['artifact']}.binding.json").write_text(text, encoding="latin-1")
+    with pytest.raises(BindingError):
+        read_binding(sealed["artifact"])
+    assert main(["check-binding", str(sealed["artifact"]), "--container", str(sealed["seal"])]) == 2
+    assert capsys.readouterr().err.startswith("sealtrace: error:")
+
+
+def test_compile_refuses_an_existing_sidecar(sealed: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "fresh.onnx"
+    sidecar = Path(f"{out}.binding.json")
+    sidecar.write_text("mine")
+    assert main(["compile", str(sealed["seal"]), "-o", str(out), "--level", "basic"]) == 2
+    assert sidecar.read_text() == "mine" and not out.exists()  # nothing written, nothing replaced
+    assert main(["compile", str(sealed["seal"]), "-o", str(out), "--level", "basic", "--force"]) == 0
+    assert check_binding(out, sealed["seal"]).ok
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"blob")
+    Path(f"{blob}.binding.json").write_text("mine too")
+    assert main(["bind", str(blob), "--to", str(sealed["seal"])]) == 2
+    assert Path(f"{blob}.binding.json").read_text() == "mine too"
+
+
+def test_check_binding_failure_ends_with_the_error_line(sealed: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-binding", str(sealed["artifact"]), "--container", str(sealed["other"]),
+                 "--trust", str(sealed["stranger_pub"])]) == 1  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(":")[0] for line in err[:-1]] == ["FAILED", "FAILED"]  # the details stay
+    assert err[-1].startswith("sealtrace: error:") and "binding check failed" in err[-1]
+
+
+def test_trust_without_require_signature_refuses_an_untrusted_binding(sealed: dict[str, Path]) -> None:
+    assert main(["run", str(sealed["artifact"]), "--container", str(sealed["seal"]), "--random-inputs",
+                 "--trust", str(sealed["stranger_pub"])]) == 1  # fmt: skip
+    assert main(["run", str(sealed["artifact"]), "--container", str(sealed["seal"]), "--random-inputs",
+                 "--trust", str(sealed["pub"])]) == 0  # fmt: skip
+
+
+def test_ok_lines_say_who_signed_the_binding(sealed: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    key_id = read_binding(sealed["artifact"]).signatures[0].key_id
+    assert main(["check-binding", str(sealed["artifact"]), "--container", str(sealed["seal"])]) == 0
+    assert f"signed by key {key_id} (signer not checked" in capsys.readouterr().out
+    assert main(["run", str(sealed["artifact"]), "--container", str(sealed["seal"]), "--random-inputs",
+                 "--trust", str(sealed["pub"])]) == 0  # fmt: skip
+    assert f"binding signed by trusted key {key_id}" in capsys.readouterr().out
+
+
+def test_a_fifo_or_device_artifact_is_refused_not_read_forever(sealed: dict[str, Path], tmp_path: Path) -> None:
+    import os
+
+    artifact = tmp_path / "zero.onnx"
+    artifact.symlink_to("/dev/zero")
+    Path(f"{artifact}.binding.json").write_text(Path(f"{sealed['artifact']}.binding.json").read_text())
+    with pytest.raises(InputError, match="not a regular file"):
+        check_binding(artifact, sealed["seal"])
+    pipe = tmp_path / "pipe.bin"
+    os.mkfifo(pipe)
+    Path(f"{pipe}.binding.json").write_text(Path(f"{sealed['artifact']}.binding.json").read_text())
+    with pytest.raises(InputError, match="not a regular file"):
+        Session(pipe, container=sealed["seal"])
+    Path(f"{sealed['artifact']}.binding.json").unlink()
+    Path(f"{sealed['artifact']}.binding.json").symlink_to("/dev/zero")
+    with pytest.raises(BindingError, match="not a regular file"):
+        read_binding(sealed["artifact"])

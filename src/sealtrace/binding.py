@@ -1,10 +1,15 @@
 """Bound artifacts: every derived or compiled model carries its source container's digest.
 
 A *binding record* (``sealtrace.binding.v1``, documented in docs/binding.md) says: this artifact, whose
-sha256 is X, was made from the container whose digest is Y, by this transformation, with this backend
+digest is X, was made from the container whose digest is Y, by this transformation, with this backend
 version and these options, at this time. Its digest is sha256 over its canonical JSON (signatures
 excluded); optional Ed25519 signatures cover that digest, so editing any field (the container digest,
 the artifact digest) breaks every signature.
+
+The artifact digest commits to every byte that executes: for an ONNX artifact whose tensors live in
+external data files, those files too (:func:`sealtrace.plan.modelfile.files_digest`, the same rule
+that identifies an ONNX model in audit logs). The artifact is read once: the bytes that are hashed
+are the bytes a :class:`~sealtrace.session.Session` then builds its Plan from.
 
 Where it lives: a sidecar file ``ARTIFACT.binding.json`` beside any artifact. ONNX artifacts
 additionally carry the record in ``metadata_props['sealtrace.binding']``; their artifact digest is
@@ -29,7 +34,10 @@ import onnx
 
 from sealtrace import __version__
 from sealtrace.digest import canonical_json, json_digest
-from sealtrace.errors import CheckFailedError, InputError, SealtraceError
+from sealtrace.errors import CheckFailedError, InputError, InvalidModelError, SealtraceError
+from sealtrace.limits import read_regular_file
+from sealtrace.outputs import atomic_output, check_output
+from sealtrace.plan.modelfile import ExternalFile, external_tensors, files_digest, load_external_data
 from sealtrace.signing import (
     Signature,
     load_private_key,
@@ -42,6 +50,13 @@ BINDING_FORMAT = "sealtrace.binding.v1"
 METADATA_KEY = "sealtrace.binding"
 SIDECAR_SUFFIX = ".binding.json"
 MAX_RECORD_BYTES = 1 << 20
+
+# What ``artifact.sha256`` is taken over (docs/binding.md). The '+external-data' scopes also cover
+# every external data file of an ONNX artifact; the two older scopes are for artifacts without any.
+SCOPE_FILE = "file"
+SCOPE_ONNX = "onnx-without-binding"
+EXTERNAL = "+external-data"
+DIGEST_SCOPES = (SCOPE_FILE, SCOPE_ONNX, SCOPE_FILE + EXTERNAL, SCOPE_ONNX + EXTERNAL)
 
 
 class BindingError(SealtraceError):
@@ -63,7 +78,7 @@ class BindingRecord:
     container_digest: str
     artifact_name: str
     artifact_sha256: str
-    artifact_digest_scope: str  # 'file' or 'onnx-without-binding'
+    artifact_digest_scope: str  # one of DIGEST_SCOPES
     transformation: str
     backend: str
     backend_version: str
@@ -102,37 +117,66 @@ class BindingRecord:
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> BindingRecord:
-        try:
-            if not isinstance(data, dict) or data.get("format") != BINDING_FORMAT:
-                found = data.get("format") if isinstance(data, dict) else type(data).__name__
-                raise BindingError(f"{where}: not a {BINDING_FORMAT} record (format {found!r})")
-            extra = set(data) - {*cls._fields(), "signatures"}
-            if extra:
-                raise BindingError(f"{where}: unknown field(s) {', '.join(sorted(extra))}")
-            artifact, backend = data["artifact"], data["backend"]
-            record = cls(
-                container_digest=_hex(data["container_digest"], "container_digest", where),
-                artifact_name=str(artifact["name"]),
-                artifact_sha256=_hex(artifact["sha256"], "artifact.sha256", where),
-                artifact_digest_scope=str(artifact["digest_scope"]),
-                transformation=str(data["transformation"]),
-                backend=str(backend["name"]),
-                backend_version=str(backend["version"]),
-                options=dict(data["options"]),
-                created=str(data["created"]),
-                sealtrace_version=str(data["sealtrace_version"]),
-                signatures=tuple(Signature.from_json(s) for s in data.get("signatures", [])),
-            )
-        except (KeyError, TypeError) as exc:
-            raise BindingError(f"{where}: malformed binding record (missing or wrong field {exc})") from None
-        if record.artifact_digest_scope not in ("file", "onnx-without-binding"):
-            raise BindingError(f"{where}: unknown artifact digest scope {record.artifact_digest_scope!r}")
-        return record
+        """A record from parsed JSON; BindingError for anything but exactly the documented fields,
+        each of its type (no null, number or list where a string or object belongs)."""
+        if not isinstance(data, dict) or data.get("format") != BINDING_FORMAT:
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise BindingError(f"{where}: not a {BINDING_FORMAT} record (format {str(found)[:60]!r})")
+        _exact_keys(data, cls._fields(), {"signatures"}, "binding record", where)
+        artifact = _exact_keys(data["artifact"], {"name", "sha256", "digest_scope"}, set(), "artifact", where)
+        backend = _exact_keys(data["backend"], {"name", "version"}, set(), "backend", where)
+        options = data["options"]
+        if not isinstance(options, dict):
+            raise BindingError(f"{where}: options must be an object, not {_json_type(options)}")
+        signatures = data.get("signatures", [])
+        if not isinstance(signatures, list):
+            raise BindingError(f"{where}: signatures must be a list, not {_json_type(signatures)}")
+        scope = _text(artifact["digest_scope"], "artifact.digest_scope", where)
+        if scope not in DIGEST_SCOPES:
+            raise BindingError(f"{where}: unknown artifact digest scope {scope[:60]!r}")
+        return cls(
+            container_digest=_hex(data["container_digest"], "container_digest", where),
+            artifact_name=_text(artifact["name"], "artifact.name", where),
+            artifact_sha256=_hex(artifact["sha256"], "artifact.sha256", where),
+            artifact_digest_scope=scope,
+            transformation=_text(data["transformation"], "transformation", where),
+            backend=_text(backend["name"], "backend.name", where),
+            backend_version=_text(backend["version"], "backend.version", where),
+            options=dict(options),
+            created=_text(data["created"], "created", where),
+            sealtrace_version=_text(data["sealtrace_version"], "sealtrace_version", where),
+            signatures=tuple(_signature(s, i, where) for i, s in enumerate(signatures)),
+        )
 
     @staticmethod
     def _fields() -> set[str]:
         return {"format", "container_digest", "artifact", "transformation", "backend", "options", "created",
                 "sealtrace_version"}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)  # fmt: skip
+
+
+def _exact_keys(value: Any, required: set[str], optional: set[str], what: str, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BindingError(f"{where}: {what} must be an object, not {_json_type(value)}")
+    missing = sorted(required - set(value))
+    unknown = sorted(set(value) - required - optional)
+    if missing:
+        raise BindingError(f"{where}: {what}: missing field(s) {', '.join(missing)}")
+    if unknown:
+        raise BindingError(f"{where}: {what}: unknown field(s) {', '.join(k[:40] for k in unknown[:5])}")
+    return value
+
+
+def _text(value: Any, what: str, where: str) -> str:
+    if not isinstance(value, str):
+        raise BindingError(f"{where}: {what} must be a string, not {_json_type(value)}")
+    return value
 
 
 def _hex(value: Any, what: str, where: str) -> str:
@@ -141,20 +185,29 @@ def _hex(value: Any, what: str, where: str) -> str:
     return value
 
 
+def _signature(value: Any, index: int, where: str) -> Signature:
+    entry = _exact_keys(value, {"algorithm", "key_id", "signature"}, set(), f"signature {index}", where)
+    return Signature(*(_text(entry[k], f"signature {index} {k}", where) for k in ("algorithm", "key_id", "signature")))
+
+
+def parse_record(text: str | bytes, where: str) -> BindingRecord:
+    """A binding record from its JSON text. Not JSON, NaN or Infinity, nesting too deep for the
+    parser, or any field of the wrong type: BindingError (exit 2)."""
+
+    def no_constants(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        data = json.loads(text, parse_constant=no_constants)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError; RecursionError, deeply nested arrays or objects.
+        raise BindingError(f"{where}: unreadable binding record ({type(exc).__name__}: {str(exc)[:80]})") from None
+    return BindingRecord.from_json(data, where)
+
+
 def sidecar_path(artifact: str | os.PathLike[str]) -> Path:
     path = Path(artifact)
     return path.with_name(path.name + SIDECAR_SUFFIX)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read artifact ({exc.strerror})") from None
-    return digest.hexdigest()
 
 
 def _onnx_without_binding(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -166,37 +219,90 @@ def _onnx_without_binding(model: onnx.ModelProto) -> onnx.ModelProto:
     return stripped
 
 
-def _onnx_digest(model: onnx.ModelProto) -> str:
-    return hashlib.sha256(_onnx_without_binding(model).SerializeToString(deterministic=True)).hexdigest()
+class _Artifact:
+    """An artifact read once: the digest of its bytes and, for an ONNX artifact, the parsed model
+    whose external data are loaded (and hashed) from one read of each file.
 
+    Digests are taken in the order that keeps them honest: the serialized model without its
+    binding entry before its external data are filled in, then the external data files.
+    """
 
-def _load_onnx(path: Path) -> onnx.ModelProto | None:
-    """The artifact as an ONNX model, or None when it is some other kind of file."""
-    if path.suffix != ".onnx":
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        data = read_regular_file(path, "artifact", InputError)
+        self.sha256 = hashlib.sha256(data).hexdigest()
+        self.size = len(data)
+        self.model = _as_onnx(data)
+        del data
+        self.stripped: onnx.ModelProto | None = None  # the model without its binding entry
+        self._stripped_digest: tuple[str, int] | None = None
+        self.external: tuple[ExternalFile, ...] | None = None  # None: not loaded yet
+
+    @property
+    def refers_to_external_data(self) -> bool:
+        if self.external is not None:
+            return bool(self.external)
+        return self.model is not None and next(external_tensors(self.model), None) is not None
+
+    def embedded_record(self) -> str | None:
+        if self.model is None:
+            return None
+        for prop in self.model.metadata_props:
+            if prop.key == METADATA_KEY:
+                return str(prop.value)
         return None
+
+    def load_external(self) -> tuple[ExternalFile, ...]:
+        """Fill the model's external tensors from their files (each read once); the files."""
+        if self.external is None:
+            assert self.model is not None
+            if self._stripped_digest is None and self.refers_to_external_data:
+                self.stripped_digest()  # taken first: filling the tensors changes the serialization
+            self.external = load_external_data(self.model, self.path)
+        return self.external
+
+    def stripped_digest(self) -> tuple[str, int]:
+        """sha256 and size of the model without its binding entry, serialized deterministically."""
+        if self._stripped_digest is None:
+            assert self.model is not None and self.external is None
+            self.stripped = _onnx_without_binding(self.model)
+            data = self.stripped.SerializeToString(deterministic=True)
+            self._stripped_digest = (hashlib.sha256(data).hexdigest(), len(data))
+        return self._stripped_digest
+
+    def digest(self, scope: str) -> str:
+        """The artifact digest under ``scope``; InvalidModelError when it cannot be taken (not ONNX,
+        external data missing or refused)."""
+        where = str(self.path)
+        if scope.startswith(SCOPE_ONNX) and self.model is None:
+            raise InvalidModelError(f"{where}: no longer a readable ONNX model")
+        sha256, size = self.stripped_digest() if scope.startswith(SCOPE_ONNX) else (self.sha256, self.size)
+        if not scope.endswith(EXTERNAL):
+            return sha256
+        if self.model is None:
+            raise InvalidModelError(f"{where}: no longer a readable ONNX model, so its external data cannot be found")
+        return files_digest(sha256, size, self.load_external())
+
+    @property
+    def identity(self) -> str:
+        """What identifies the artifact file as a model (the same rule as any ONNX file's)."""
+        return files_digest(self.sha256, self.size, self.external or ())
+
+
+def _as_onnx(data: bytes) -> onnx.ModelProto | None:
+    """The bytes as an ONNX model, or None when they are some other kind of file."""
     model = onnx.ModelProto()
     try:
-        model.ParseFromString(path.read_bytes())
-    except Exception:  # a file that does not parse is simply not ONNX
+        model.ParseFromString(data)
+    except Exception:  # bytes that do not parse are simply not ONNX
         return None
     return model if model.HasField("graph") else None
 
 
-def _write_atomically(path: Path, data: bytes, overwrite: bool) -> None:
-    if path.exists() and not overwrite:
-        raise InputError(f"{path}: file exists (use --force to overwrite)")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _container_digest(container: str | os.PathLike[str], trust: Sequence[Any] = ()) -> str:
+def _container_digest(container: str | os.PathLike[str]) -> str:
     from sealtrace.container import verify_container
 
-    report = verify_container(container, trust=trust)
+    report = verify_container(container)
     assert report.digest is not None
     return report.digest
 
@@ -213,16 +319,37 @@ def bind(
     embed: bool = True,
     overwrite: bool = False,
 ) -> BindingRecord:
-    """Bind ``artifact`` to the (verified) ``container``; write the sidecar (and embed into ONNX)."""
-    path = Path(artifact)
-    if not path.is_file():
-        raise InputError(f"{path}: no such artifact file")
-    container_digest = _container_digest(container)
-    model = _load_onnx(path) if embed else None
-    if model is not None:
-        digest, scope = _onnx_digest(model), "onnx-without-binding"
-    else:
-        digest, scope = _file_sha256(path), "file"
+    """Bind ``artifact`` to the (verified) ``container``; write the sidecar (and embed into ONNX).
+
+    The artifact digest covers its external data files when it has any (docs/binding.md). An
+    existing sidecar is refused before any work unless ``overwrite``.
+    """
+    check_output(sidecar_path(artifact), overwrite, "binding sidecar")
+    return _bind(
+        _Artifact(Path(artifact)), _container_digest(container), transformation=transformation, backend=backend,
+        backend_version=backend_version, options=options, sign_with=sign_with, embed=embed, overwrite=overwrite,
+    )  # fmt: skip
+
+
+def _bind(
+    artifact: _Artifact,
+    container_digest: str,
+    *,
+    transformation: str,
+    backend: str,
+    backend_version: str,
+    options: Mapping[str, Any] | None,
+    sign_with: str | os.PathLike[str] | None,
+    embed: bool,
+    overwrite: bool,
+) -> BindingRecord:
+    path = artifact.path
+    embedded = embed and artifact.model is not None and path.suffix == ".onnx"
+    scope = (SCOPE_ONNX if embedded else SCOPE_FILE) + (EXTERNAL if artifact.refers_to_external_data else "")
+    try:
+        digest = artifact.digest(scope)
+    except InvalidModelError as exc:
+        raise InputError(f"cannot bind {path}: {exc}") from None
     record = BindingRecord(
         container_digest=container_digest,
         artifact_name=path.name,
@@ -237,12 +364,16 @@ def bind(
     if sign_with is not None:
         record = record.signed(sign_with)
     text = json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n"
-    _write_atomically(sidecar_path(path), text.encode("utf-8"), overwrite)
-    if model is not None:
-        embedded = _onnx_without_binding(model)
-        entry = embedded.metadata_props.add()
+    with atomic_output(sidecar_path(path), force=overwrite) as f:
+        f.write(text.encode("utf-8"))
+    if embedded:
+        artifact.stripped_digest()
+        assert artifact.stripped is not None
+        entry = artifact.stripped.metadata_props.add()
         entry.key, entry.value = METADATA_KEY, canonical_json(record.to_json()).decode("ascii")
-        _write_atomically(path, embedded.SerializeToString(), overwrite=True)
+        # The artifact is rewritten from the bytes that were hashed (its external data untouched).
+        with atomic_output(path, force=True) as f:
+            f.write(artifact.stripped.SerializeToString())
     return record
 
 
@@ -250,26 +381,26 @@ def read_binding(artifact: str | os.PathLike[str]) -> BindingRecord:
     """The artifact's binding record: the sidecar, else the record embedded in an ONNX artifact."""
     path = Path(artifact)
     sidecar = sidecar_path(path)
-    if sidecar.is_file():
-        if sidecar.stat().st_size > MAX_RECORD_BYTES:
-            raise BindingError(f"{sidecar}: larger than {MAX_RECORD_BYTES} bytes: not a binding record")
-        try:
-            data = json.loads(sidecar.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise BindingError(f"{sidecar}: unreadable binding record ({exc})") from None
-        return BindingRecord.from_json(data, str(sidecar))
-    model = _load_onnx(path) if path.is_file() else None
-    if model is not None:
-        for prop in model.metadata_props:
-            if prop.key == METADATA_KEY:
-                try:
-                    data = json.loads(prop.value)
-                except ValueError as exc:
-                    raise BindingError(f"{path}: unreadable embedded binding record ({exc})") from None
-                return BindingRecord.from_json(data, f"{path} metadata_props[{METADATA_KEY!r}]")
-    if not path.is_file():
-        raise InputError(f"{path}: no such artifact file")
-    raise BindingError(f"{path}: no binding record (expected the sidecar {sidecar.name} or an embedded record)")
+    if sidecar.exists() or sidecar.is_symlink():
+        return _read_sidecar(sidecar)
+    return _record_of(_Artifact(path))
+
+
+def _read_sidecar(sidecar: Path) -> BindingRecord:
+    data = read_regular_file(sidecar, "binding record", BindingError, max_bytes=MAX_RECORD_BYTES)
+    return parse_record(data, str(sidecar))
+
+
+def _record_of(artifact: _Artifact) -> BindingRecord:
+    sidecar = sidecar_path(artifact.path)
+    if sidecar.exists() or sidecar.is_symlink():
+        return _read_sidecar(sidecar)
+    text = artifact.embedded_record()
+    if text is not None:
+        return parse_record(text, f"{artifact.path} metadata_props[{METADATA_KEY!r}]")
+    raise BindingError(
+        f"{artifact.path}: no binding record (expected the sidecar {sidecar.name} or an embedded record)"
+    )
 
 
 @dataclass(frozen=True)
@@ -280,10 +411,17 @@ class BindingCheck:
     record: BindingRecord
     failures: list[str]
     warnings: list[str]
+    # Key ids of the record's signatures that verify with a trusted key (only when trust was given).
+    trusted_by: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    @property
+    def signed_by(self) -> tuple[str, ...]:
+        """Key ids the record's signatures name (checked against keys only when trust was given)."""
+        return tuple(s.key_id for s in self.record.signatures)
 
 
 def check_binding(
@@ -298,31 +436,89 @@ def check_binding(
 ) -> BindingCheck:
     """Check that ``artifact`` is unmodified and bound to ``container``; say which check failed.
 
-    The version of the tool that made the artifact (the record's backend) is compared with the one
-    installed here; ``current_backend_version`` overrides that lookup.
+    ``trust`` (public keys) means the record must carry a valid signature by one of them
+    (``require_signature`` is implied). The version of the tool that made the artifact (the
+    record's backend) is compared with the one installed here; ``current_backend_version``
+    overrides that lookup.
     """
-    path = Path(artifact)
-    record = read_binding(path)
+    return _check(
+        _Artifact(Path(artifact)), container, trust=trust, require_signature=require_signature, strict=strict,
+        current_backend_version=current_backend_version, raise_on_failure=raise_on_failure,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BoundModel:
+    """A bound artifact that passed its check: the model (external data filled in from the bytes
+    that were hashed), the check, and the artifact's identity as a model file."""
+
+    model: onnx.ModelProto
+    check: BindingCheck
+    identity: str
+
+
+def load_bound_model(
+    artifact: str | os.PathLike[str],
+    container: str | os.PathLike[str],
+    *,
+    trust: Sequence[str | os.PathLike[str]] = (),
+    require_signature: bool = False,
+    strict: bool = False,
+) -> BoundModel:
+    """Check a bound ONNX artifact and give back its model, built from the very bytes that were
+    checked (one read of the artifact and of each external data file): what
+    ``Session(artifact, container=...)`` runs. Raises BindingCheckError on any failed check."""
+    read = _Artifact(Path(artifact))
+    check = _check(read, container, trust=trust, require_signature=require_signature, strict=strict)
+    if read.model is None:
+        raise InvalidModelError(f"{artifact}: the bound artifact is not an ONNX model, so sealtrace cannot run it")
+    if read.external is None and read.refers_to_external_data:
+        read.load_external()  # unreachable after a passing check; kept so nothing runs unloaded
+    return BoundModel(read.model, check, read.identity)
+
+
+def _check(
+    artifact: _Artifact,
+    container: str | os.PathLike[str],
+    *,
+    trust: Sequence[str | os.PathLike[str]] = (),
+    require_signature: bool = False,
+    strict: bool = False,
+    current_backend_version: str | None = None,
+    raise_on_failure: bool = True,
+) -> BindingCheck:
+    record = _record_of(artifact)
     if current_backend_version is None:
         current_backend_version = installed_version(record.backend)
     failures: list[str] = []
     warnings: list[str] = []
-    model = _load_onnx(path) if record.artifact_digest_scope == "onnx-without-binding" else None
-    if record.artifact_digest_scope == "onnx-without-binding" and model is None:
-        failures.append("artifact modified: it is no longer a readable ONNX model")
+    scope = record.artifact_digest_scope
+    if not scope.endswith(EXTERNAL) and artifact.refers_to_external_data:
+        failures.append(
+            f"artifact refers to external data that its binding does not cover (digest scope {scope!r}): "
+            "bind it again with this sealtrace"
+        )
     else:
-        actual = _onnx_digest(model) if model is not None else _file_sha256(path)
-        if actual != record.artifact_sha256:
-            failures.append(f"artifact modified: sha256 {actual[:16]}..., the binding says {record.artifact_sha256[:16]}...")
+        try:
+            actual = artifact.digest(scope)
+        except InvalidModelError as exc:
+            failures.append(f"artifact modified: {str(exc).removeprefix(str(artifact.path) + ': ')}")
+        else:
+            if actual != record.artifact_sha256:
+                failures.append(
+                    f"artifact modified: sha256 {actual[:16]}..., the binding says {record.artifact_sha256[:16]}..."
+                )
     expected = _container_digest(container)
     if record.container_digest != expected:
         failures.append(
             f"bound to another container: {record.container_digest[:16]}..., not {Path(container).name} "
             f"({expected[:16]}...)"
         )
+    trusted_by: tuple[str, ...] = ()
     if trust or require_signature:
         keys = [load_public_key(k) for k in trust]
         valid = [s for s in record.signatures if any(verify_signature(k, record.digest, s) for k in keys)]
+        trusted_by = tuple(s.key_id for s in valid)
         if not record.signatures:
             failures.append("signature missing: the binding record is not signed")
         elif not valid:
@@ -333,9 +529,9 @@ def check_binding(
             f"loading with {current_backend_version}"
         )
         (failures if strict else warnings).append(message)
-    check = BindingCheck(str(path), record, failures, warnings)
+    check = BindingCheck(str(artifact.path), record, failures, warnings, trusted_by)
     if failures and raise_on_failure:
-        raise BindingCheckError(str(path), failures)
+        raise BindingCheckError(str(artifact.path), failures)
     return check
 
 
@@ -362,7 +558,12 @@ def compile_onnxruntime(
     sign_with: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
 ) -> BindingRecord:
-    """Verify ``container``, write ONNX Runtime's optimized model to ``output``, and bind it."""
+    """Verify ``container``, write ONNX Runtime's optimized model to ``output``, and bind it.
+
+    ``output`` and its sidecar ``output.binding.json`` are checked before any work: an existing one
+    is refused unless ``overwrite``. The binding names the digest of the container that was
+    verified and compiled (it is not opened a second time).
+    """
     import tempfile
 
     import onnxruntime as ort
@@ -376,10 +577,10 @@ def compile_onnxruntime(
     }
     if level not in levels:
         raise InputError(f"--level {level}: choose one of {', '.join(levels)}")
-    out = Path(output)
-    if out.exists() and not overwrite:
-        raise InputError(f"{out}: file exists (use --force to overwrite)")
+    out = check_output(output, overwrite, "-o")
+    check_output(sidecar_path(out), overwrite, "binding sidecar")
     verified = load_verified_model(container)
+    assert verified.report.digest is not None
     with tempfile.TemporaryDirectory(prefix="sealtrace-compile-") as tmp:
         optimized = Path(tmp) / out.name
         options = ort.SessionOptions()
@@ -390,14 +591,16 @@ def compile_onnxruntime(
             ort.InferenceSession(verified.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own exception types
             raise SealtraceError(f"onnxruntime cannot optimize the model: {str(exc).splitlines()[0]}") from None
-        _write_atomically(out, optimized.read_bytes(), overwrite)
-    return bind(
-        out,
-        container,
+        with atomic_output(out, force=overwrite) as f:
+            f.write(optimized.read_bytes())
+    return _bind(
+        _Artifact(out),
+        verified.report.digest,
         transformation="onnxruntime-graph-optimization",
         backend="onnxruntime",
         backend_version=str(ort.__version__),
         options={"graph_optimization_level": level, "execution_provider": "CPUExecutionProvider"},
         sign_with=sign_with,
-        overwrite=True,
+        embed=True,
+        overwrite=overwrite,
     )

@@ -11,7 +11,8 @@ from typing import Any
 from onnx import ModelProto
 
 from sealtrace.backends import Backend, StepObserver, get_backend
-from sealtrace.container import is_container, load_sealed_plan
+from sealtrace.container import IntegrityError, Mismatch, is_container, load_sealed_plan
+from sealtrace.container.signatures import describe_signers, signers
 from sealtrace.errors import InputError
 from sealtrace.plan import ModelSource, Plan, ValueInfo, build_plan
 from sealtrace.plan.builder import load_model_file
@@ -24,7 +25,9 @@ class ModelOrigin:
 
     ``kind`` is 'onnx' (a plain ONNX file), 'proto' (an in-memory ModelProto or bytes), 'plan',
     'container' (a verified .seal file) or 'artifact' (a derived model bound to a container).
-    ``sha256`` is the file's (or serialized proto's, or the artifact's bound) digest;
+    ``sha256`` identifies the model: for a file, the sha256 of its bytes, or with external data the
+    digest of the file and its external data files (sealtrace.plan.modelfile.files_digest); for a
+    proto, of its serialization; for a container, of the .seal file;
     ``container_digest`` is the container's, for containers and bound artifacts.
     """
 
@@ -35,6 +38,24 @@ class ModelOrigin:
     # For a bound artifact (kind 'artifact'): the digest of the binding record that tied it to
     # ``container_digest``.
     binding_digest: str | None = None
+    # Key ids of the signatures on the container (kind 'container') or on the binding record (kind
+    # 'artifact'): with trust keys given (``trusted``), those that verified with one of them.
+    signed_by: tuple[str, ...] = ()
+    trusted: bool = False
+
+    def provenance(self) -> str:
+        """One line for people: what was verified, and whether (and by whom) it is signed."""
+        name = os.path.basename(self.path) if self.path else "the model"
+        if self.kind == "container":
+            return f"{name}: verified container {self.container_digest}; {describe_signers(self.signed_by, self.trusted)}"
+        if self.kind == "artifact":
+            return (
+                f"{name}: bound artifact, checked against container {self.container_digest}; "
+                f"binding {describe_signers(self.signed_by, self.trusted)}"
+            )
+        if self.kind == "onnx":
+            return f"{name}: not sealed: a plain ONNX file, run without verification (seal it to verify it)"
+        return f"{name}: not sealed: run without verification"
 
 
 def _origin_of(model: ModelSource | Plan) -> ModelOrigin:
@@ -57,19 +78,33 @@ def open_model(
     """The Plan of an ONNX model or of a sealed container (verified first), and where it came from.
 
     A container that fails verification raises an IntegrityError naming every part that changed.
+    A path that claims to be a container (it starts with the container magic, or is named *.seal)
+    is opened as one, so a renamed ONNX file is refused, not run unverified. ``trust`` (public
+    keys) refuses anything not validly signed by one of them: an unsigned or otherwise-signed
+    container, and any model that is not a container at all (IntegrityError, exit 1).
     """
+    if require_signature and not trust:
+        raise InputError("require_signature (--require-signature) needs at least one trusted public key (--trust KEY.pub)")
     if isinstance(model, (str, os.PathLike)) and is_container(model):
         plan, report = load_sealed_plan(model, trust=trust, require_signature=require_signature)
-        origin = ModelOrigin("container", path=os.fspath(model), sha256=report.file_sha256,
-                             container_digest=report.digest)
+        origin = ModelOrigin(
+            "container", path=os.fspath(model), sha256=report.file_sha256, container_digest=report.digest,
+            signed_by=signers(report.signatures, bool(trust)), trusted=bool(trust),
+        )  # fmt: skip
         return plan, origin
-    if trust or require_signature:
-        raise InputError("trust= and require_signature= apply to sealed containers (.seal) only")
+    if trust:
+        where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else f"<{type(model).__name__}>"
+        raise IntegrityError(
+            where,
+            [Mismatch("signature", "trusted signature", "a sealed container signed by a trusted key",
+                      "a model that is not a sealed container (nothing is signed)")],
+        )  # fmt: skip
     if isinstance(model, (str, os.PathLike)):
-        # One read: the digest in the audit linkage is of the bytes the Plan was built from.
-        proto, sha256 = load_model_file(model)
-        plan = build_plan(proto, require_kernels=require_kernels)
-        return plan, ModelOrigin("onnx", path=os.fspath(model), sha256=sha256)
+        # One read of the file and of each external data file: the digest in the audit linkage is
+        # of the bytes the Plan was built from, external data included.
+        read = load_model_file(model)
+        plan = build_plan(read.model, require_kernels=require_kernels)
+        return plan, ModelOrigin("onnx", path=os.fspath(model), sha256=read.digest)
     plan = model if isinstance(model, Plan) else build_plan(model, require_kernels=require_kernels)
     return plan, _origin_of(model)
 
@@ -92,32 +127,38 @@ class Session:
     ) -> None:
         """``model`` is an ONNX path, bytes, ModelProto, Plan, or a sealed ``.seal`` container.
 
-        A container is verified before anything else (every tensor, and signatures by the
-        ``trust`` public keys; ``require_signature`` demands one); a container that fails is
-        refused with an IntegrityError naming each part that changed. There is no bypass.
+        A container is verified before anything else (every tensor and every signature); a
+        container that fails is refused with an IntegrityError naming each part that changed.
+        There is no bypass. ``trust`` (public keys) refuses anything not validly signed by one of
+        them: a container without such a signature, or a model that is not a container at all
+        (``require_signature`` is implied by ``trust`` and kept for compatibility).
 
         With ``container=``, ``model`` is a derived artifact (e.g. from ``sealtrace compile``): it is
-        loaded only after its binding to that container checks out (artifact unmodified, bound to
-        this container, signed by a ``trust`` key where asked; a different backend version is
-        refused under ``strict``).
+        read once, and loaded only after its binding to that container checks out (artifact and its
+        external data unmodified, bound to this container, the binding signed by a ``trust`` key
+        when trust is given; a different backend version is refused under ``strict``).
         """
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         require_kernels = bool(getattr(self.backend, "needs_kernels", True))
         if container is not None:
-            from sealtrace.binding import check_binding
+            from sealtrace.binding import load_bound_model
 
             if not isinstance(model, (str, os.PathLike)):
                 raise InputError("container= needs the artifact's file path")
-            record = check_binding(
-                model, container, trust=trust, require_signature=require_signature, strict=strict
-            ).record
-            self.plan = build_plan(model, require_kernels=require_kernels)
+            if require_signature and not trust:
+                raise InputError("require_signature (--require-signature) needs at least one trusted public key (--trust KEY.pub)")
+            # One read of the artifact (and of its external data): the bytes checked are the bytes run.
+            bound = load_bound_model(model, container, trust=trust, require_signature=require_signature, strict=strict)
+            record = bound.check.record
+            self.plan = build_plan(bound.model, require_kernels=require_kernels)
             self.origin = ModelOrigin(
                 "artifact",
                 path=os.fspath(model),
-                sha256=record.artifact_sha256,
+                sha256=bound.identity,
                 container_digest=record.container_digest,
                 binding_digest=record.digest,
+                signed_by=bound.check.trusted_by if trust else bound.check.signed_by,
+                trusted=bool(trust),
             )
         else:
             self.plan, self.origin = open_model(

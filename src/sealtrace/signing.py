@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sealtrace.errors import SealtraceError
+from sealtrace.limits import read_regular_file
 
 ALGORITHM = "ed25519"
 
@@ -95,10 +96,8 @@ def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
 
 
 def _read(path: str | os.PathLike[str]) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise KeyFileError(f"{path}: cannot read key file ({exc.strerror})") from None
+    # A PEM key is a few hundred bytes: /dev/zero, a FIFO or a huge file is refused, never read forever.
+    return read_regular_file(path, "key file", KeyFileError, max_bytes=1 << 16)
 
 
 def sign_digest(private_key: Ed25519PrivateKey, digest_hex: str) -> Signature:

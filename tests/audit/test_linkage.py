@@ -80,3 +80,63 @@ def test_missing_log_is_bad_input(tmp_path: Path) -> None:
 
     with pytest.raises(InputError, match="no such file"):
         verify_log(tmp_path / "absent.jsonl")
+
+
+def test_log_links_to_the_external_data_of_an_onnx_model(record_log: Callable[..., Path], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """The identity of an ONNX model covers its external data: edit the .data file after an audited
+    run and the log is no longer linked to it (it was, as only the .onnx was hashed)."""
+    import hashlib
+
+    from sealtrace.cli import main
+
+    model = tmp_path / "ext.onnx"
+    onnx.save(mlp_model(), model, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    log = record_log(model)
+    assert verify_log(log, model=model).ok
+    assert identify_model(model).digest != hashlib.sha256(model.read_bytes()).hexdigest()
+    data = tmp_path / "ext.onnx.data"
+    raw = bytearray(data.read_bytes())
+    raw[0] ^= 0x40
+    data.write_bytes(bytes(raw))
+    result = verify_log(log, model=model)
+    assert len(result.problems) == 1 and "recorded from" in problems(result)[0]
+    assert main(["audit", "verify", str(log), "--container", str(model)]) == 1
+
+
+def test_old_logs_of_models_without_external_data_still_link(mlp_path: Path, mlp_log: Path) -> None:
+    """Without external data the identity is the file's sha256, as logs have always named it."""
+    import hashlib
+    import json
+
+    header = json.loads(mlp_log.read_text().splitlines()[0])
+    assert header["model"]["sha256"] == hashlib.sha256(mlp_path.read_bytes()).hexdigest()
+    assert verify_log(mlp_log, model=mlp_path).ok
+
+
+def test_log_of_a_bound_artifact_verifies_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """model.kind = "artifact" is in the schema: verify and replay of such logs used to exit 1."""
+    from sealtrace.binding import compile_onnxruntime
+    from sealtrace.cli import main
+    from tests.audit.conftest import mlp_model as make
+
+    source = tmp_path / "mlp.onnx"
+    onnx.save(make(), source)
+    container = tmp_path / "mlp.seal"
+    seal_model(source, container)
+    artifact = tmp_path / "mlp.ort.onnx"
+    compile_onnxruntime(container, artifact, level="basic")
+    np.save(tmp_path / "x.npy", MLP_INPUT["x"])
+    log = tmp_path / "artifact.jsonl"
+    assert main(["run", str(artifact), "--container", str(container), "--input", f"x={tmp_path / 'x.npy'}",
+                 "--audit", str(log)]) == 0  # fmt: skip
+    assert main(["audit", "verify", str(log)]) == 0
+    # Linked to the artifact that ran, and to the container it is bound to; not to another model.
+    assert main(["audit", "verify", str(log), "--container", str(artifact)]) == 0
+    assert main(["audit", "verify", str(log), "--container", str(container)]) == 0
+    other = tmp_path / "other.onnx"
+    onnx.save(make(scale=2.0), other)
+    assert main(["audit", "verify", str(log), "--container", str(other)]) == 1
+    capsys.readouterr()
+    assert main(["replay", str(log), "--container", str(artifact)]) == 0
+    assert "bit-identical" in capsys.readouterr().out

@@ -185,9 +185,9 @@ def test_awkward_onnx_names_seal_to_valid_names(tmp_path: Path, onnx_name: str) 
 
 
 def test_trust_options_apply_to_containers_only(tiny_onnx: Path, keys: dict[str, Path]) -> None:
-    from sealtrace.errors import InputError
-
-    with pytest.raises(InputError, match="containers"):
+    # Trust refuses anything not signed by a trusted key: an ONNX file is a failed check (exit 1;
+    # issue 14, item 2; it was an InputError, exit 2).
+    with pytest.raises(IntegrityError, match="not a sealed container"):
         Session(str(tiny_onnx), trust=[keys["alice.pub"]])
     assert Session(str(tiny_onnx)).origin.kind == "onnx"
 

@@ -134,7 +134,10 @@ def test_resigning_with_another_key_is_not_trusted(signed: bytes, keys: dict[str
 
 def test_untrusted_signature_is_refused_when_a_trusted_one_is_required(signed: bytes, keys: dict[str, Path]) -> None:
     report = verify_container(signed, trust=[keys["mallory.pub"]], raise_on_failure=False)
-    assert report.ok and [(s.valid, s.trusted) for s in report.signatures] == [(True, False)]
+    # Trust keys refuse what they did not sign, with or without require_signature (issue 14, item 2:
+    # this was `report.ok`, a trust that did not refuse).
+    assert not report.ok and [m.kind for m in report.mismatches] == ["signature"]
+    assert [(s.valid, s.trusted) for s in report.signatures] == [(True, False)]
     with pytest.raises(IntegrityError, match="trusted signature"):
         verify_container(signed, trust=[keys["mallory.pub"]], require_signature=True)
     report = verify_container(signed, trust=[keys["alice.pub"]], require_signature=True)
@@ -183,3 +186,46 @@ def test_countersigning_keeps_the_digest_and_adds_a_trusted_signature(
     with pytest.raises(IntegrityError):
         add_signatures(tmp_path / "bad.seal", tmp_path / "never.seal", keys["mallory"])  # never signs a bad one
     assert not (tmp_path / "never.seal").exists()
+    # An existing -o is refused before the container is read (it was found only after verifying).
+    (tmp_path / "mine.seal").write_bytes(b"mine")
+    assert main(["sign", str(tmp_path / "bad.seal"), "--key", str(keys["mallory"]), "-o", str(tmp_path / "mine.seal")]) == 2
+    assert (tmp_path / "mine.seal").read_bytes() == b"mine"
+
+
+def test_verify_refuses_what_loading_would_refuse(signed: bytes) -> None:
+    """A self-consistent header whose tensor storage cannot hold its dtype: run refused it (exit 1)
+    while verify said OK. Now both fail the check."""
+    from sealtrace.container import load_verified_model
+
+    def edit(header: dict) -> None:  # type: ignore[type-arg]
+        header["signatures"] = []
+        header["container"]["tensors"][0]["storage"] = "int64_data"  # W is float
+
+    forged = edited(signed, edit)
+    with pytest.raises(IntegrityError, match="cannot hold"):
+        verify_container(forged)
+    with pytest.raises(IntegrityError, match="cannot hold"):
+        load_verified_model(forged)
+
+
+def test_trust_alone_refuses_through_every_api(signed: bytes, keys: dict[str, Path], tmp_path: Path) -> None:
+    """trust= means: refuse what these keys did not sign, in every API that takes it."""
+    from sealtrace import Session
+    from sealtrace.container import load_verified_model, unseal
+    from sealtrace.session import open_model
+
+    path = tmp_path / "signed.seal"
+    path.write_bytes(signed)
+    stranger = [keys["mallory.pub"]]
+    for call in (
+        lambda: load_verified_model(path, trust=stranger),
+        lambda: unseal(path, tmp_path / "out.onnx", trust=stranger),
+        lambda: open_model(path, trust=stranger),
+        lambda: Session(path, trust=stranger),
+    ):
+        with pytest.raises(IntegrityError, match="trusted signature"):
+            call()
+    assert not (tmp_path / "out.onnx").exists()
+    assert Session(path, trust=[keys["alice.pub"]]).origin.signed_by == (
+        verify_container(signed).signatures[0].key_id,
+    )

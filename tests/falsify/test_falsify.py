@@ -211,3 +211,53 @@ def test_modules_without_a_leading_batch(toy_file: Path, violated_file: Path, tm
                      cache_dir=tmp_path)
     assert result.batching == mode
     assert result.certified
+
+
+def test_seal_cache_holds_only_the_sealing_of_these_model_bytes(toy_file: Path, tmp_path: Path) -> None:
+    """A cached <key>.seal is used only when it verifies and is the sealing of exactly this model;
+    a garbage file or another model's container under that name is sealed over (issue 14, item 7)."""
+    import hashlib
+
+    import onnx
+
+    from sealtrace.container import describe_container, seal_model
+    from sealtrace.falsify import sealed_container
+    from tests.falsify.conftest import two_input_network
+
+    cache = tmp_path / "cache"
+    first = sealed_container(toy_file, cache)
+    want = describe_container(first)["container_digest"]
+    assert first.name == hashlib.sha256(toy_file.read_bytes()).hexdigest() + ".seal"
+    assert sealed_container(toy_file, cache) == first
+
+    impostor = tmp_path / "impostor.onnx"
+    onnx.save(two_input_network(), impostor)
+    seal_model(impostor, first, force=True)  # a valid container, of another model
+    assert describe_container(sealed_container(toy_file, cache))["container_digest"] == want
+    first.write_bytes(b"\x89SEAL\r\n\x1a garbage")
+    assert describe_container(sealed_container(toy_file, cache))["container_digest"] == want
+    raw = bytearray(first.read_bytes())
+    raw[-1] ^= 1  # a tampered tensor: verification fails, so it is sealed again
+    first.write_bytes(bytes(raw))
+    assert describe_container(sealed_container(toy_file, cache))["container_digest"] == want
+    from sealtrace.container import verify_container
+
+    assert verify_container(first).ok
+
+
+def test_seal_cache_key_covers_external_data(tmp_path: Path) -> None:
+    import onnx
+
+    from sealtrace.falsify import sealed_container
+    from sealtrace.plan.modelfile import model_file_digest
+    from tests.falsify.conftest import toy_network
+
+    model = tmp_path / "ext.onnx"
+    onnx.save(toy_network(), model, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    first = sealed_container(model, tmp_path / "cache")
+    assert first.name == model_file_digest(model) + ".seal"
+    data = tmp_path / "ext.onnx.data"
+    raw = bytearray(data.read_bytes())
+    raw[0] ^= 0x40
+    data.write_bytes(bytes(raw))
+    assert sealed_container(model, tmp_path / "cache") != first  # new weights, new key, sealed again

@@ -1,18 +1,20 @@
 """Linkage: which model and which inputs a log says it ran, and checking that against files.
 
 A log from a sealed container names the container digest; a log from a plain ONNX file names the
-file's sha256. Inputs are named by their tensor digests.
+file's sha256, or, for a model with external data, the digest of the file and every external data
+file (the same identity a Session records, so editing a ``.data`` file breaks the link). A bound
+artifact's log names the artifact's identity and the container it was bound to. Inputs are named by
+their tensor digests.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sealtrace.errors import InputError
+from sealtrace.errors import InputError, InvalidModelError
 
 
 def model_reference(origin: Any) -> dict[str, Any]:
@@ -27,7 +29,9 @@ def model_reference(origin: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ModelIdentity:
-    """What a model file is, as a log names it: a container digest or an ONNX file's sha256."""
+    """What a model file is, as a log names it: a container digest, or an ONNX model's identity
+    (the sha256 of the file; with external data, the digest of the file and its external data files,
+    sealtrace.plan.modelfile.files_digest)."""
 
     kind: str  # 'container' or 'onnx'
     digest: str
@@ -38,31 +42,22 @@ class ModelIdentity:
 
 
 def identify_model(path: str | os.PathLike[str]) -> ModelIdentity:
-    """Identify a model file: a verified container by its digest, anything else by its sha256."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    container_digest = _container_digest(path)
-    if container_digest is not None:
-        return ModelIdentity("container", container_digest)
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return ModelIdentity("onnx", digest.hexdigest())
-
-
-def _container_digest(path: Path) -> str | None:
-    """The digest of the sealed container at ``path`` (verified in full), or None for other files.
-
-    A container that fails verification raises its IntegrityError: a log cannot be linked to a
-    container whose bytes no longer match its digest.
-    """
+    """Identify a model file: a verified container by its digest, an ONNX model by the digest of the
+    file and its external data (the same rule a Session records), anything else by its sha256."""
     from sealtrace.container import is_container, verify_container
+    from sealtrace.plan.modelfile import model_file_digest
 
-    if not is_container(path):
-        return None
-    return verify_container(path).digest
+    path = Path(path)
+    if is_container(path):
+        # A container that fails verification raises its IntegrityError: a log cannot be linked to
+        # a container whose bytes no longer match its digest (nor to a *.seal that is not one).
+        digest = verify_container(path).digest
+        assert digest is not None
+        return ModelIdentity("container", digest)
+    try:
+        return ModelIdentity("onnx", model_file_digest(path))
+    except InvalidModelError as exc:
+        raise InputError(str(exc)) from None
 
 
 def logged_model_digest(model: dict[str, Any]) -> ModelIdentity | None:
@@ -72,3 +67,12 @@ def logged_model_digest(model: dict[str, Any]) -> ModelIdentity | None:
     if model.get("sha256"):
         return ModelIdentity("onnx", str(model["sha256"]))
     return None
+
+
+def logged_model_identities(model: dict[str, Any]) -> list[ModelIdentity]:
+    """Every model a header's ``model`` block links the run to: its own identity and, for a bound
+    artifact (kind 'artifact'), also the container it was bound to."""
+    found = [identity for identity in [logged_model_digest(model)] if identity is not None]
+    if model.get("kind") == "artifact" and model.get("container_digest"):
+        found.append(ModelIdentity("container", str(model["container_digest"])))
+    return found

@@ -64,6 +64,7 @@ class ReplayReport:
     notes: list[str] = field(default_factory=list)
     not_logged: list[str] = field(default_factory=list)  # what the replay ran that the log does not name
     replayed_records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    model_origin: Any = field(default=None, repr=False)  # the replayed Session's ModelOrigin
 
     @property
     def identical(self) -> bool:
@@ -127,6 +128,7 @@ def replay_log(
     header, footer = verification.records[0], verification.records[-1]
     report = ReplayReport(str(log))
     session = Session(model, backend="reference", **session_options)
+    report.model_origin = session.origin
     _note_linkage(report, header, session)
     feeds = _replay_feeds(header, dict(inputs or {}), report)
     recorder = AuditRecorder(None, sample=int(header["sample_size"]), origin=session.origin)

@@ -20,7 +20,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from sealtrace.audit.errors import AuditCheckError, AuditFormatError
-from sealtrace.audit.linkage import identify_model, logged_model_digest
+from sealtrace.audit.linkage import identify_model, logged_model_identities
 from sealtrace.audit.log import LogLine, read_lines, schema_problem
 from sealtrace.audit.records import AUDIT_FORMAT, GENESIS, digest_field, record_digest, value_digest
 from sealtrace.digest import canonical_json
@@ -240,11 +240,11 @@ def _check_consistency(records: list[dict[str, Any]]) -> list[LogProblem]:
 
 def _check_model(header: dict[str, Any], model: Path) -> list[LogProblem]:
     identity = identify_model(model)
-    logged = logged_model_digest(header["model"])
-    if logged is None:
+    logged = logged_model_identities(header["model"])
+    if not logged:
         return [LogProblem(1, f"the log names no model digest (recorded from a {header['model']['kind']})")]
-    if logged != identity:
-        return [LogProblem(1, f"recorded from {logged.describe()}, but {model} has {identity.describe()}")]
+    if identity not in logged:
+        return [LogProblem(1, f"recorded from {logged[0].describe()}, but {model} has {identity.describe()}")]
     return []
 
 

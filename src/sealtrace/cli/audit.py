@@ -129,7 +129,7 @@ def show(log: str, limit: int | None) -> None:
 @_inputs
 @click.option(
     "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
-    help="A trusted public key for the container's signature; repeat for several.",
+    help="A trusted public key; repeat for several. Refuses (exit 1) a model not validly signed by one of them.",
 )  # fmt: skip
 def replay(
     log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: tuple[str, ...]
@@ -150,3 +150,5 @@ def replay(
         click.echo(f"note: {note}")
     report.raise_if_different()
     click.echo(f"replay of {log}: {report.summary()}")
+    if report.model_origin is not None:
+        click.echo(report.model_origin.provenance())

@@ -9,7 +9,8 @@ import click
 from sealtrace.binding import bind as bind_artifact
 from sealtrace.binding import check_binding, compile_onnxruntime, sidecar_path
 from sealtrace.cli import app
-from sealtrace.errors import InputError
+from sealtrace.container.signatures import describe_signers
+from sealtrace.errors import CheckFailedError, InputError
 
 
 @app.command(name="compile")
@@ -19,7 +20,7 @@ from sealtrace.errors import InputError
               help="ONNX Runtime graph optimization level.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The artifact to write.")
 @click.option("--sign", "sign_key", type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign the binding.")
-@click.option("--force", is_flag=True, help="Overwrite an existing artifact.")
+@click.option("--force", is_flag=True, help="Overwrite an existing artifact and its .binding.json.")
 def compile_command(container: str, backend: str, level: str, output: str, sign_key: str | None, force: bool) -> None:
     """Verify CONTAINER, write an optimized/compiled artifact, and bind it to the container."""
     record = compile_onnxruntime(container, output, level=level, sign_with=sign_key, overwrite=force)
@@ -54,8 +55,10 @@ def bind(
 @app.command(name="check-binding")
 @click.argument("artifact", type=click.Path(dir_okay=False))
 @click.option("--container", required=True, type=click.Path(dir_okay=False), help="The container it must come from.")
-@click.option("--trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub", help="Trusted signer.")
-@click.option("--require-signature", is_flag=True, help="Fail unless a trusted key signed the binding.")
+@click.option("--trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
+              help="Trusted signer; repeat for several. The binding must be validly signed by one of them.")
+@click.option("--require-signature", is_flag=True,
+              help="Fail unless a trusted key signed the binding (needs --trust; implied by --trust).")
 @click.option("--strict", is_flag=True, help="A different backend version fails instead of warning.")
 @click.option("--json", "as_json", is_flag=True)
 def check_binding_command(
@@ -75,10 +78,11 @@ def check_binding_command(
         for warning in result.warnings:
             click.echo(f"warning: {warning}", err=True)
         if result.ok:
-            click.echo(f"ok: {artifact} is unmodified and bound to {container}")
+            signed = describe_signers(result.trusted_by if trust else result.signed_by, bool(trust))
+            click.echo(f"ok: {artifact} is unmodified and bound to {container}; binding {signed}")
     if not result.ok:
         if not as_json:
             for failure in result.failures:
                 click.echo(f"FAILED: {failure}", err=True)
-        raise click.exceptions.Exit(1)
-
+        # The detail lines above; the last line is the error line every verb ends a failure with.
+        raise CheckFailedError(f"{artifact}: binding check failed ({len(result.failures)} check(s) failed)")

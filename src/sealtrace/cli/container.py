@@ -21,16 +21,19 @@ from sealtrace.container import (
     verify_container,
 )
 from sealtrace.container import manifest as manifests
+from sealtrace.container.signatures import describe_signers, signers
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.signing import generate_keypair
 
 _trust = click.option(
     "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
-    help="A trusted Ed25519 public key (PEM); repeat for several.",
+    help="A trusted Ed25519 public key (PEM); repeat for several. Refuses (exit 1) a container not validly "
+    "signed by one of them.",
 )  # fmt: skip
 _require = click.option(
-    "--require-signature", is_flag=True, help="Fail unless a trusted key signed it (needs --trust)."
-)
+    "--require-signature", is_flag=True,
+    help="Fail unless a trusted key signed it (needs --trust; implied by --trust, kept for scripts).",
+)  # fmt: skip
 _force = click.option("--force", is_flag=True, help="Replace the output file if it exists.")
 
 
@@ -59,11 +62,10 @@ def seal(model: str, output: str, sign: tuple[str, ...], force: bool) -> None:
     """Seal MODEL (an ONNX file, external data included) into one verifiable container."""
     info = seal_model(model, output, sign_with=list(sign) or None, force=force)
     click.echo(
-        f"sealed {model} -> {info.path}: {info.tensors} tensor(s), {_size(info.tensor_bytes)}; "
+        f"sealed {model} -> {info.path}: {info.tensors} tensor(s), {_size(info.tensor_bytes)} of tensor data; "
         f"container digest {info.digest}"
     )
-    for key in info.signed_by:
-        click.echo(f"signed by key {key}")
+    click.echo(f"{info.path}: {'signed by key ' + ', '.join(info.signed_by) if info.signed_by else 'unsigned'}")
 
 
 @app.command(name="sign")
@@ -90,11 +92,10 @@ def verify(container: str, trust: tuple[str, ...], require_signature: bool, expe
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     elif report.ok:
-        signed = [s.key_id for s in report.signatures if s.trusted]
-        extra = f"; signed by trusted key(s) {', '.join(signed)}" if signed else ""
         click.echo(
-            f"{container}: OK, {report.tensors} tensor(s), {_size(report.bytes_hashed)} in {report.seconds:.3f} s; "
-            f"container digest {report.digest}{extra}"
+            f"{container}: OK, {report.tensors} tensor(s), {_size(report.tensor_bytes)} of tensor data "
+            f"({_size(report.bytes_hashed)} hashed with the graph) in {report.seconds:.3f} s; "
+            f"container digest {report.digest}; {describe_signers(signers(report.signatures, bool(trust)), bool(trust))}"
         )
     elif len(report.mismatches) > 1:
         for m in report.mismatches:
@@ -117,8 +118,10 @@ def inspect(container: str, as_json: bool) -> None:
     click.echo(f"{info['path']}: sealtrace container v{info['format_version']}, {_size(info['size'])}")
     click.echo(f"  container digest {info['container_digest']}")
     click.echo(f"  plan digest      {info['plan_digest']}")
-    click.echo(f"  source           {info['source']['file_name']} sha256 {info['source']['sha256']}")
-    click.echo(f"  producer         {model['producer_name']} {model['producer_version']}; opsets {opsets}")
+    click.echo(f"  source           {info['source']['file_name'] or '-'} sha256 {info['source']['sha256']}")
+    producer = " ".join(p for p in (model["producer_name"], model["producer_version"]) if p) or "-"
+    click.echo(f"  producer         {producer}")
+    click.echo(f"  opsets           {opsets or '-'}")
     click.echo(f"  signatures       {', '.join(s['key_id'] for s in info['signatures']) or 'none'}")
     table = Table(title=f"{len(info['tensors'])} tensor(s), {_size(info['tensor_bytes'])}", title_justify="left")
     for column in ("tensor", "dtype", "shape", "bytes", "offset"):
@@ -139,6 +142,7 @@ def unseal_command(container: str, output: str, trust: tuple[str, ...], require_
     result = unseal(container, output, trust=trust, require_signature=require_signature, force=force)
     same = " (identical to the sealed source file)" if result.same_as_source else ""
     click.echo(f"wrote {result.path}: {_size(result.size)}, sha256 {result.sha256}{same}")
+    click.echo(f"{container}: verified; {describe_signers(result.signed_by, result.trusted)}")
 
 
 @app.command()

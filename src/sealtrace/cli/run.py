@@ -43,8 +43,10 @@ def _summary(array: Any, count: int = 6) -> str:
 @click.option("--sign-log", "sign_log", type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign the audit log's run digest with this key.")
 @click.option("--capture", "capture_dir", type=click.Path(file_okay=False), metavar="DIR", help="Store every intermediate tensor in DIR (.npy files).")
 @click.option("--trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
-              help="A sealed MODEL must carry a valid signature by one of these keys.")
-@click.option("--require-signature", is_flag=True, help="Refuse a sealed MODEL that no trusted key signed.")
+              help="Run only what one of these keys signed: a sealed MODEL (or, with --container, the binding) "
+                   "without a valid signature by one of them is refused (exit 1), and so is a plain ONNX MODEL.")
+@click.option("--require-signature", is_flag=True,
+              help="Refuse a MODEL that no trusted key signed (needs --trust; implied by --trust).")
 @click.option("--container", "source_container", type=click.Path(dir_okay=False), metavar="MODEL.seal",
               help="MODEL is a derived artifact: run it only if bound to this container (docs/binding.md).")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
@@ -71,7 +73,9 @@ def run(
 ) -> None:
     """Run MODEL (ONNX, a sealed .seal container, or a bound artifact) and summarize its outputs.
 
-    A container is verified before a single op runs; a failing one exits 1 naming what changed.
+    A container is verified before a single op runs; a failing one exits 1 naming what changed, and
+    so does a file named *.seal that is not a container. A plain ONNX file runs unverified, and
+    says so on stderr. The last line says who signed the container (or the binding).
     """
     if (sample is not None or sign_log) and not audit_path:
         raise InputError("--sample and --sign-log need --audit LOG.jsonl")
@@ -104,6 +108,12 @@ def run(
         shape = str(list(value.shape)) if isinstance(value, np.ndarray) else "-"
         table.add_row(name, dtype, shape, _summary(value))
     Console().print(table)
+    if session.origin.kind in ("container", "artifact"):
+        click.echo(session.origin.provenance())
+    else:
+        # A plain ONNX file ran: said plainly, so it is never mistaken for a verified model (on
+        # stderr, after the run, so that a failing run still ends with one error line).
+        click.echo(f"note: {session.origin.provenance()}", err=True)
     if out_path:
         arrays = {n: v for n, v in zip(session.plan.output_names, outputs, strict=True) if isinstance(v, np.ndarray)}
         write_npz_atomically(Path(out_path), arrays)

@@ -1,4 +1,4 @@
-"""Chunked sha256 over memory, in parallel threads (hashlib releases the GIL while it hashes).
+"""Chunked sha256 over a container's bytes, in parallel threads (hashlib and pread release the GIL).
 
 An entry of ``length`` bytes is cut into ``chunk_size`` pieces; its digest list holds the sha256
 of each piece, so a 1 GB tensor is hashed on every core and a change is located to one chunk.
@@ -7,12 +7,19 @@ of each piece, so a 1 GB tensor is hashed on every core and a change is located 
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-PAGE = mmap.PAGESIZE
+if TYPE_CHECKING:
+    from sealtrace.container.format import ContainerBytes
+
+# Bytes read per pread when hashing a file: large enough that the syscall costs little next to
+# sha256, small enough that the copy is still in the CPU cache when it is hashed, and that one
+# buffer per thread keeps memory flat.
+READ_BLOCK = 1 << 20
 
 
 def chunk_ranges(start: int, length: int, chunk_size: int) -> list[tuple[int, int]]:
@@ -31,29 +38,43 @@ def default_workers() -> int:
 
 
 def hash_ranges(
-    buffer: memoryview,
+    source: ContainerBytes,
     ranges: Sequence[tuple[int, int]],
     workers: int | None = None,
-    mapped: mmap.mmap | None = None,
 ) -> list[str]:
-    """Hex sha256 of ``buffer[start:end]`` for each range, hashed on ``workers`` threads.
+    """Hex sha256 of the bytes ``[start, end)`` of ``source`` for each range, on ``workers`` threads.
 
-    With ``mapped`` (the mmap behind ``buffer``), pages are dropped from this process once hashed,
-    so resident memory stays flat however large the file is (the page cache keeps them).
+    A file is read with ``pread`` in blocks of :data:`READ_BLOCK` into one buffer per thread, so
+    resident memory stays flat however large the file is, and a file truncated meanwhile is an
+    IntegrityError, not a SIGBUS. Both ``pread`` and sha256 release the GIL.
     """
+    local = threading.local()
 
     def one(span: tuple[int, int]) -> str:
         start, end = span
-        digest = hashlib.sha256(buffer[start:end]).hexdigest()
-        if mapped is not None and end - start >= PAGE:
-            first = -(-start // PAGE) * PAGE
-            last = end // PAGE * PAGE
-            if last > first:
-                mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
-        return digest
+        if source.in_memory:
+            return hashlib.sha256(source.read(start, end - start)).hexdigest()
+        buffer = getattr(local, "buffer", None)
+        if buffer is None:
+            buffer = local.buffer = memoryview(bytearray(READ_BLOCK))
+        digest = hashlib.sha256()
+        position = start
+        while position < end:
+            block = buffer[: min(READ_BLOCK, end - position)]
+            source.read_into(block, position)
+            digest.update(block)
+            position += len(block)
+        return digest.hexdigest()
 
     count = workers or default_workers()
     if count == 1 or len(ranges) <= 1:
         return [one(r) for r in ranges]
     with ThreadPoolExecutor(max_workers=count, thread_name_prefix="sealtrace-hash") as pool:
         return list(pool.map(one, ranges))
+
+
+def file_sha256(source: ContainerBytes) -> str:
+    """sha256 of every byte of ``source`` (one thread, blocks of :data:`READ_BLOCK`)."""
+    if source.in_memory:
+        return hashlib.sha256(source.read(0, source.size)).hexdigest()
+    return hash_ranges(source, [(0, source.size)], workers=1)[0]

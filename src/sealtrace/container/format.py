@@ -12,26 +12,28 @@ Layout::
 The reader accepts nothing outside this: bounded header, canonical JSON only, no unknown keys or
 versions, no overlapping, out-of-range or unaligned entries, no holes beyond alignment padding,
 sizes consistent with dtype and shape, unique names that cannot be read as escaping paths.
-No code runs on load: the header is JSON, the data is raw bytes.
+No code runs on load: the header is JSON, the data is raw bytes. A file that claims to be a
+container (the magic, or a ``.seal`` name) and breaks any of this fails its check (exit 1).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import mmap
 import os
 import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from sealtrace.container.errors import ContainerFormatError, IntegrityError, Mismatch
+from sealtrace.container.errors import ContainerDamagedError, ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.digest import canonical_json, json_digest
+from sealtrace.errors import SealtraceError
+from sealtrace.limits import open_regular_file
 
 MAGIC = b"\x89SEAL\r\n\x1a"
 FORMAT_NAME = "sealtrace.container"
@@ -146,6 +148,67 @@ class SignatureEntry:
         }
 
 
+class ContainerBytes:
+    """Where a container's bytes come from: memory, or an open regular file read with ``pread``.
+
+    A file is never memory-mapped: a mapped file that someone truncates kills the reader with
+    SIGBUS, while a read of a shrunken file just comes back short, and that is reported as a
+    truncated container (exit 1). Reads release the GIL, so many threads can read and hash at once.
+    """
+
+    def __init__(self, where: str, memory: memoryview | None = None, file: BinaryIO | None = None, size: int = 0) -> None:
+        self.where = where
+        self._memory = memory
+        self._file = file
+        self.size = len(memory) if memory is not None else size
+
+    @property
+    def in_memory(self) -> bool:
+        return self._memory is not None
+
+    def read(self, start: int, length: int) -> memoryview:
+        """``length`` bytes at ``start``; IntegrityError when the file no longer holds them."""
+        if self._memory is not None:
+            if start + length > len(self._memory):
+                raise self._truncated(start + length)
+            return self._memory[start : start + length]
+        buffer = bytearray(length)
+        self.read_into(memoryview(buffer), start)
+        return memoryview(buffer)
+
+    def read_into(self, buffer: memoryview, start: int) -> None:
+        """Fill ``buffer`` with the bytes at ``start`` (exactly ``len(buffer)`` of them)."""
+        if self._memory is not None:
+            buffer[:] = self.read(start, len(buffer))
+            return
+        assert self._file is not None
+        done = 0
+        while done < len(buffer):
+            try:
+                count = os.preadv(self._file.fileno(), [buffer[done:]], start + done)
+            except OSError as exc:
+                raise IntegrityError(
+                    self.where, [Mismatch("file", self.where, "a readable file", f"read error ({exc.strerror})")]
+                ) from None
+            if count == 0:
+                raise self._truncated(start + len(buffer))
+            done += count
+
+    def _truncated(self, needed: int) -> IntegrityError:
+        return IntegrityError(
+            self.where,
+            [Mismatch("file", self.where, f"{self.size} bytes", f"fewer than {needed} (truncated while being read)")],
+        )
+
+    def close(self) -> None:
+        if self._memory is not None:
+            with contextlib.suppress(BufferError):
+                self._memory.release()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
 class Container:
     """An opened ``.seal`` file whose structure has been checked (its bytes not yet hashed).
 
@@ -155,28 +218,21 @@ class Container:
     def __init__(
         self,
         where: str,
-        buffer: memoryview,
+        source: ContainerBytes,
         body: dict[str, Any],
         entries: list[Entry],
         signatures: list[SignatureEntry],
         digest: str,
         header_length: int,
-        closer: Any = None,
     ) -> None:
         self.where = where
-        self.buffer = buffer
+        self.source = source
         self.body = body
         self.entries = entries
         self.signatures = signatures
         self.digest = digest
         self.header_length = header_length
         self.data_start = align(PREAMBLE_SIZE + header_length)
-        self._closer = closer
-
-    @property
-    def mapping(self) -> mmap.mmap | None:
-        """The memory map behind ``buffer`` (None when the container was read into memory)."""
-        return self._closer if isinstance(self._closer, mmap.mmap) else None
 
     @property
     def chunk_size(self) -> int:
@@ -196,7 +252,7 @@ class Container:
 
     @property
     def size(self) -> int:
-        return len(self.buffer)
+        return self.source.size
 
     def entry(self, name: str, kind: str = "tensor") -> Entry:
         for e in self.entries:
@@ -205,18 +261,20 @@ class Container:
         raise KeyError(name)
 
     def data(self, entry: Entry) -> memoryview:
-        """The bytes of one entry, a zero-copy view into the mapped file."""
-        start = self.data_start + entry.offset
-        return self.buffer[start : start + entry.length]
+        """The bytes of one entry: a view for a container in memory, a fresh read from a file."""
+        return self.source.read(self.data_start + entry.offset, entry.length)
 
     def array(self, name: str) -> np.ndarray:
-        """A read-only NumPy view of a tensor (types NumPy lacks come back as uint8 bytes)."""
+        """A read-only NumPy array of a tensor (types NumPy lacks come back as uint8 bytes)."""
         entry = self.entry(name)
         assert entry.dtype is not None and entry.shape is not None
         view = self.data(entry)
         if entry.dtype in NUMPY_DTYPES:
-            return np.frombuffer(view, dtype=NUMPY_DTYPES[entry.dtype]).reshape(entry.shape)
-        return np.frombuffer(view, dtype=np.uint8)
+            array = np.frombuffer(view, dtype=NUMPY_DTYPES[entry.dtype]).reshape(entry.shape)
+        else:
+            array = np.frombuffer(view, dtype=np.uint8)
+        array.flags.writeable = False
+        return array
 
     def padding(self) -> Iterator[tuple[str, int, int]]:
         """(what follows, absolute start, end) of every zero-padding run in the file."""
@@ -228,14 +286,8 @@ class Container:
             end = start + e.length
 
     def close(self) -> None:
-        """Release the memory map (views handed out before must no longer be used)."""
-        # Views handed out (NumPy arrays) may still hold the map; it is freed when they are collected.
-        with contextlib.suppress(BufferError):
-            self.buffer.release()
-        if self._closer is not None:
-            with contextlib.suppress(BufferError):
-                self._closer.close()
-            self._closer = None
+        """Release the file (views handed out of an in-memory container stay valid)."""
+        self.source.close()
 
     def __enter__(self) -> Container:
         return self
@@ -244,71 +296,92 @@ class Container:
         self.close()
 
 
+def claims_container_name(path: str | os.PathLike[str]) -> bool:
+    """A file named ``*.seal`` claims to be a container: it is checked as one, and refused (exit 1)
+    when it is not, never run as something else."""
+    return Path(os.fspath(path)).suffix.lower() == ".seal"
+
+
 def is_container(source: str | os.PathLike[str] | bytes) -> bool:
-    """True when ``source`` (a path or the file's bytes) starts with the container magic."""
+    """True when ``source`` claims to be a container: its bytes start with the container magic, or
+    (a path) it is named ``*.seal``. Such a source must be opened and verified as a container."""
     if isinstance(source, bytes):
         return source[: len(MAGIC)] == MAGIC
+    if claims_container_name(source):
+        return True
     try:
-        with open(source, "rb") as f:
-            return f.read(len(MAGIC)) == MAGIC
-    except OSError:
+        f, _ = open_regular_file(source, "container")
+    except SealtraceError:
         return False
+    with f:
+        return f.read(len(MAGIC)) == MAGIC
 
 
 def open_container(
     source: str | os.PathLike[str] | bytes | bytearray | memoryview, *, private_copy: bool = False
 ) -> Container:
-    """Open a container from a path (memory-mapped) or from its bytes, checking its structure.
+    """Open a container from a path or from its bytes, checking its structure.
 
-    With ``private_copy`` the file is read into memory instead of mapped, so the bytes that get
-    verified are the bytes that are used even if someone rewrites the file meanwhile.
+    A path is read with ``pread`` as its bytes are needed (never mapped: see ContainerBytes). With
+    ``private_copy`` the whole file is read into memory first, so the bytes that get verified are
+    the bytes that are used even if someone rewrites the file meanwhile.
 
-    Raises :class:`ContainerFormatError` for anything that is not a well-formed container, and
-    :class:`IntegrityError` when the header does not match the digest in the preamble or the file
-    is not as long as the header says (truncated or extended).
+    Raises :class:`ContainerFormatError` (exit 2) for a file that is not a container (no magic,
+    and not named ``*.seal``; a directory, device or FIFO), and :class:`IntegrityError` (exit 1) for
+    one that claims to be a container and is not a valid one: bytes that are not a container under
+    a ``.seal`` name, a malformed header (:class:`ContainerDamagedError`), a header that does not
+    match the digest in the preamble, a file not as long as the header says.
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
-        buffer = memoryview(source).cast("B")
-        return _parse(buffer, "<bytes>", None)
+        return _parse(ContainerBytes("<bytes>", memory=memoryview(source).cast("B")), named_container=False)
     path = Path(os.fspath(source))
+    named = claims_container_name(path)
+    f, size = open_regular_file(path, "container", ContainerFormatError)
+    bytes_source = ContainerBytes(str(path), file=f, size=size)
     try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < PREAMBLE_SIZE or private_copy:
-                buffer = memoryview(f.read())
-                return _parse(buffer, str(path), None)
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        raise ContainerFormatError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ContainerFormatError(f"{path}: is a directory, not a container") from None
-    except OSError as exc:
-        raise ContainerFormatError(f"{path}: cannot read ({exc.strerror})") from None
-    view = memoryview(mapped)
-    try:
-        return _parse(view, str(path), mapped)
+        if private_copy:
+            buffer = bytearray(size)
+            bytes_source.read_into(memoryview(buffer), 0)
+            bytes_source.close()
+            bytes_source = ContainerBytes(str(path), memory=memoryview(buffer))
+        return _parse(bytes_source, named_container=named)
     except BaseException:
-        # Release the map now, not when the traceback goes; a view still alive keeps it open.
-        with contextlib.suppress(BufferError):
-            view.release()
-            mapped.close()
+        bytes_source.close()
         raise
 
 
-def _parse(buffer: memoryview, where: str, closer: Any) -> Container:
-    size = len(buffer)
+def _parse(source: ContainerBytes, named_container: bool) -> Container:
+    where = source.where
+    size = source.size
+    head = bytes(source.read(0, min(size, PREAMBLE_SIZE)))
     if size < PREAMBLE_SIZE:
-        if buffer[: len(MAGIC)] == MAGIC[: min(size, len(MAGIC))] and size > 0:
+        if size > 0 and head[: len(MAGIC)] == MAGIC[: min(size, len(MAGIC))]:
             raise IntegrityError(
                 where, [Mismatch("file", where, f"at least {PREAMBLE_SIZE} bytes", f"{size} bytes (truncated)")]
             )
+        if named_container:
+            raise ContainerDamagedError(where, f"named .seal, but not a sealtrace container ({size} bytes, too short)")
         raise ContainerFormatError(f"{where}: not a sealtrace container (file too short)")
-    magic, version, header_length, digest_raw = PREAMBLE.unpack(buffer[:PREAMBLE_SIZE])
+    magic, version, header_length, digest_raw = PREAMBLE.unpack(head)
     if magic != MAGIC:
+        if named_container:
+            raise ContainerDamagedError(where, "named .seal, but not a sealtrace container (no container magic bytes)")
         raise ContainerFormatError(f"{where}: not a sealtrace container (bad magic bytes)")
+    try:
+        return _parse_after_magic(source, version, header_length, digest_raw)
+    except ContainerDamagedError:
+        raise
+    except ContainerFormatError as exc:
+        # The file claims to be a container: whatever is malformed in it is a failed check.
+        raise ContainerDamagedError(where, str(exc)) from None
+
+
+def _parse_after_magic(source: ContainerBytes, version: int, header_length: int, digest_raw: bytes) -> Container:
+    where, size = source.where, source.size
     if version != FORMAT_VERSION:
         raise ContainerFormatError(
-            f"{where}: container format version {version} is not supported (this sealtrace reads {FORMAT_VERSION})"
+            f"{where}: container format version {version} is not supported (this sealtrace reads {FORMAT_VERSION}): "
+            "damaged, or written by a newer sealtrace"
         )
     if header_length < 2 or header_length > MAX_HEADER_SIZE:
         raise ContainerFormatError(f"{where}: header length {header_length} out of bounds (2..{MAX_HEADER_SIZE})")
@@ -317,7 +390,7 @@ def _parse(buffer: memoryview, where: str, closer: Any) -> Container:
             where,
             [Mismatch("file", where, f"a {header_length}-byte header", f"{size - PREAMBLE_SIZE} bytes (truncated)")],
         )
-    raw = bytes(buffer[PREAMBLE_SIZE : PREAMBLE_SIZE + header_length])
+    raw = bytes(source.read(PREAMBLE_SIZE, header_length))
     document = parse_canonical_json(raw, f"{where}: header")
     if not isinstance(document, dict) or set(document) != {"container", "signatures"}:
         raise ContainerFormatError(f"{where}: header must be an object with keys 'container' and 'signatures'")
@@ -329,7 +402,7 @@ def _parse(buffer: memoryview, where: str, closer: Any) -> Container:
         # The header is what every other check trusts, so nothing else is examined.
         raise IntegrityError(where, [Mismatch("header", "container", digest, actual, offset=PREAMBLE_SIZE)])
     entries = _check_body(body, where)
-    container = Container(where, buffer, body, entries, signatures, digest, header_length, closer)
+    container = Container(where, source, body, entries, signatures, digest, header_length)
     last = max((e.offset + e.length for e in entries), default=0)
     declared = container.data_start + last
     if declared != size:

@@ -71,8 +71,9 @@ def check_signatures(
     trust: dict[str, Ed25519PublicKey],
     require_signature: bool,
 ) -> tuple[list[SignatureCheck], list[Mismatch]]:
-    """Check every stored signature; mismatches for invalid ones, for trusted key ids whose stored
-    public key differs, and (when required) for the absence of any valid trusted signature."""
+    """Check every stored signature; mismatches for invalid ones, and for the absence of a valid
+    signature by a trusted key whenever trust keys are given (``require_signature`` is implied by
+    ``trust``: a reader that names the keys it trusts refuses anything they did not sign)."""
     checks: list[SignatureCheck] = []
     problems: list[Mismatch] = []
     for i, entry in enumerate(entries):
@@ -92,9 +93,26 @@ def check_signatures(
             problems.append(
                 Mismatch("signature", f"#{i} key {entry.key_id}", f"a valid ed25519 signature over {digest[:16]}...", "an invalid signature")
             )
-    if require_signature and not any(c.valid and c.trusted for c in checks):
+    if (require_signature or trust) and not any(c.valid and c.trusted for c in checks):
         found = ", ".join(c.key_id for c in checks if c.valid) or "none"
         problems.append(
             Mismatch("signature", "trusted signature", f"a signature by {', '.join(sorted(trust)) or 'a trusted key'}", f"valid signatures by: {found}")
         )
     return checks, problems
+
+
+def describe_signers(key_ids: Sequence[str], trusted: bool) -> str:
+    """How an OK line says who signed: ``unsigned``, ``signed by trusted key K`` (``trusted``: the
+    keys were checked against the reader's trust keys), or ``signed by key K (signer not checked:
+    give --trust KEY.pub)``, so a reader never takes a signature by anyone for a trusted one."""
+    if not key_ids:
+        return "unsigned"
+    keys = ", ".join(key_ids)
+    if trusted:
+        return f"signed by trusted key {keys}"
+    return f"signed by key {keys} (signer not checked: give --trust KEY.pub)"
+
+
+def signers(checks: Sequence[SignatureCheck], trust_given: bool) -> tuple[str, ...]:
+    """The key ids an OK line names: the trusted ones when trust keys were given, else every valid one."""
+    return tuple(c.key_id for c in checks if (c.trusted if trust_given else c.valid))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,9 +16,10 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto
 
 from sealtrace import __version__
+from sealtrace.container import chunks
 from sealtrace.container.chunks import chunk_ranges, hash_ranges
-from sealtrace.container.errors import ContainerFormatError, IntegrityError, Mismatch
-from sealtrace.container.format import Container, open_container
+from sealtrace.container.errors import ContainerDamagedError, ContainerFormatError, IntegrityError, Mismatch
+from sealtrace.container.format import GRAPH_SECTION, Container, open_container
 from sealtrace.container.signatures import SignatureCheck, TrustSource, check_signatures, trusted_keys
 from sealtrace.container.weights import (
     MARKER,
@@ -25,8 +27,11 @@ from sealtrace.container.weights import (
     external_references,
     model_tensors,
     restore_weights,
+    storage_holds,
 )
 from sealtrace.errors import InputError
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass
@@ -37,7 +42,8 @@ class VerifyReport:
     digest: str | None = None
     plan_digest: str | None = None
     tensors: int = 0
-    bytes_hashed: int = 0
+    tensor_bytes: int = 0  # bytes of tensor data (what ``seal`` reports)
+    bytes_hashed: int = 0  # bytes hashed: the graph section and the tensors
     seconds: float = 0.0
     file_sha256: str | None = None
     mismatches: list[Mismatch] = field(default_factory=list)
@@ -54,6 +60,7 @@ class VerifyReport:
             "container_digest": self.digest,
             "plan_digest": self.plan_digest,
             "tensors": self.tensors,
+            "tensor_bytes": self.tensor_bytes,
             "bytes_hashed": self.bytes_hashed,
             "seconds": round(self.seconds, 6),
             "file_sha256": self.file_sha256,
@@ -78,13 +85,16 @@ def verify_container(
 ) -> VerifyReport:
     """Check every byte of a container against its header; name every part that differs.
 
-    Raises :class:`ContainerFormatError` for a file that is not a container, and (unless
-    ``raise_on_failure`` is False) :class:`IntegrityError` listing every mismatch. With ``trust``,
-    signatures by those keys must be valid; ``require_signature`` also demands at least one.
-    ``expect_digest`` pins the container digest (what a signature would vouch for).
+    Raises :class:`ContainerFormatError` (exit 2) for a file that is not a container (no magic, not
+    named ``*.seal``), and (unless ``raise_on_failure`` is False) :class:`IntegrityError` (exit 1)
+    listing every mismatch of a file that claims to be one, a malformed header included. ``trust``
+    (public keys) demands a valid signature by one of them (``require_signature`` is implied by
+    ``trust``). ``expect_digest`` pins the container digest (what a signature would vouch for).
     """
     if require_signature and not trust:
         raise InputError("--require-signature needs at least one trusted public key (--trust KEY.pub)")
+    if expect_digest is not None and not _HEX64.fullmatch(expect_digest.lower()):
+        raise InputError(f"--expect-digest {expect_digest[:80]!r}: a container digest is 64 hex digits")
     keys = trusted_keys(trust)
     started = time.perf_counter()
     where = source.where if isinstance(source, Container) else (
@@ -97,10 +107,16 @@ def verify_container(
         report.mismatches.extend(exc.mismatches)
         report.seconds = time.perf_counter() - started
         if raise_on_failure:
-            report.raise_for_failure()
+            raise  # the reader's own error: a damaged container stays a ContainerDamagedError
         return report
     try:
         _check(container, report, keys, require_signature, expect_digest, workers, file_sha256)
+    except IntegrityError as exc:
+        # A file truncated while it was read, a graph that does not parse or does not match the
+        # table: failed checks, reported with the rest.
+        report.mismatches.extend(exc.mismatches)
+        if raise_on_failure and isinstance(exc, ContainerDamagedError):
+            raise
     finally:
         if not isinstance(source, Container):
             container.close()
@@ -129,23 +145,29 @@ def _check(
     report.signatures = checks
     report.mismatches.extend(problems)
 
-    buffer = container.buffer
-    mapped = container.mapping
+    source = container.source
+    graph_entry = container.entry(GRAPH_SECTION, "section")
+    # The graph section is read once and both hashed and parsed from that read (it is small: the
+    # weights are elsewhere); tensors are hashed chunk by chunk straight from the file.
+    graph_bytes = container.data(graph_entry)
+    graph_ranges = chunk_ranges(0, graph_entry.length, container.chunk_size)
+    graph_digests = [hashlib.sha256(graph_bytes[a:b]).hexdigest() for a, b in graph_ranges]
     ranges: list[tuple[int, int]] = []
-    for entry in container.entries:
+    for entry in container.tensors:
         ranges.extend(chunk_ranges(container.data_start + entry.offset, entry.length, container.chunk_size))
     whole = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sealtrace-file") as side:
         if file_sha256:
             # The file digest (what a session records as the model's origin) on its own thread.
-            whole = side.submit(lambda: hashlib.sha256(buffer).hexdigest())
-        digests = hash_ranges(buffer, ranges, workers=workers, mapped=None if file_sha256 else mapped)
+            whole = side.submit(chunks.file_sha256, source)
+        digests = [*graph_digests, *hash_ranges(source, ranges, workers=workers)]
         if whole is not None:
             report.file_sha256 = whole.result()
     report.bytes_hashed = sum(e.length for e in container.entries)
+    report.tensor_bytes = sum(e.length for e in container.tensors)
 
     position = 0
-    for entry in container.entries:
+    for entry in [graph_entry, *container.tensors]:
         actual = digests[position : position + len(entry.sha256)]
         position += len(entry.sha256)
         bad = [k for k, (want, got) in enumerate(zip(entry.sha256, actual, strict=True)) if want != got]
@@ -161,23 +183,27 @@ def _check(
         report.mismatches.append(Mismatch(entry.kind, entry.name, expected, found, offset=start, length=span))
 
     for what, start, end in container.padding():
-        nonzero = next((i for i, b in enumerate(buffer[start:end]) if b), None)
+        run = bytes(source.read(start, end - start))
+        nonzero = next((i for i, b in enumerate(run) if b), None)
         if nonzero is not None:
             report.mismatches.append(
-                Mismatch("padding", f"before {what}", "zero bytes", f"byte {buffer[start + nonzero]:#04x}", offset=start + nonzero)
+                Mismatch("padding", f"before {what}", "zero bytes", f"byte {run[nonzero]:#04x}", offset=start + nonzero)
             )
 
     if not any(m.kind == "section" for m in report.mismatches):
-        stripped = _graph(container)
-        _check_references(stripped, container)
+        _check_references(_parse_graph(graph_bytes, container.where), container)
 
 
 def _graph(container: Container) -> ModelProto:
+    return _parse_graph(container.data(container.entry(GRAPH_SECTION, "section")), container.where)
+
+
+def _parse_graph(data: memoryview, where: str) -> ModelProto:
     model = ModelProto()
     try:
-        model.ParseFromString(bytes(container.data(container.entry("graph", "section"))))
+        model.ParseFromString(bytes(data))
     except (DecodeError, RuntimeError, ValueError) as exc:
-        raise ContainerFormatError(f"{container.where}: graph section is not an ONNX model ({exc})") from None
+        raise ContainerDamagedError(where, f"graph section is not an ONNX model ({exc})") from None
     return model
 
 
@@ -186,8 +212,8 @@ def _check_references(stripped: ModelProto, container: Container) -> None:
     tensor of the graph refers to data outside the container."""
     foreign = external_references(stripped)
     if foreign:
-        raise ContainerFormatError(
-            f"{container.where}: graph tensor(s) refer to external data: {', '.join(f[:80] for f in foreign[:5])}"
+        raise ContainerDamagedError(
+            container.where, f"graph tensor(s) refer to external data: {', '.join(f[:80] for f in foreign[:5])}"
         )
     table = {e.name: e for e in container.tensors}
     seen: set[str] = set()
@@ -196,14 +222,17 @@ def _check_references(stripped: ModelProto, container: Container) -> None:
         if not names and not tensor.external_data:
             continue
         if len(names) != 1 or len(tensor.external_data) != 1 or names[0] not in table or names[0] in seen:
-            raise ContainerFormatError(f"{container.where}: graph tensor {scope_name[:80]!r} has a bad tensor-table reference")
+            raise ContainerDamagedError(container.where, f"graph tensor {scope_name[:80]!r} has a bad tensor-table reference")
         entry = table[names[0]]
         seen.add(entry.name)
         if dtype_name(tensor.data_type) != entry.dtype or tuple(tensor.dims) != entry.shape:
-            raise ContainerFormatError(f"{container.where}: tensor {entry.name!r}: graph and table disagree on dtype or shape")
+            raise ContainerDamagedError(container.where, f"tensor {entry.name!r}: graph and table disagree on dtype or shape")
+        if not storage_holds(entry.storage or "", entry.dtype or ""):
+            # Loading would refuse it: verify must not say OK to what run refuses.
+            raise ContainerDamagedError(container.where, f"tensor {entry.name!r}: storage {entry.storage} cannot hold {entry.dtype}")
     unused = sorted(set(table) - seen)
     if unused:
-        raise ContainerFormatError(f"{container.where}: tensor table entries the graph never uses: {', '.join(unused[:5])}")
+        raise ContainerDamagedError(container.where, f"tensor table entries the graph never uses: {', '.join(unused[:5])}")
 
 
 @dataclass(frozen=True)
@@ -242,7 +271,10 @@ def load_verified_model(
         )
         model = _graph(container)
         fetch = {e.name: (e.storage or "raw_data", e.dtype or "", e.shape or (), container.data(e)) for e in container.tensors}
-        restore_weights(model, fetch)
+        try:
+            restore_weights(model, fetch)
+        except ContainerFormatError as exc:
+            raise ContainerDamagedError(container.where, str(exc)) from None
         del fetch
         return VerifiedModel(model, report, dict(container.body["source"]), str(container.body["sealtrace_version"]))
     finally:

@@ -47,6 +47,11 @@ class Weight:
     data: bytes | memoryview
 
 
+def storage_holds(storage: str, dtype: str) -> bool:
+    """Whether ``storage`` (a TensorProto field) can hold ``dtype`` values, as restoring needs."""
+    return storage == "raw_data" or (storage, dtype) in _FIELD_DTYPES
+
+
 def dtype_name(data_type: int) -> str:
     """The container's name for an ONNX element type ('float', 'int64', 'bfloat16' ...)."""
     return str(TensorProto.DataType.Name(data_type)).lower()
@@ -242,7 +247,7 @@ def restore_weights(stripped: ModelProto, fetch: dict[str, tuple[str, str, tuple
         storage, dtype, shape, data = fetch[name]
         if dtype_name(tensor.data_type) != dtype or tuple(tensor.dims) != shape:
             raise ContainerFormatError(f"tensor {name!r}: graph and tensor table disagree on dtype or shape")
-        if storage != "raw_data" and (storage, dtype) not in _FIELD_DTYPES:
+        if not storage_holds(storage, dtype):
             raise ContainerFormatError(f"tensor {name!r}: storage {storage} cannot hold {dtype}")
         _fill(tensor, storage, dtype, data)
     unused = sorted(set(fetch) - seen)

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import onnx
 from onnx import ModelProto, TensorProto
 
 from sealtrace import __version__
@@ -36,8 +35,9 @@ from sealtrace.container.signatures import KeySource, sign
 from sealtrace.container.weights import model_tensors, strip_weights
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import SealtraceError
-from sealtrace.outputs import OutputExistsError, atomic_output
-from sealtrace.plan import build_plan, load_model
+from sealtrace.outputs import OutputExistsError, atomic_output, check_output
+from sealtrace.plan import build_plan
+from sealtrace.plan.builder import load_model_file
 
 
 @dataclass(frozen=True)
@@ -189,56 +189,19 @@ def _load(model: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, dict[
                 raise SealingError(f"tensor {name!r} refers to external data; seal the file, or load the data first")
         data = model.SerializeToString()
         return model, {"file_name": None, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "external_data": []}
-    path = Path(os.fspath(model))
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise SealingError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise SealingError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        proto = load_model(data)
+        # One read of the file and of each external data file: the source record's digests are
+        # those of the very bytes that get sealed.
+        read = load_model_file(model)
     except SealtraceError as exc:
-        raise SealingError(f"{path}: {exc}") from None
-    locations = sorted(
-        {
-            onnx.external_data_helper.ExternalDataInfo(t).location
-            for _, t in model_tensors(proto)
-            if t.data_location == TensorProto.EXTERNAL
-        }
-    )
-    try:
-        # onnx refuses locations that leave the model's directory, before anything is read.
-        onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
-    except (OSError, ValueError) as exc:
-        raise SealingError(f"{path}: cannot load external data: {exc}") from None
-    external = _external_files(locations, path.parent)
+        raise SealingError(str(exc)) from None
     source = {
-        "file_name": path.name,
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "size": len(data),
-        "external_data": external,
+        "file_name": read.path.name,
+        "sha256": read.sha256,
+        "size": read.size,
+        "external_data": [f.to_json() for f in read.external_data],
     }
-    del data
-    return proto, source
-
-
-def _external_files(locations: list[str], base: Path) -> list[dict[str, Any]]:
-    """sha256 and size of each external data file (recorded so a seal names its sources)."""
-    found = []
-    for location in locations:
-        file = base / location
-        digest = hashlib.sha256()
-        size = 0
-        try:
-            with file.open("rb") as f:
-                while block := f.read(1 << 22):
-                    digest.update(block)
-                    size += len(block)
-        except OSError as exc:
-            raise SealingError(f"{file}: cannot read external data ({exc.strerror})") from None
-        found.append({"path": location.replace("\\", "/").removeprefix("./"), "sha256": digest.hexdigest(), "size": size})
-    return found
+    return read.model, source
 
 
 def add_signatures(
@@ -255,18 +218,20 @@ def add_signatures(
     from sealtrace.container.verify import verify_container
 
     keys: list[KeySource] = list(sign_with) if isinstance(sign_with, (list, tuple)) else [sign_with]  # type: ignore[list-item]
+    check_output(out_path, force, "-o")  # before the container is read and hashed
     with open_container(source) as container:
         verify_container(container)
         present = {s.key_id for s in container.signatures}
         added = [s for s in sign(container.digest, keys) if s.key_id not in present]
         signatures: list[SignatureEntry] = [*container.signatures, *added]
         header = canonical_json({"container": container.body, "signatures": [s.to_json() for s in signatures]})
-        data = container.buffer[container.data_start :]
         with atomic_output(out_path, force=force) as f:
             f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), bytes.fromhex(container.digest)))
             f.write(header)
             _pad(f, PREAMBLE_SIZE + len(header), align(PREAMBLE_SIZE + len(header)))
-            for start in range(0, len(data), 16 << 20):
-                f.write(data[start : start + (16 << 20)])
-        data.release()
+            # Copied as read (a file truncated meanwhile is an IntegrityError and nothing is written);
+            # a byte changed between the check and the copy fails every later verification, since
+            # the signatures cover the digest, which covers every chunk.
+            for start in range(container.data_start, container.size, 16 << 20):
+                f.write(container.source.read(start, min(16 << 20, container.size - start)))
     return tuple(s.key_id for s in signatures)

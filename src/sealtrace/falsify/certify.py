@@ -22,10 +22,11 @@ import numpy as np
 from onnx import ModelProto
 
 from sealtrace.audit import AuditRecorder, verify_log
-from sealtrace.container import is_container, seal_model
-from sealtrace.errors import CheckFailedError
+from sealtrace.container import is_container, open_container, seal_model, verify_container
+from sealtrace.errors import CheckFailedError, SealtraceError
 from sealtrace.falsify.network import NetworkLayout
 from sealtrace.falsify.property import OutputSet, Property
+from sealtrace.plan.modelfile import ExternalFile, files_digest, model_file_digest
 from sealtrace.session import Session
 
 
@@ -40,24 +41,44 @@ def default_cache_dir() -> Path:
 def sealed_container(model: str | os.PathLike[str] | ModelProto, cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """``model`` itself when it is a .seal container; else a container sealed from it, cached by content.
 
-    The cache is keyed by the SHA-256 of the ONNX bytes, so 45 networks times 10 properties are
-    sealed 45 times. Whatever the cache holds is verified again when a Session opens it.
+    The cache is keyed by the model's identity (the sha256 of the ONNX bytes, or with external data
+    the digest of the file and its external data files), so 45 networks times 10 properties are
+    sealed 45 times. A cached ``<key>.seal`` is used only when it verifies and its header says it
+    is the sealing of exactly these bytes (the same identity); anything else is sealed again.
     """
     if not isinstance(model, ModelProto) and is_container(model):
         return Path(model)
-    if isinstance(model, ModelProto):
-        data = model.SerializeToString()
-    else:
-        data = Path(model).read_bytes() if Path(model).is_file() else b""
-    # Without bytes, seal_model below produces the precise error (missing file, not ONNX ...).
-    key = hashlib.sha256(data).hexdigest() if data else "missing"
+    try:
+        key = _model_key(model)
+    except SealtraceError:
+        key = None  # seal_model below gives the precise error (missing file, not ONNX ...)
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = directory / f"{key}.seal"
-    if key != "missing" and target.is_file():
+    target = directory / f"{key or 'missing'}.seal"
+    if key is not None and _is_sealing_of(target, key):
         return target
     directory.mkdir(parents=True, exist_ok=True)
     seal_model(model, target, force=True)
     return target
+
+
+def _model_key(model: str | os.PathLike[str] | ModelProto) -> str:
+    if isinstance(model, ModelProto):
+        return hashlib.sha256(model.SerializeToString()).hexdigest()
+    return model_file_digest(model)
+
+
+def _is_sealing_of(target: Path, key: str) -> bool:
+    """True when ``target`` is a container that verifies and was sealed from the model ``key`` names."""
+    if not target.is_file():
+        return False
+    try:
+        with open_container(target) as container:
+            verify_container(container)
+            source = container.body["source"]
+            external = [ExternalFile(e["path"], e["sha256"], e["size"]) for e in source["external_data"]]
+            return files_digest(source["sha256"], source["size"], external) == key
+    except SealtraceError:
+        return False
 
 
 def as_fraction(value: Any) -> Fraction:

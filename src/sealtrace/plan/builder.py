@@ -9,19 +9,17 @@ from __future__ import annotations
 import heapq
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, numpy_helper
 
-from sealtrace.digest import bytes_digest
 from sealtrace.errors import InvalidModelError, PlanError, UnsupportedError
 from sealtrace.ops import lookup
 from sealtrace.ops.registry import Kernel
 from sealtrace.plan.model import Plan, Step, ValueInfo
+from sealtrace.plan.modelfile import ModelFile, parse_model, read_model_file
 
 ModelSource = str | os.PathLike[str] | bytes | ModelProto
 
@@ -33,40 +31,15 @@ def load_model(source: ModelSource) -> ModelProto:
     if isinstance(source, ModelProto):
         return source
     if isinstance(source, bytes):
-        return _parse(source, "<bytes>")
-    return load_model_file(source)[0]
+        return parse_model(source, "<bytes>")
+    return load_model_file(source).model
 
 
-def load_model_file(source: str | os.PathLike[str]) -> tuple[ModelProto, str]:
-    """Read an ONNX file once: the model (external data loaded beside the file) and the sha256 of
-    the very bytes it was parsed from (so a file replaced between hashing and parsing cannot
-    pass for the one that runs)."""
-    path = Path(source)
-    if not path.exists():
-        raise InvalidModelError(f"{path}: no such file")
-    if path.is_dir():
-        raise InvalidModelError(f"{path}: is a directory, not an ONNX file")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InvalidModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    model = _parse(data, str(path))
-    try:
-        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
-    except (OSError, ValueError) as exc:
-        raise InvalidModelError(f"{path}: cannot load external data: {exc}") from None
-    return model, bytes_digest(data)
-
-
-def _parse(data: bytes, where: str) -> ModelProto:
-    model = ModelProto()
-    try:
-        model.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as exc:
-        raise InvalidModelError(f"{where}: not a valid ONNX model ({exc})") from None
-    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
-        raise InvalidModelError(f"{where}: not an ONNX model (no graph found)")
-    return model
+def load_model_file(source: str | os.PathLike[str]) -> ModelFile:
+    """Read an ONNX file and its external data once (sealtrace.plan.modelfile): the model, filled
+    from the very bytes whose digests come with it, so a file replaced between hashing and
+    parsing cannot pass for the one that runs."""
+    return read_model_file(source)
 
 
 def build_plan(source: ModelSource, *, require_kernels: bool = True) -> Plan:
