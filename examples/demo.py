@@ -109,8 +109,8 @@ def main() -> None:
     step("2. Seal, sign, verify, run from the container")
     sh("keygen", "-o", str(OUT / "signer.pem"))
     sh("seal", model, "-o", str(OUT / "model.seal"), "--sign", str(OUT / "signer.pem"))
-    sh("verify", str(OUT / "model.seal"), "--trust", str(OUT / "signer.pub"), "--require-signature")
-    sh("run", str(OUT / "model.seal"), "--input", f"x={OUT / 'photo.npy'}")
+    sh("verify", str(OUT / "model.seal"), "--trust", str(OUT / "signer.pub"))
+    sh("run", str(OUT / "model.seal"), "--input", f"x={OUT / 'photo.npy'}", "--trust", str(OUT / "signer.pub"))
 
     step("3. One flipped byte in one tensor: refused, the tensor named")
     tampered = OUT / "tampered.seal"
