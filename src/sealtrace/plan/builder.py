@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.inliner
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, numpy_helper
 
@@ -79,11 +80,7 @@ def build_plan(source: ModelSource, *, require_kernels: bool = True) -> Plan:
     """
     model = load_model(source)
     if model.functions:
-        # Model-local functions are expanded so every step maps to one registered kernel.
-        try:
-            model = onnx.inliner.inline_local_functions(model)  # type: ignore[attr-defined]
-        except Exception as exc:  # onnx raises assorted errors for bad functions
-            raise InvalidModelError(f"cannot expand model-local functions: {exc}") from None
+        model = _inline_local_functions(model)
     opsets = _opsets(model)
     value_info = _infer_value_info(model)
     builder = _GraphBuilder(opsets, value_info, ir_version=model.ir_version)
@@ -93,6 +90,33 @@ def build_plan(source: ModelSource, *, require_kernels: bool = True) -> Plan:
     plan.unsupported = tuple(builder.unsupported)
     plan.source = model
     return plan
+
+
+def _inline_local_functions(model: ModelProto) -> ModelProto:
+    """The model with every call of a model-local function expanded, so each step maps to one kernel.
+
+    A function written against another ONNX opset than the model's (exporters do this) is converted
+    to the model's opset first (onnx's version converter); one that cannot be is refused by name.
+    """
+    onnx_opset = _opsets(model).get("")
+    # Conversion only where needed: onnx's inliner cannot type a converted call inside a subgraph.
+    convert = any(
+        imp.version != onnx_opset
+        for function in model.functions
+        for imp in function.opset_import
+        if imp.domain in _DEFAULT_DOMAINS
+    )
+    try:
+        inlined = onnx.inliner.inline_local_functions(model, convert_version=convert)
+    except (onnx.checker.ValidationError, RuntimeError, ValueError, TypeError) as exc:
+        # Recursive or duplicated functions, malformed bodies: onnx's message names the function.
+        raise InvalidModelError(f"cannot expand model-local functions: {_first_line(exc)}") from None
+    return inlined
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def _opsets(model: ModelProto) -> dict[str, int]:
