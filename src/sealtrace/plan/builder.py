@@ -20,6 +20,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, n
 
 from sealtrace.digest import bytes_digest
 from sealtrace.errors import InvalidModelError, PlanError, UnsupportedError
+from sealtrace.limits import check_allocation
 from sealtrace.ops import lookup
 from sealtrace.ops.registry import Kernel
 from sealtrace.plan.model import Plan, Step, ValueInfo
@@ -227,7 +228,12 @@ class _GraphBuilder:
                 raise PlanError(f"{path}initializer {tensor.name!r} is defined twice")
             initializers[tensor.name] = _to_array(tensor, f"initializer {tensor.name!r}")
         for sparse in graph.sparse_initializer:
-            initializers[sparse.values.name] = _sparse_to_array(sparse)
+            name = sparse.values.name
+            if not name:
+                raise InvalidModelError(f"{path}a sparse initializer has no name (its values tensor names it)")
+            if name in initializers:
+                raise PlanError(f"{path}initializer {name!r} is defined twice")
+            initializers[name] = _sparse_to_array(sparse, f"{path}sparse initializer {name!r}")
 
         # IR < 4 lists every initializer as a graph input too; those are weights, not feeds.
         inputs = tuple(
@@ -367,7 +373,7 @@ class _GraphBuilder:
         if kind == AttributeProto.TENSORS:
             return tuple(_to_array(t, f"attribute {attr.name!r}") for t in attr.tensors)
         if kind == AttributeProto.SPARSE_TENSOR:
-            return _sparse_to_array(attr.sparse_tensor)
+            return _sparse_to_array(attr.sparse_tensor, f"attribute {attr.name!r} of node {node_name!r}")
         if kind == AttributeProto.STRING:
             return attr.s.decode("utf-8", errors="replace")
         if kind == AttributeProto.STRINGS:
@@ -474,16 +480,60 @@ def _to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
     return array
 
 
-def _sparse_to_array(sparse: onnx.SparseTensorProto) -> np.ndarray:
-    values = numpy_helper.to_array(sparse.values)
-    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
-    dense = np.zeros(tuple(sparse.dims), dtype=values.dtype)
-    if indices.ndim == 1:
-        dense.reshape(-1)[indices] = values
+def _sparse_to_array(sparse: onnx.SparseTensorProto, what: str) -> np.ndarray:
+    """The dense array of a SparseTensorProto, every index checked before anything is written.
+
+    The format (onnx.proto): ``values`` is [NNZ]; ``indices`` is [NNZ] linear indices or
+    [NNZ, rank] coordinates, in ascending order without duplicates; ``dims`` is the dense shape.
+    The dense size is checked against the memory budget before it is allocated: a few bytes of
+    protobuf may declare 10^12 elements.
+    """
+    dims = tuple(int(d) for d in sparse.dims)
+    if any(d < 0 for d in dims):
+        raise InvalidModelError(f"{what}: negative dimension in dims {list(dims)}")
+    values = _to_array(sparse.values, what + " (values)")
+    if values.ndim != 1:
+        raise InvalidModelError(f"{what}: values must be one-dimensional [NNZ], not of shape {list(values.shape)}")
+    count = values.shape[0]
+    indices = _to_array(sparse.indices, what + " (indices)") if sparse.HasField("indices") else np.zeros(0, np.int64)
+    if indices.dtype.kind not in "iu":
+        raise InvalidModelError(f"{what}: indices must be integers, not {indices.dtype}")
+    numel = 1
+    for d in dims:
+        numel *= d
+    check_allocation(numel * values.dtype.itemsize, what)
+    if indices.ndim == 1 and indices.shape[0] == count:
+        linear = indices.astype(np.int64)
+        if count and (int(indices.min()) < 0 or int(indices.max()) >= numel):
+            raise InvalidModelError(
+                f"{what}: linear index {_first_outside(indices, numel)} is outside the dense shape {list(dims)}"
+            )
+    elif indices.ndim == 2 and indices.shape == (count, len(dims)):
+        for axis, size in enumerate(dims):
+            column = indices[:, axis]
+            if count and (int(column.min()) < 0 or int(column.max()) >= size):
+                raise InvalidModelError(
+                    f"{what}: index {_first_outside(column, size)} on axis {axis} is outside the dense shape {list(dims)}"
+                )
+        coordinates = tuple(indices.astype(np.int64).T)
+        linear = np.ravel_multi_index(coordinates, dims) if count and dims else np.zeros(count, np.int64)
     else:
-        dense[tuple(indices.T)] = values
+        raise InvalidModelError(
+            f"{what}: indices of shape {list(indices.shape)} fit neither [NNZ] nor [NNZ, rank] for {count} "
+            f"value(s) of a rank-{len(dims)} tensor"
+        )
+    if count > 1 and not bool(np.all(np.diff(linear) > 0)):
+        raise InvalidModelError(f"{what}: indices are not in ascending order without duplicates")
+    dense = np.zeros(dims, dtype=values.dtype) if values.dtype != object else np.full(dims, "", dtype=object)
+    dense.reshape(-1)[linear] = values
     dense.setflags(write=False)
     return dense
+
+
+def _first_outside(indices: np.ndarray, size: int) -> int:
+    """The first index of ``indices`` outside [0, size), for the error message."""
+    bad = indices[(indices < 0) | (indices >= size)]
+    return int(bad[0])
 
 
 def _release_schedule(
