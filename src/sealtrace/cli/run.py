@@ -129,32 +129,41 @@ def conformance(ops: str | None, backend: str, as_json: bool, show_failures: boo
     from sealtrace.conformance import collect_cases, run_conformance
     from sealtrace.conformance.exclusions import excluded_cases
 
-    wanted = [o.strip() for o in ops.split(",") if o.strip()] if ops else None
-    total = len(collect_cases(wanted))
+    wanted = [o.strip() for o in ops.split(",") if o.strip()] if ops is not None else None
+    if wanted is not None and not wanted:
+        raise InputError("--ops: no operator named (expected e.g. --ops Conv,Relu)")
+    cases = collect_cases(wanted)  # unknown op names are refused here, before anything runs
     with Progress(transient=True, disable=as_json) as progress:
-        task = progress.add_task("conformance", total=total)
+        task = progress.add_task("conformance", total=len(cases))
         report = run_conformance(
             backend,
-            wanted,
             on_case=lambda _r: progress.advance(task),
             excluded=excluded_cases() if backend == "reference" else None,
+            cases=cases,
         )
+    totals = report.totals()
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
-        return
-    table = Table(title=f"ONNX node conformance on {backend}", title_justify="left")
-    for column in ("op", "passed", "failed", "unsupported", "excluded"):
-        table.add_column(column, justify="right" if column != "op" else "left")
-    for op, counts in report.per_op().items():
-        table.add_row(op, *(str(counts.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
-    totals = report.totals()
-    table.add_section()
-    table.add_row("total", *(str(totals.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
-    console = Console()
-    console.print(table)
-    if show_failures:
-        for r in report.results:
-            if r.status == "failed":
-                console.print(f"[red]FAILED[/red] {r.name}: {r.message}", markup=True, highlight=False)
+    else:
+        table = Table(title=f"ONNX node conformance on {backend}", title_justify="left")
+        for column in ("op", "passed", "failed", "unsupported", "excluded"):
+            table.add_column(column, justify="right" if column != "op" else "left")
+        for op, counts in report.per_op().items():
+            table.add_row(op, *(str(counts.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
+        table.add_section()
+        table.add_row("total", *(str(totals.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
+        console = Console()
+        console.print(table)
+        if show_failures:
+            for r in report.results:
+                if r.status == "failed":
+                    console.print(f"[red]FAILED[/red] {r.name}: {r.message}", markup=True, highlight=False)
+    # The exit status does not depend on --json: a script reading the JSON gets the same verdict.
     if wanted and totals.get("failed", 0):
         raise CheckFailedError(f"{totals['failed']} case(s) failed")
+    if wanted and not totals.get("passed", 0):
+        # Every selected case was unsupported or excluded: nothing was checked, so nothing passed.
+        raise CheckFailedError(
+            f"none of the {len(report.results)} selected case(s) ran on {backend} "
+            f"({totals.get('unsupported', 0)} unsupported, {totals.get('excluded', 0)} excluded)"
+        )
