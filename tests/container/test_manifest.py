@@ -394,3 +394,18 @@ def test_outputs_are_checked_before_any_work(
     assert capsys.readouterr().err == f"sealtrace: error: -o {missing}: directory {missing.parent} does not exist\n"
     assert main([*args, str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"sealtrace: error: -o {tmp_path}: is a directory\n"
+
+
+def test_onnx_files_are_parsed_within_the_budget(checkpoint: Path, tmp_path: Path) -> None:
+    from sealtrace.limits import BudgetExceededError, memory_budget_of
+
+    onnx.save(tiny_model(), checkpoint / "model.onnx")
+    size = (checkpoint / "model.onnx").stat().st_size
+    out = tmp_path / "m.json"
+    with memory_budget_of(size - 1), pytest.raises(BudgetExceededError, match="model.onnx: ONNX file"):
+        create_manifest(checkpoint, out)  # was read whole whatever its size
+    create_manifest(checkpoint, out)
+    (checkpoint / "config.json").write_text('{"layers": 3}')
+    with memory_budget_of(size - 1):
+        report = verify_manifest(checkpoint, out, raise_on_failure=False)
+    assert [(m.kind, m.name) for m in report.mismatches] == [("file", "config.json")]

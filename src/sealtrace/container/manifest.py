@@ -307,16 +307,28 @@ def _c_order_parts(array: np.ndarray) -> Iterator[bytes]:
             yield sub[start : start + step].tobytes()  # tobytes() is C order whatever the layout
 
 
-def _external_data_tensors(files: dict[str, Path]) -> dict[str, list[dict[str, str]]]:
-    """Per-tensor digests of ONNX external data files, found through the .onnx files that name them."""
+def _external_data_tensors(files: dict[str, Path], verifying: bool = False) -> dict[str, list[dict[str, str]]]:
+    """Per-tensor digests of ONNX external data files, found through the .onnx files that name them.
+
+    Each .onnx file is read whole to parse it, within the memory budget: over it, creating a
+    manifest is refused and verifying goes on without that file's tensor names."""
     found: dict[str, list[dict[str, str]]] = {}
     for rel, path in files.items():
         if not rel.lower().endswith(".onnx"):
             continue
         model = ModelProto()
         try:
-            model.ParseFromString(path.read_bytes())
-        except Exception:
+            f, size = open_regular_file(path, "ONNX file", ManifestPathError)
+            with f:
+                check_allocation(size, f"{rel}: ONNX file (read whole to find its external data)")
+                data = f.read(size)
+        except BudgetExceededError:
+            if not verifying:
+                raise
+            continue
+        try:
+            model.ParseFromString(data)
+        except Exception:  # protobuf raises assorted errors; an unparsable .onnx is a plain file
             continue
         base = rel.rsplit("/", 1)[0] + "/" if "/" in rel else ""
         for scope_name, tensor in model_tensors(model):
@@ -419,8 +431,8 @@ def _scan(
     root = Path(directory)
     found, refused = _walk(root, follow_symlinks, _exclusions(root, exclude))
     files = dict(found)
-    external = _external_data_tensors(files)
     verifying = recorded is not None
+    external = _external_data_tensors(files, verifying)
 
     def describe(item: tuple[str, Path]) -> dict[str, Any]:
         rel, path = item
