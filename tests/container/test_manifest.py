@@ -402,7 +402,7 @@ def test_onnx_files_are_parsed_within_the_budget(checkpoint: Path, tmp_path: Pat
     onnx.save(tiny_model(), checkpoint / "model.onnx")
     size = (checkpoint / "model.onnx").stat().st_size
     out = tmp_path / "m.json"
-    with memory_budget_of(size - 1), pytest.raises(BudgetExceededError, match="model.onnx: ONNX file"):
+    with memory_budget_of(size - 1), pytest.raises(BudgetExceededError, match=r"model\.onnx: ONNX file"):
         create_manifest(checkpoint, out)  # was read whole whatever its size
     create_manifest(checkpoint, out)
     (checkpoint / "config.json").write_text('{"layers": 3}')

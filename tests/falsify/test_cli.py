@@ -245,8 +245,11 @@ def test_falsify_bench_outputs_are_checked_before_any_instance_runs(
 
 @pytest.mark.parametrize("kind", ["dev-zero", "directory", "too-large"])
 def test_property_and_instances_files_are_read_bounded(
-    kind: str, toy_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    kind: str, toy_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import sealtrace.limits
+
+    monkeypatch.setattr(sealtrace.limits, "_override", None)  # --memory-budget below outlives main()
     if kind == "dev-zero":
         path = Path("/dev/zero")
     elif kind == "directory":

@@ -178,7 +178,10 @@ def manifest_create(directory: str, output: str, sign: tuple[str, ...], follow_s
 @manifest.command("verify")
 @click.argument("directory", type=click.Path())
 @click.argument("manifest_file", type=click.Path(), metavar="MANIFEST")
-@_trust
+@click.option(
+    "--trust", "trust", multiple=True, type=click.Path(), metavar="KEY.pub",
+    help="A trusted Ed25519 public key (PEM); repeat for several.",
+)  # fmt: skip  (unchecked by click: a directory or device is refused by the key reader, in one line)
 @_require
 @click.option("--follow-symlinks", is_flag=True, help="Follow symbolic links that stay inside DIRECTORY.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
