@@ -109,10 +109,34 @@ def _inline_local_functions(model: ModelProto) -> ModelProto:
     )
     try:
         inlined = onnx.inliner.inline_local_functions(model, convert_version=convert)
-    except (onnx.checker.ValidationError, RuntimeError, ValueError, TypeError) as exc:
-        # Recursive or duplicated functions, malformed bodies: onnx's message names the function.
+    except Exception as exc:  # only onnx runs here, and its C++ code raises assorted types
+        # Recursive or duplicated functions, malformed bodies, failed shape inference or version
+        # conversion of a body: onnx's message names the function or the value.
         raise InvalidModelError(f"cannot expand model-local functions: {_first_line(exc)}") from None
     return inlined
+
+
+def _check_text(value: str | bytes, what: str) -> None:
+    """Protobuf hands back a string field that is not valid UTF-8 as bytes; such a name is refused."""
+    if not isinstance(value, str):
+        raise InvalidModelError(f"{what} is not valid UTF-8 text ({bytes(value)[:60]!r})")
+
+
+def _check_graph_text(graph: GraphProto, path: str) -> None:
+    """Every name the builder reads from ``graph`` (its subgraphs are checked as they are built)."""
+    _check_text(graph.name, f"{path}a graph name")
+    for tensor in graph.initializer:
+        _check_text(tensor.name, f"{path}an initializer name")
+    for sparse in graph.sparse_initializer:
+        _check_text(sparse.values.name, f"{path}a sparse initializer name")
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        _check_text(info.name, f"{path}a value name")
+    for node in graph.node:
+        for text in (node.name, node.op_type, node.domain, *node.input, *node.output):
+            _check_text(text, f"{path}a name in node {node.name!r} ({node.op_type!r})")
+        for attr in node.attribute:
+            _check_text(attr.name, f"{path}an attribute name in node {node.name!r}")
+            _check_text(attr.ref_attr_name, f"{path}an attribute reference in node {node.name!r}")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -123,7 +147,10 @@ def _first_line(exc: BaseException) -> str:
 def _opsets(model: ModelProto) -> dict[str, int]:
     opsets: dict[str, int] = {}
     for imp in model.opset_import:
+        _check_text(imp.domain, "an opset import's domain")
         domain = "" if imp.domain in _DEFAULT_DOMAINS else imp.domain
+        if not 0 <= imp.version < 2**31:
+            raise InvalidModelError(f"opset import {domain or 'ai.onnx'!r}: version {imp.version} is out of range")
         opsets[domain] = imp.version
     if "" not in opsets and model.ir_version < 3:
         opsets[""] = 1
@@ -133,8 +160,18 @@ def _opsets(model: ModelProto) -> dict[str, int]:
 def _infer_value_info(model: ModelProto) -> dict[str, ValueInfo]:
     """Static dtypes and shapes from onnx shape inference, where it succeeds."""
     infos: dict[str, ValueInfo] = {}
+    light = _without_large_weights(model)
+    # onnx's data propagation builds one entry per element of a declared shape: an input declared
+    # [10^9] makes it allocate gigabytes (it was killed for memory). Shape tensors have a handful of
+    # elements; with larger declared dims, inference runs without data propagation.
+    data_prop = all(
+        dim.dim_value <= _DATA_PROP_MAX_DIM
+        for vi in light.graph.input
+        if vi.type.HasField("tensor_type")
+        for dim in vi.type.tensor_type.shape.dim
+    )
     try:
-        inferred = onnx.shape_inference.infer_shapes(_without_large_weights(model), strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=data_prop)
     except Exception:  # inference is best effort; the Plan does not depend on it
         inferred = model
     graph = inferred.graph
@@ -143,6 +180,7 @@ def _infer_value_info(model: ModelProto) -> dict[str, ValueInfo]:
     return infos
 
 
+_DATA_PROP_MAX_DIM = 1 << 16
 _LARGE_WEIGHT = 4096  # elements; larger initializers carry no shape information inference needs
 
 
@@ -222,6 +260,7 @@ class _GraphBuilder:
         self._anonymous = 0
 
     def build(self, graph: GraphProto, outer_scope: frozenset[str], path: str = "") -> Plan:
+        _check_graph_text(graph, path)
         initializers: dict[str, Any] = {}
         for tensor in graph.initializer:
             if tensor.name in initializers:
@@ -280,6 +319,8 @@ class _GraphBuilder:
         for index, node_index in enumerate(order):
             node, name, attrs, implicit = steps_spec[node_index]
             steps.append(self._step(index, node, name, attrs, implicit))
+        for step in steps:
+            _check_constant_of_shape(step, initializers, path)
 
         outputs = tuple(self._declared(vi.name, vi.type) for vi in graph.output)
         # A subgraph may read outer values in its steps or return one directly as an output.
@@ -457,6 +498,24 @@ class _GraphBuilder:
             implicit_inputs=implicit,
             node=node,
         )
+
+
+def _check_constant_of_shape(step: Step, initializers: Mapping[str, Any], path: str) -> None:
+    """A ConstantOfShape whose shape is a weight declares its allocation in the model: a few bytes
+    may ask for terabytes, so it is checked against the memory budget before anything runs."""
+    if step.op_type != "ConstantOfShape" or step.domain or not step.inputs:
+        return
+    shape = initializers.get(step.inputs[0])
+    if not isinstance(shape, np.ndarray) or shape.dtype.kind not in "iu" or shape.ndim != 1:
+        return  # computed at run time, or malformed (the kernel reports it, naming the step)
+    value = step.attributes.get("value")
+    itemsize = value.dtype.itemsize if isinstance(value, np.ndarray) else 4  # default: float32 zero
+    numel = 1
+    for d in shape.tolist():
+        if d < 0:
+            raise InvalidModelError(f"{path}node {step.name!r} (ConstantOfShape): negative dimension in shape {shape.tolist()}")
+        numel *= d
+    check_allocation(numel * itemsize, f"{path}node {step.name!r} (ConstantOfShape of shape {shape.tolist()[:8]})")
 
 
 def _missing_kernel(*_args: Any, **_kwargs: Any) -> Any:
