@@ -80,6 +80,7 @@ def build_plan(source: ModelSource, *, require_kernels: bool = True) -> Plan:
     ``plan.unsupported``, and the reference backend refuses the Plan when asked to run it.
     """
     model = load_model(source)
+    _check_graph_text(model.graph, "")  # before any of its names is copied or compared
     if model.functions:
         model = _inline_local_functions(model)
     opsets = _opsets(model)
