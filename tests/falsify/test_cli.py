@@ -267,3 +267,14 @@ def test_property_and_instances_files_are_read_bounded(
     assert err.startswith(f"sealtrace: error: {path}: ") and err.count("\n") == 1
     if kind == "too-large":
         assert "2 MiB, more than a VNN-COMP instances file may be (1 MiB, 1/16 of the memory budget" in err
+
+
+@pytest.mark.parametrize("network", ["/dev/zero", "adir"])
+def test_falsify_bench_refuses_a_network_that_is_not_a_file(
+    network: str, violated_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "adir").mkdir()
+    instances = _instances(tmp_path, [f"{network},{violated_file.name},5"])
+    assert main(["falsify-bench", str(instances), "--json"]) == 2  # /dev/zero was read forever
+    report = json.loads(capsys.readouterr().out)
+    assert "not a model" in report["results"][0]["error"]

@@ -22,6 +22,7 @@ from sealtrace.falsify.certify import Certificate, Certifier, sealed_container
 from sealtrace.falsify.network import BatchedNetwork, layout_of
 from sealtrace.falsify.property import Property
 from sealtrace.falsify.search import Search, SearchSettings, SearchStats
+from sealtrace.limits import open_regular_file
 from sealtrace.outputs import atomic_output
 from sealtrace.session import Session
 
@@ -117,6 +118,10 @@ def falsify(
         from sealtrace.audit import AuditLogExistsError
 
         raise AuditLogExistsError(f"{audit}: audit log exists; choose another path or remove it")
+    if not isinstance(model, ModelProto):
+        # Refused before it is read: /dev/zero or a FIFO as the network would be read forever.
+        f, _size = open_regular_file(model, "model")
+        f.close()
     container = sealed_container(model, cache_dir)
     # Opening the Session verifies the container; the torch module is built from the same verified Plan.
     session = Session(container, backend="reference")
