@@ -57,3 +57,56 @@ def test_claimed_cases_at_least_onnxruntimes_passes() -> None:
             pass  # a plan error on a claimed op is a failure that test_node_case reports
         claimed += 1
     assert claimed >= ONNXRUNTIME_PASSES, f"only {claimed} cases claimed"
+
+
+@pytest.fixture
+def suite_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI regenerates the suite on each call (seconds); these tests reuse one regeneration."""
+    import onnx.backend.test.case.node as node_cases
+
+    if not _RAW:
+        _RAW.extend(node_cases.collect_testcases())
+    monkeypatch.setattr(node_cases, "collect_testcases", lambda: list(_RAW))
+
+
+_RAW: list = []
+
+
+def test_unknown_op_names_are_refused_with_close_names(
+    suite_once: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sealtrace.cli import main
+    from sealtrace.conformance.runner import UnknownOpError
+
+    with pytest.raises(UnknownOpError, match=r"'Softmx' is not an ONNX operator \(did you mean Softmax"):
+        collect_cases(["Relu", "Softmx"])
+    assert {c.op_type for c in collect_cases(["relu"])} == {"Relu"}  # names match case-insensitively
+    # Was exit 0 with a table of zeros: a filter that selects no case is not a pass.
+    assert main(["conformance", "--ops", "NoSuchOp"]) == 2
+    err = capsys.readouterr().err
+    assert err == "sealtrace: error: --ops: 'NoSuchOp' is not an ONNX operator; nothing would run\n"
+    assert main(["conformance", "--ops", "Relu,Conv2d"]) == 2
+    assert "'Conv2d' is not an ONNX operator (did you mean Conv" in capsys.readouterr().err
+    assert main(["conformance", "--ops", ","]) == 2
+    assert "no operator named" in capsys.readouterr().err
+    assert main(["conformance", "--ops", "Relu"]) == 0
+
+
+@pytest.mark.parametrize("status", ["failed", "unsupported"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_conformance_exit_status_with_ops(
+    suite_once: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], status: str, as_json: bool
+) -> None:
+    from sealtrace.cli import main
+    from sealtrace.conformance import runner
+
+    def judged(case: NodeCase, _prepare: object) -> runner.CaseResult:
+        return runner.CaseResult(case.name, case.op_type, status, "as this test says")
+
+    monkeypatch.setattr(runner, "run_case", judged)
+    # --json returned before the verdict: failures exited 0. All unsupported: nothing checked, exit 1.
+    assert main(["conformance", "--ops", "Relu", *(["--json"] if as_json else [])]) == 1
+    err = capsys.readouterr().err
+    n = len(runner.collect_cases(["Relu"]))
+    expected = f"{n} case(s) failed" if status == "failed" else f"none of the {n} selected case(s) ran on reference"
+    assert err.startswith(f"sealtrace: error: {expected}") and err.count("\n") == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from sealtrace.errors import SealtraceError
 from sealtrace.limits import read_regular_file
+from sealtrace.outputs import OutputExistsError, OutputPathError, check_output
 
 ALGORITHM = "ed25519"
 
@@ -52,12 +54,22 @@ def key_id(public_key: Ed25519PublicKey) -> str:
 
 
 def generate_keypair(private_path: str | os.PathLike[str], overwrite: bool = False) -> tuple[Path, Path]:
-    """Write a new Ed25519 key to PATH (private, mode 0600) and PATH with suffix .pub (public)."""
+    """Write a new Ed25519 key to PATH (private, mode 0600) and PATH with suffix .pub (public).
+
+    Each file is written under a fresh name in the same directory (created with O_CREAT|O_EXCL,
+    so the private key is never readable by others, not even for a moment) and renamed into place:
+    an existing file's permissions, or a symbolic link at PATH, never carry over to the new key.
+    Existing files are refused unless ``overwrite``.
+    """
     private = Path(private_path)
     public = private.with_suffix(".pub")
     for path in (private, public):
-        if path.exists() and not overwrite:
-            raise KeyFileError(f"{path}: already exists (refusing to overwrite a key)")
+        try:
+            check_output(path, overwrite, "key file")
+        except OutputExistsError:
+            raise KeyFileError(f"{path}: already exists (refusing to overwrite a key; use --force)") from None
+        except OutputPathError as exc:
+            raise KeyFileError(str(exc)) from None
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -65,11 +77,58 @@ def generate_keypair(private_path: str | os.PathLike[str], overwrite: bool = Fal
     pub = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
-    public.write_bytes(pub)
+    umask = os.umask(0)
+    os.umask(umask)
+    staged = [_stage(private, pem, 0o600)]
+    installed: list[Path] = []
+    try:
+        staged.append(_stage(public, pub, 0o644 & ~umask))
+        for tmp, path in zip(staged, (private, public), strict=True):
+            _install(tmp, path, overwrite)
+            installed.append(path)
+    except BaseException:
+        if not overwrite:  # these names were free: leave no half of a pair behind
+            for path in installed:
+                path.unlink(missing_ok=True)
+        raise
+    finally:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
     return private, public
+
+
+def _stage(target: Path, data: bytes, mode: int) -> Path:
+    """``data`` in a new file beside ``target``: mkstemp opens it O_CREAT|O_EXCL with mode 0600."""
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise KeyFileError(f"{target}: cannot create a file in {directory} ({exc.strerror})") from None
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def _install(tmp: Path, target: Path, overwrite: bool) -> None:
+    """Rename ``tmp`` to ``target``; without ``overwrite`` a name taken meanwhile is not clobbered."""
+    if overwrite:
+        os.replace(tmp, target)
+        return
+    try:
+        os.link(tmp, target)  # fails if the name exists
+    except FileExistsError:
+        raise KeyFileError(f"{target}: already exists (refusing to overwrite a key; use --force)") from None
+    except OSError:
+        if target.exists() or target.is_symlink():  # a filesystem without hard links: best effort
+            raise KeyFileError(f"{target}: already exists (refusing to overwrite a key; use --force)") from None
+        os.replace(tmp, target)
 
 
 def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
@@ -95,9 +154,13 @@ def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
     return key
 
 
+# A PEM Ed25519 key is about 120 bytes; anything near this size is not one.
+MAX_KEY_FILE_SIZE = 64 << 10
+
+
 def _read(path: str | os.PathLike[str]) -> bytes:
-    # A PEM key is a few hundred bytes: /dev/zero, a FIFO or a huge file is refused, never read forever.
-    return read_regular_file(path, "key file", KeyFileError, max_bytes=1 << 16)
+    """A key file's bytes: a regular file (never /dev/zero or a directory), bounded in size."""
+    return read_regular_file(path, "key file", KeyFileError, max_bytes=MAX_KEY_FILE_SIZE)
 
 
 def sign_digest(private_key: Ed25519PrivateKey, digest_hex: str) -> Signature:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +119,162 @@ def test_falsify_bench_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
     onnx.save(toy_network(), tmp_path / "toy.onnx")
     (tmp_path / "p.vnnlib").write_text("(declare-const X_0 Real")
     bad.write_text("toy.onnx,p.vnnlib,5\n")
-    assert main(["falsify-bench", str(bad), "--json"]) == 0  # a bad instance is an error row, not a crash
-    report = json.loads(capsys.readouterr().out)
+    # A bad instance is an error row, not a crash; and as every instance errored on bad input, nothing
+    # ran: exit 2 (this asserted exit 0 before: a benchmark that ran nothing passed).
+    assert main(["falsify-bench", str(bad), "--json"]) == 2
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
     assert report["summary"]["errors"] == 1 and "never closed" in report["results"][0]["error"]
+    assert captured.err.startswith("sealtrace: error: no instance ran: all 1 errored; first: toy p: ")
+
+
+@pytest.fixture
+def without_torch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`import torch` fails as it does without the torch extra; modules imported meanwhile are dropped after."""
+    before = set(sys.modules)
+    monkeypatch.setitem(sys.modules, "torch", None)  # type: ignore[arg-type]
+    for name in [n for n in sys.modules if n.startswith(("sealtrace.falsify", "sealtrace.torchbridge", "torch."))]:
+        monkeypatch.delitem(sys.modules, name)
+    yield
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("verb", ["falsify", "falsify-bench"])
+def test_without_torch_the_falsify_verbs_say_what_to_install(
+    verb: str, toy_file: Path, violated_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    without_torch: None,
+) -> None:
+    instances = tmp_path / "instances.csv"
+    instances.write_text(f"{toy_file.name},{violated_file.name},5\n")
+    args = [str(toy_file), str(violated_file)] if verb == "falsify" else [str(instances)]
+    assert main([verb, *args]) == 2  # was exit 3: ModuleNotFoundError
+    err = capsys.readouterr().err
+    assert err == f"sealtrace: error: {verb} needs PyTorch (the search runs on a torch module): pip install 'sealtrace[torch]'\n"
+
+
+@pytest.mark.parametrize("option", ["--result", "--save-violation", "--audit"])
+def test_falsify_outputs_are_checked_before_the_search(
+    option: str, toy_file: Path, violated_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sealtrace.falsify
+
+    def no_search(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the search ran before the outputs were checked")
+
+    monkeypatch.setattr(sealtrace.falsify, "falsify", no_search)
+    name = {"--result": "out.txt", "--save-violation": "cex.npy", "--audit": "log.jsonl"}[option]
+    missing = tmp_path / "no-such-dir" / name
+    assert main(["falsify", str(toy_file), str(violated_file), option, str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"sealtrace: error: {option} {missing}: directory {missing.parent} does not exist\n"
+    existing = tmp_path / name
+    existing.write_text("the user's file")
+    assert main(["falsify", str(toy_file), str(violated_file), option, str(existing)]) == 2
+    assert capsys.readouterr().err == f"sealtrace: error: {option} {existing}: file exists (use --force to overwrite)\n"
+    assert existing.read_text() == "the user's file"
+
+
+def test_falsify_outputs_must_be_distinct(toy_file: Path, violated_file: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    same = tmp_path / "same.npy"
+    assert main(["falsify", str(toy_file), str(violated_file), "--result", str(same),
+                 "--save-violation", str(same)]) == 2
+    assert capsys.readouterr().err == f"sealtrace: error: --save-violation {same}: the same file as --result\n"
+
+
+def test_force_keeps_an_existing_audit_log_when_no_counterexample_replaces_it(
+    toy_file: Path, safe_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, result = tmp_path / "log.jsonl", tmp_path / "result.txt"
+    log.write_text("an earlier log\n")
+    result.write_text("an earlier result\n")
+    assert main(["falsify", str(toy_file), str(safe_file), "--starts", "8", "--audit", str(log),
+                 "--result", str(result), "--force"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "unknown"
+    assert log.read_text() == "an earlier log\n"  # was deleted before the search began
+    assert result.read_text() == "unknown\n"  # replaced, as --force asked
+
+
+def test_falsify_replaces_an_audit_log_with_force(toy_file: Path, violated_file: Path, tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    log.write_text("an earlier log\n")
+    assert main(["falsify", str(toy_file), str(violated_file), "--audit", str(log), "--force"]) == 0
+    assert verify_log(log).ok
+
+
+def _instances(tmp_path: Path, rows: list[str]) -> Path:
+    path = tmp_path / "instances.csv"
+    path.write_text("".join(row + "\n" for row in rows))
+    return path
+
+
+def test_falsify_bench_with_some_errors_exits_1_and_shows_them(
+    toy_file: Path, violated_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "broken.vnnlib").write_text("(declare-const X_0 Real")
+    instances = _instances(tmp_path, [f"toy.onnx,{violated_file.name},30", "toy.onnx,broken.vnnlib,5"])
+    md, csv_out = tmp_path / "r.md", tmp_path / "r.csv"
+    code = main(["falsify-bench", str(instances), "--out", str(md), "--out", str(csv_out)])
+    captured = capsys.readouterr()
+    assert code == 1  # was 0: an instance that errored is not a pass
+    assert captured.err.startswith("sealtrace: error: 1 of 2 instance(s) errored; first: toy broken: ")
+    assert captured.err.count("\n") == 1
+    assert "ERRORS 1 (not run: see the error column)" in " ".join(captured.out.split())
+    text = md.read_text()
+    assert "ERRORS 1" in text and "| error |" in text and "never closed" in text
+    assert "never closed" in csv_out.read_text()  # files are still written
+
+
+def test_falsify_bench_outputs_are_checked_before_any_instance_runs(
+    toy_file: Path, violated_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    instances = _instances(tmp_path, [f"toy.onnx,{violated_file.name},30"])
+    missing = tmp_path / "nowhere" / "r.md"
+    assert main(["falsify-bench", str(instances), "--out", str(missing)]) == 2
+    assert capsys.readouterr().err == f"sealtrace: error: --out 1 {missing}: directory {missing.parent} does not exist\n"
+    existing = tmp_path / "r.csv"
+    existing.write_text("mine\n")
+    assert main(["falsify-bench", str(instances), "--out", str(existing)]) == 2
+    assert "file exists (use --force to overwrite)" in capsys.readouterr().err
+    assert existing.read_text() == "mine\n"
+    assert main(["falsify-bench", str(instances), "--out", str(existing), "--force"]) == 0
+    assert existing.read_text().startswith("instance,network,property,result")
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "directory", "too-large"])
+def test_property_and_instances_files_are_read_bounded(
+    kind: str, toy_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sealtrace.limits
+
+    monkeypatch.setattr(sealtrace.limits, "_override", None)  # --memory-budget below outlives main()
+    if kind == "dev-zero":
+        path = Path("/dev/zero")
+    elif kind == "directory":
+        path = tmp_path / "adir"
+        path.mkdir()
+    else:
+        path = tmp_path / "large.txt"
+        path.write_text(" " * (2 << 20))
+    budget = ["--memory-budget", "16MiB"]  # 1/16 of it: 1 MiB of text
+    assert main(["falsify", str(toy_file), str(path), *budget]) == 2  # /dev/zero: read forever before
+    err = capsys.readouterr().err
+    assert err.startswith(f"sealtrace: error: {path}: cannot read the property file (") and err.count("\n") == 1
+    assert main(["falsify-bench", str(path), *budget]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sealtrace: error: {path}: ") and err.count("\n") == 1
+    if kind == "too-large":
+        assert "2 MiB, more than a VNN-COMP instances file may be (1 MiB, 1/16 of the memory budget" in err
+
+
+@pytest.mark.parametrize("network", ["/dev/zero", "adir"])
+def test_falsify_bench_refuses_a_network_that_is_not_a_file(
+    network: str, violated_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "adir").mkdir()
+    instances = _instances(tmp_path, [f"{network},{violated_file.name},5"])
+    assert main(["falsify-bench", str(instances), "--json"]) == 2  # /dev/zero was read forever
+    report = json.loads(capsys.readouterr().out)
+    assert "not a model" in report["results"][0]["error"]

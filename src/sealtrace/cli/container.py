@@ -23,6 +23,7 @@ from sealtrace.container import (
 from sealtrace.container import manifest as manifests
 from sealtrace.container.signatures import describe_signers, signers
 from sealtrace.errors import CheckFailedError, InputError
+from sealtrace.outputs import check_output
 from sealtrace.signing import generate_keypair
 
 _trust = click.option(
@@ -55,11 +56,12 @@ def _fail(where: str, mismatches: list[Mismatch], as_json: bool) -> NoReturn:
 
 @app.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="The .seal file to write.")
+@click.option("-o", "--output", "output", required=True, type=click.Path(), help="The .seal file to write.")
 @click.option("--sign", "sign", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign with this private key; repeat for several.")
 @_force
 def seal(model: str, output: str, sign: tuple[str, ...], force: bool) -> None:
     """Seal MODEL (an ONNX file, external data included) into one verifiable container."""
+    check_output(output, force, "-o")  # before MODEL is read and hashed
     info = seal_model(model, output, sign_with=list(sign) or None, force=force)
     click.echo(
         f"sealed {model} -> {info.path}: {info.tensors} tensor(s), {_size(info.tensor_bytes)} of tensor data; "
@@ -133,12 +135,13 @@ def inspect(container: str, as_json: bool) -> None:
 
 @app.command(name="unseal")
 @click.argument("container", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="The ONNX file to write.")
+@click.option("-o", "--output", "output", required=True, type=click.Path(), help="The ONNX file to write.")
 @_trust
 @_require
 @_force
 def unseal_command(container: str, output: str, trust: tuple[str, ...], require_signature: bool, force: bool) -> None:
     """Verify CONTAINER and write its model back as one ONNX file (weights bit-exact)."""
+    check_output(output, force, "-o")  # before CONTAINER is verified
     result = unseal(container, output, trust=trust, require_signature=require_signature, force=force)
     same = " (identical to the sealed source file)" if result.same_as_source else ""
     click.echo(f"wrote {result.path}: {_size(result.size)}, sha256 {result.sha256}{same}")
@@ -146,12 +149,14 @@ def unseal_command(container: str, output: str, trust: tuple[str, ...], require_
 
 
 @app.command()
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), metavar="KEY.pem", help="Private key file; the public key goes to KEY.pub.")
+@click.option("-o", "--output", "output", required=True, type=click.Path(), metavar="KEY.pem", help="Private key file; the public key goes to KEY.pub.")
 @_force
 def keygen(output: str, force: bool) -> None:
     """Write a new Ed25519 key pair: KEY.pem (private, mode 0600) and KEY.pub."""
     if Path(output).suffix == ".pub":
         raise InputError(f"{output}: name the private key file; the public key is written beside it as .pub")
+    check_output(output, force, "-o")
+    check_output(Path(output).with_suffix(".pub"), force, "-o (its public key)")
     private, public = generate_keypair(output, overwrite=force)
     click.echo(f"wrote {private} (private) and {public} (public)")
 
@@ -162,21 +167,25 @@ def manifest() -> None:
 
 
 @manifest.command("create")
-@click.argument("directory", type=click.Path(file_okay=False))
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="The manifest JSON to write.")
-@click.option("--sign", "sign", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign with this private key; repeat for several.")
+@click.argument("directory", type=click.Path())
+@click.option("-o", "--output", "output", required=True, type=click.Path(), help="The manifest JSON to write.")
+@click.option("--sign", "sign", multiple=True, type=click.Path(), metavar="KEY.pem", help="Sign with this private key; repeat for several.")
 @click.option("--follow-symlinks", is_flag=True, help="Follow symbolic links that stay inside DIRECTORY.")
 @_force
 def manifest_create(directory: str, output: str, sign: tuple[str, ...], follow_symlinks: bool, force: bool) -> None:
     """Record every file of DIRECTORY (and every tensor of known formats) in a manifest."""
+    check_output(output, force, "-o")  # before DIRECTORY is hashed
     written = manifests.create_manifest(directory, output, sign_with=list(sign), follow_symlinks=follow_symlinks, force=force)
     click.echo(f"wrote {output}: {written.files} file(s), {written.tensors} tensor(s); manifest digest {written.digest}")
 
 
 @manifest.command("verify")
-@click.argument("directory", type=click.Path(file_okay=False))
-@click.argument("manifest_file", type=click.Path(dir_okay=False), metavar="MANIFEST")
-@_trust
+@click.argument("directory", type=click.Path())
+@click.argument("manifest_file", type=click.Path(), metavar="MANIFEST")
+@click.option(
+    "--trust", "trust", multiple=True, type=click.Path(), metavar="KEY.pub",
+    help="A trusted Ed25519 public key (PEM); repeat for several.",
+)  # fmt: skip  (unchecked by click: a directory or device is refused by the key reader, in one line)
 @_require
 @click.option("--follow-symlinks", is_flag=True, help="Follow symbolic links that stay inside DIRECTORY.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")

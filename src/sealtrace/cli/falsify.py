@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,27 +12,58 @@ from rich.console import Console
 from rich.table import Table
 
 from sealtrace.cli import app
-from sealtrace.errors import InputError
+from sealtrace.errors import BackendError, CheckFailedError, InputError
+from sealtrace.limits import open_regular_file
+from sealtrace.outputs import atomic_output, check_output
 
 if TYPE_CHECKING:  # the falsify package imports torch: only load it when a falsify verb runs
-    from sealtrace.falsify.instances import BenchSummary
+    from sealtrace.falsify.instances import BenchSummary, InstanceResult
+
+
+def _require_torch(verb: str) -> None:
+    """The falsify package searches on a torch module: without the torch extra, say so (exit 2)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise BackendError(
+            f"{verb} needs PyTorch (the search runs on a torch module): pip install 'sealtrace[torch]'"
+        ) from None
+
+
+def _check_outputs(outputs: dict[str, str | None], force: bool) -> None:
+    """Every file the verb will write, checked before any work: directory there, no clobbering, distinct."""
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if not path:
+            continue
+        check_output(path, force, option)
+        key = os.path.realpath(path)
+        if key in seen:
+            raise InputError(f"{option} {path}: the same file as {seen[key]}")
+        seen[key] = option
+
+
+def _check_readable(path: str, what: str) -> None:
+    """A file the verb reads later, refused now if it is missing, a directory or a device."""
+    f, _size = open_regular_file(path, what)
+    f.close()
 
 
 @app.command()
-@click.argument("model", type=click.Path(dir_okay=False))
-@click.argument("property_file", metavar="PROPERTY.vnnlib", type=click.Path(dir_okay=False))
+@click.argument("model", type=click.Path())
+@click.argument("property_file", metavar="PROPERTY.vnnlib", type=click.Path())
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               metavar="S", help="Time budget in seconds (search and certification).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--starts", type=click.IntRange(min=1), default=None, metavar="N",
               help="Budget of gradient starts (default: until the timeout).")
-@click.option("--save-violation", "save_path", type=click.Path(dir_okay=False), metavar="CEX.npy",
+@click.option("--save-violation", "save_path", type=click.Path(), metavar="CEX.npy",
               help="Write the certified counterexample's input (.npy).")
-@click.option("--result", "result_path", type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--result", "result_path", type=click.Path(), metavar="FILE",
               help="Write the VNN-COMP result file (sat and the assignment, or unknown).")
-@click.option("--audit", "audit_path", type=click.Path(dir_okay=False), metavar="LOG.jsonl",
+@click.option("--audit", "audit_path", type=click.Path(), metavar="LOG.jsonl",
               help="Keep the certifying run's audit log here.")
-@click.option("--force", is_flag=True, help="Overwrite an existing audit log.")
+@click.option("--force", is_flag=True, help="Overwrite existing --result, --save-violation and --audit files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
 def falsify(
     model: str,
@@ -51,24 +83,23 @@ def falsify(
     first) on the reference interpreter with an audit log. Never prints unsat: a search that finds
     nothing proves nothing.
     """
+    if save_path and Path(save_path).suffix != ".npy":
+        raise InputError(f"--save-violation {save_path}: the file name must end in .npy")
+    _check_outputs({"--result": result_path, "--save-violation": save_path, "--audit": audit_path}, force)
+    _check_readable(model, "model")
+    _require_torch("falsify")
     from sealtrace.falsify import SearchSettings, load_vnnlib, save_violation
     from sealtrace.falsify import falsify as run_falsify
 
-    if save_path and Path(save_path).suffix != ".npy":
-        raise InputError(f"--save-violation {save_path}: the file name must end in .npy")
-    if audit_path and Path(audit_path).exists():
-        if not force:
-            raise InputError(f"--audit {audit_path}: file exists (use --force to overwrite)")
-        Path(audit_path).unlink()
-    if not Path(model).is_file():
-        raise InputError(f"{model}: no such file")
     prop = load_vnnlib(property_file)
     settings = SearchSettings(seed=seed, timeout_s=timeout, max_starts=starts)
-    result = run_falsify(model, prop, settings, audit=audit_path)
+    # The certifying run's log replaces an existing one (--force) only once it is complete.
+    result = run_falsify(model, prop, settings, audit=audit_path, overwrite=force)
     if result_path:
-        Path(result_path).write_text(result.vnncomp_text(), encoding="utf-8")
+        with atomic_output(result_path, force) as f:
+            f.write(result.vnncomp_text().encode("utf-8"))
     if save_path and result.certified:
-        save_violation(result, save_path)
+        save_violation(result, save_path, force=force)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
         return
@@ -105,25 +136,36 @@ def falsify(
 
 
 @app.command("falsify-bench")
-@click.argument("instances_file", metavar="INSTANCES.csv", type=click.Path(dir_okay=False))
+@click.argument("instances_file", metavar="INSTANCES.csv", type=click.Path())
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
               help="Cap each instance's time limit at S seconds (default: the file's limits).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Only the first N instances.")
-@click.option("--out", "out_paths", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--out", "out_paths", multiple=True, type=click.Path(), metavar="FILE",
               help="Write the table to FILE: .csv (every column) or .md (Markdown with a summary); repeatable.")
+@click.option("--force", is_flag=True, help="Overwrite existing --out files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results and summary as JSON.")
 def falsify_bench(
     instances_file: str, timeout: float | None, seed: int, limit: int | None, out_paths: tuple[str, ...],
-    as_json: bool,
+    force: bool, as_json: bool,
 ) -> None:
-    """Falsify every instance of a VNN-COMP instances file (network,property,timeout[,expected])."""
+    """Falsify every instance of a VNN-COMP instances file (network,property,timeout[,expected]).
+
+    Exit 0 when every instance ran (sat or unknown); 1 when some instances errored (the others ran:
+    table and files are still written) or an answer contradicts the expected one; 2 when the file is
+    bad input, or when every instance errored on bad input (nothing ran).
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    for out in out_paths:
+        if Path(out).suffix not in (".csv", ".md"):
+            raise InputError(f"--out {out}: the file name must end in .csv or .md")
+    _check_outputs({f"--out {i + 1}": out for i, out in enumerate(out_paths)}, force)
+    _check_readable(instances_file, "VNN-COMP instances file")
+    _require_torch("falsify-bench")
     from sealtrace.falsify import SearchSettings
     from sealtrace.falsify.instances import (
         Instance,
-        InstanceResult,
         markdown_table,
         read_instances,
         run_instances,
@@ -131,9 +173,6 @@ def falsify_bench(
         write_csv,
     )
 
-    for out in out_paths:
-        if Path(out).suffix not in (".csv", ".md"):
-            raise InputError(f"--out {out}: the file name must end in .csv or .md")
     instances = read_instances(instances_file)[:limit]
     found = {"sat": 0}
     with Progress(
@@ -155,33 +194,53 @@ def falsify_bench(
     summary = summarize(results)
     for out in out_paths:
         if out.endswith(".csv"):
-            write_csv(results, out)
+            write_csv(results, out, force=force)
         else:
-            Path(out).write_text(_summary_markdown(summary) + "\n" + markdown_table(results), encoding="utf-8")
+            with atomic_output(out, force) as f:
+                f.write((_summary_markdown(summary) + "\n" + markdown_table(results)).encode("utf-8"))
     if as_json:
         click.echo(json.dumps({"summary": summary.to_json(), "results": [r.to_row() for r in results]},
                               indent=2, sort_keys=True))
-        return
-    table = Table(title=f"falsify {Path(instances_file).name}", title_justify="left")
-    for column in ("instance", "result", "time (s)", "certified"):
-        table.add_column(column, justify="right" if column == "time (s)" else "left")
-    for r in results:
-        table.add_row(r.instance.name, r.result + (" (WRONG)" if r.wrong else ""), f"{r.time_s:.2f}",
-                      "yes" if r.certified else "no")
-    console = Console(highlight=False)
-    console.print(table)
-    console.print(_summary_markdown(summary).strip().splitlines()[-1])
-    for r in results:
-        if r.error:
-            console.print(f"[red]error[/red] {r.instance.name}: {r.error}", markup=True)
+    else:
+        table = Table(title=f"falsify {Path(instances_file).name}", title_justify="left")
+        for column in ("instance", "result", "time (s)", "certified"):
+            table.add_column(column, justify="right" if column == "time (s)" else "left")
+        for r in results:
+            table.add_row(r.instance.name, r.result + (" (WRONG)" if r.wrong else ""), f"{r.time_s:.2f}",
+                          "yes" if r.certified else "no")
+        console = Console(highlight=False)
+        console.print(table)
+        console.print(_summary_markdown(summary).strip().splitlines()[-1])
+        for r in results:
+            if r.error:
+                console.print(f"[red]error[/red] {r.instance.name}: {r.error}", markup=True)
+    _bench_outcome(results)
+
+
+def _bench_outcome(results: list[InstanceResult]) -> None:
+    """The exit status of a benchmark run (docs/cli.md): errors and wrong answers are not a pass."""
+    errored = [r for r in results if r.error is not None]
+    wrong = [r for r in results if r.wrong]
+    if errored and len(errored) == len(results):
+        first = errored[0]
+        message = f"no instance ran: all {len(results)} errored; first: {first.instance.name}: {first.error}"
+        if all(r.error_exit_code == 2 for r in errored):
+            raise InputError(message)
+        raise CheckFailedError(message)
+    if errored or wrong:
+        parts = [f"{len(errored)} of {len(results)} instance(s) errored"] if errored else []
+        parts += [f"{len(wrong)} answer(s) contradict the expected one"] if wrong else []
+        first = (errored or wrong)[0]
+        raise CheckFailedError(f"{'; '.join(parts)}; first: {first.instance.name}: {first.error or 'sat, expected unsat'}")
 
 
 def _summary_markdown(summary: BenchSummary) -> str:
     of = f" of {summary.expected_sat} expected" if summary.expected_sat is not None else ""
     median = f"{summary.median_sat_s:.2f} s" if summary.median_sat_s is not None else "-"
     worst = f"{summary.max_sat_s:.2f} s" if summary.max_sat_s is not None else "-"
+    errors = f"ERRORS {summary.errors} (not run: see the error column)" if summary.errors else "errors 0"
     return (
         f"{summary.instances} instances: sat {summary.sat}{of}, certified {summary.certified}, "
-        f"wrong {summary.wrong}, errors {summary.errors}; time to a certified counterexample: "
+        f"wrong {summary.wrong}, {errors}; time to a certified counterexample: "
         f"median {median}, max {worst}\n"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from sealtrace.backends import make_backend
 from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds, write_npz_atomically
+from sealtrace.outputs import OutputExistsError, OutputPathError, check_output
 from sealtrace.session import Session
 
 
@@ -29,6 +31,25 @@ def _summary(array: Any, count: int = 6) -> str:
     return f"[{values}{more}]"
 
 
+def _check_run_outputs(out_path: str | None, audit_path: str | None, capture_dir: str | None, force: bool) -> None:
+    """Refuse, before any work, outputs that could not be written once the run is over."""
+    if out_path:
+        check_output(out_path, force, "--out")
+    if audit_path:
+        check_output(audit_path, force, "--audit")
+        if out_path and os.path.realpath(out_path) == os.path.realpath(audit_path):
+            raise InputError(f"--audit {audit_path}: the same file as --out")
+    if capture_dir:
+        target = Path(capture_dir)
+        parent = target.parent if str(target.parent) else Path(".")
+        if target.exists() and not target.is_dir():
+            raise OutputPathError(f"--capture {target}: exists and is not a directory")
+        if not parent.is_dir():
+            raise OutputPathError(f"--capture {target}: directory {parent} does not exist")
+        if target.is_dir() and any(target.iterdir()) and not force:
+            raise OutputExistsError(f"--capture {target}: directory is not empty (use --force to overwrite)")
+
+
 @app.command()
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--input", "input_files", multiple=True, metavar="NAME=FILE.npy", help="One input from a .npy file.")
@@ -37,11 +58,11 @@ def _summary(array: Any, count: int = 6) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random-inputs.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE", help="Size of a named dynamic dimension.")
 @click.option("--backend", default="reference", show_default=True, help="reference | onnxruntime | torch")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the outputs to a .npz file.")
-@click.option("--audit", "audit_path", type=click.Path(dir_okay=False), metavar="LOG.jsonl", help="Record the run as a hash-chained audit log.")
+@click.option("--out", "out_path", type=click.Path(), help="Write the outputs to a .npz file.")
+@click.option("--audit", "audit_path", type=click.Path(), metavar="LOG.jsonl", help="Record the run as a hash-chained audit log.")
 @click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N", help="Values of each tensor the audit log shows (default 8).")
 @click.option("--sign-log", "sign_log", type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign the audit log's run digest with this key.")
-@click.option("--capture", "capture_dir", type=click.Path(file_okay=False), metavar="DIR", help="Store every intermediate tensor in DIR (.npy files).")
+@click.option("--capture", "capture_dir", type=click.Path(), metavar="DIR", help="Store every intermediate tensor in DIR (.npy files).")
 @click.option("--trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
               help="Run only what one of these keys signed: a sealed MODEL (or, with --container, the binding) "
                    "without a valid signature by one of them is refused (exit 1), and so is a plain ONNX MODEL.")
@@ -79,11 +100,9 @@ def run(
     """
     if (sample is not None or sign_log) and not audit_path:
         raise InputError("--sample and --sign-log need --audit LOG.jsonl")
-    if out_path:
-        if Path(out_path).suffix != ".npz":
-            raise InputError(f"--out {out_path}: the file name must end in .npz")
-        if Path(out_path).exists() and not force:
-            raise InputError(f"--out {out_path}: file exists (use --force to overwrite)")
+    if out_path and Path(out_path).suffix != ".npz":
+        raise InputError(f"--out {out_path}: the file name must end in .npz")
+    _check_run_outputs(out_path, audit_path, capture_dir, force)  # before a byte of MODEL is read
     session = Session(
         model, backend=make_backend(backend, threads), trust=trust, require_signature=require_signature,
         container=source_container,
@@ -139,32 +158,41 @@ def conformance(ops: str | None, backend: str, as_json: bool, show_failures: boo
     from sealtrace.conformance import collect_cases, run_conformance
     from sealtrace.conformance.exclusions import excluded_cases
 
-    wanted = [o.strip() for o in ops.split(",") if o.strip()] if ops else None
-    total = len(collect_cases(wanted))
+    wanted = [o.strip() for o in ops.split(",") if o.strip()] if ops is not None else None
+    if wanted is not None and not wanted:
+        raise InputError("--ops: no operator named (expected e.g. --ops Conv,Relu)")
+    cases = collect_cases(wanted)  # unknown op names are refused here, before anything runs
     with Progress(transient=True, disable=as_json) as progress:
-        task = progress.add_task("conformance", total=total)
+        task = progress.add_task("conformance", total=len(cases))
         report = run_conformance(
             backend,
-            wanted,
             on_case=lambda _r: progress.advance(task),
             excluded=excluded_cases() if backend == "reference" else None,
+            cases=cases,
         )
+    totals = report.totals()
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
-        return
-    table = Table(title=f"ONNX node conformance on {backend}", title_justify="left")
-    for column in ("op", "passed", "failed", "unsupported", "excluded"):
-        table.add_column(column, justify="right" if column != "op" else "left")
-    for op, counts in report.per_op().items():
-        table.add_row(op, *(str(counts.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
-    totals = report.totals()
-    table.add_section()
-    table.add_row("total", *(str(totals.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
-    console = Console()
-    console.print(table)
-    if show_failures:
-        for r in report.results:
-            if r.status == "failed":
-                console.print(f"[red]FAILED[/red] {r.name}: {r.message}", markup=True, highlight=False)
+    else:
+        table = Table(title=f"ONNX node conformance on {backend}", title_justify="left")
+        for column in ("op", "passed", "failed", "unsupported", "excluded"):
+            table.add_column(column, justify="right" if column != "op" else "left")
+        for op, counts in report.per_op().items():
+            table.add_row(op, *(str(counts.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
+        table.add_section()
+        table.add_row("total", *(str(totals.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
+        console = Console()
+        console.print(table)
+        if show_failures:
+            for r in report.results:
+                if r.status == "failed":
+                    console.print(f"[red]FAILED[/red] {r.name}: {r.message}", markup=True, highlight=False)
+    # The exit status does not depend on --json: a script reading the JSON gets the same verdict.
     if wanted and totals.get("failed", 0):
         raise CheckFailedError(f"{totals['failed']} case(s) failed")
+    if wanted and not totals.get("passed", 0):
+        # Every selected case was unsupported or excluded: nothing was checked, so nothing passed.
+        raise CheckFailedError(
+            f"none of the {len(report.results)} selected case(s) ran on {backend} "
+            f"({totals.get('unsupported', 0)} unsupported, {totals.get('excluded', 0)} excluded)"
+        )

@@ -8,6 +8,7 @@ cannot be built because an operator, version or domain has no kernel; anything e
 
 from __future__ import annotations
 
+import difflib
 import re
 import warnings
 from collections import Counter
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from sealtrace.errors import SealtraceError, UnsupportedError
+from sealtrace.errors import InputError, SealtraceError, UnsupportedError
 
 _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 
@@ -80,8 +81,16 @@ class NodeCase:
     atol: float
 
 
+class UnknownOpError(InputError):
+    """An operator named in a case filter has no node test case (a typo, or an op the suite lacks)."""
+
+
 def collect_cases(ops: Iterable[str] | None = None) -> list[NodeCase]:
-    """Regenerate the node test suite from the installed onnx; optionally only for ``ops``."""
+    """Regenerate the node test suite from the installed onnx; optionally only for ``ops``.
+
+    Op names match case-insensitively. A name that selects no case is refused (with the closest
+    names the suite has): a filter that runs nothing must not look like a pass.
+    """
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
@@ -89,15 +98,34 @@ def collect_cases(ops: Iterable[str] | None = None) -> list[NodeCase]:
         raw = collect_testcases()
     raw = [c for c in raw if c.model is not None and c.data_sets is not None]
     op_of_base = {c.name: _main_op(c.model) for c in raw if not _EXPANDED.search(c.name)}  # type: ignore[arg-type]
-    wanted = {o.lower() for o in ops} if ops else None
     cases = []
     for c in raw:
         base = _EXPANDED.sub("", c.name)
         op_type = op_of_base.get(base) or _main_op(c.model)  # type: ignore[arg-type]
-        if wanted is not None and op_type.lower() not in wanted:
-            continue
         cases.append(NodeCase(c.name, op_type, c.model, c.data_sets, c.rtol, c.atol))  # type: ignore[arg-type]
+    if ops is not None:
+        wanted = {o.lower() for o in ops}
+        _check_op_names(list(dict.fromkeys(ops)), {c.op_type for c in cases})
+        cases = [c for c in cases if c.op_type.lower() in wanted]
     return sorted(cases, key=lambda c: c.name)
+
+
+def _check_op_names(names: list[str], known: set[str]) -> None:
+    by_lower = {op.lower(): op for op in known}
+    problems = []
+    for name in names:
+        if name.lower() in by_lower:
+            continue
+        close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(by_lower[c] for c in close)}?)" if close else ""
+        kind = "has no node test case in this onnx" if _is_onnx_op(name) else "is not an ONNX operator"
+        problems.append(f"{name!r} {kind}{hint}")
+    if problems:
+        raise UnknownOpError(f"--ops: {'; '.join(problems)}; nothing would run")
+
+
+def _is_onnx_op(name: str) -> bool:
+    return any(schema.name.lower() == name.lower() for schema in onnx.defs.get_all_schemas())
 
 
 def _main_op(model: onnx.ModelProto) -> str:
@@ -238,11 +266,12 @@ def run_conformance(
     ops: Iterable[str] | None = None,
     on_case: Callable[[CaseResult], None] | None = None,
     excluded: dict[str, str] | None = None,
+    cases: Sequence[NodeCase] | None = None,
 ) -> ConformanceReport:
-    """Run every regenerated node case (or those of ``ops``) on ``backend``."""
+    """Run every regenerated node case (or those of ``ops``, or ``cases`` already collected) on ``backend``."""
     prepare = {"reference": reference_runner, "onnxruntime": onnxruntime_runner}[backend]()
     report = ConformanceReport(backend)
-    for case in collect_cases(ops):
+    for case in cases if cases is not None else collect_cases(ops):
         if excluded and case.name in excluded:
             result = CaseResult(case.name, case.op_type, "excluded", excluded[case.name])
         else:

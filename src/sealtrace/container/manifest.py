@@ -22,6 +22,7 @@ import re
 import stat
 import struct
 import zipfile
+import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ import numpy as np
 from onnx import ModelProto, TensorProto
 
 from sealtrace import __version__
+from sealtrace.arrayfiles import NPY_MAGIC, ArrayFileError, NpyHeader, read_npy_header
 from sealtrace.container.chunks import default_workers
 from sealtrace.container.errors import ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.container.format import parse_canonical_json, parse_signatures
@@ -46,7 +48,8 @@ from sealtrace.container.signatures import (
 from sealtrace.container.weights import model_tensors
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import InputError
-from sealtrace.outputs import atomic_output
+from sealtrace.limits import BudgetExceededError, check_allocation, open_regular_file, read_regular_file
+from sealtrace.outputs import atomic_output, check_output
 
 FORMAT_NAME = "sealtrace.manifest"
 FORMAT_VERSION = 1
@@ -74,53 +77,87 @@ def check_relative_path(path: Any, what: str = "path") -> str:
     return path
 
 
-def _walk(root: Path, follow_symlinks: bool, exclude: set[str]) -> Iterator[tuple[str, Path]]:
-    """(relative path, real path) of every regular file under ``root``, sorted, links checked."""
+@dataclass(frozen=True)
+class RefusedEntry:
+    """Something in a directory that a manifest cannot record: a link not followed or leading
+    outside, a device or pipe, a loop, an unlistable directory, a name a manifest path cannot hold."""
+
+    path: str  # relative, as found (any character: shown with repr wherever it is printed)
+    reason: str
+
+
+def _recordable(rel: str) -> str | None:
+    """Why ``rel`` cannot be a manifest path (None when it can)."""
+    try:
+        check_relative_path(rel)
+        rel.encode("utf-8")  # a name that is not UTF-8 on disk comes back with lone surrogates
+    except ContainerFormatError:
+        return "a name a manifest path cannot hold (backslash, control character or empty part)"
+    except UnicodeEncodeError:
+        return "a file name that is not valid UTF-8"
+    return None
+
+
+def _walk(root: Path, follow_symlinks: bool, exclude: set[str]) -> tuple[list[tuple[str, Path]], list[RefusedEntry]]:
+    """(relative path, real path) of every regular file under ``root``, sorted, links checked; and
+    every entry that cannot be recorded, each with its reason (the walk goes on past them)."""
+    if not root.is_dir():
+        raise ManifestPathError(f"{root}: not a directory")
     real_root = root.resolve()
     visited: set[Path] = {real_root}
+    files: list[tuple[str, Path]] = []
+    refused: list[RefusedEntry] = []
 
     def inside(target: Path) -> bool:
         return target == real_root or real_root in target.parents
 
-    def walk(directory: Path, prefix: str) -> Iterator[tuple[str, Path]]:
+    def walk(directory: Path, prefix: str) -> None:
         try:
             names = sorted(os.listdir(directory))
         except OSError as exc:
-            raise ManifestPathError(f"{directory}: cannot list ({exc.strerror})") from None
+            refused.append(RefusedEntry(prefix.rstrip("/") or ".", f"cannot list the directory ({exc.strerror})"))
+            return
         for name in names:
             rel = f"{prefix}{name}"
             path = directory / name
-            info = os.lstat(path)
-            if stat.S_ISLNK(info.st_mode):
-                if not follow_symlinks:
-                    raise ManifestPathError(f"{rel}: is a symbolic link (refused; use --follow-symlinks)")
-                target = path.resolve()
-                if not inside(target):
-                    raise ManifestPathError(f"{rel}: symbolic link leads outside the directory (refused)")
-                info = os.stat(target)
-                path = target
+            try:
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    if not follow_symlinks:
+                        refused.append(RefusedEntry(rel, "a symbolic link (not followed; use --follow-symlinks)"))
+                        continue
+                    target = path.resolve()
+                    if not inside(target):
+                        refused.append(RefusedEntry(rel, "a symbolic link leading outside the directory"))
+                        continue
+                    info = os.stat(target)
+                    path = target
+            except (OSError, RuntimeError) as exc:  # vanished meanwhile, or a link loop
+                refused.append(RefusedEntry(rel, f"unreadable ({getattr(exc, 'strerror', None) or exc})"))
+                continue
             if stat.S_ISDIR(info.st_mode):
                 real = path.resolve()
                 if real in visited:
-                    raise ManifestPathError(f"{rel}: directory link loop (refused)")
+                    refused.append(RefusedEntry(rel, "a directory link loop"))
+                    continue
                 visited.add(real)
-                yield from walk(path, rel + "/")
-            elif stat.S_ISREG(info.st_mode):
-                check_relative_path(rel)
-                if rel not in exclude:
-                    yield rel, path
-            else:
-                raise ManifestPathError(f"{rel}: not a regular file (device, socket or pipe refused)")
+                walk(path, rel + "/")
+            elif not stat.S_ISREG(info.st_mode):
+                refused.append(RefusedEntry(rel, "not a regular file (a device, socket or pipe)"))
+            elif (why := _recordable(rel)) is not None:
+                refused.append(RefusedEntry(rel, why))
+            elif rel not in exclude:
+                files.append((rel, path))
 
-    if not root.is_dir():
-        raise ManifestPathError(f"{root}: not a directory")
-    yield from walk(root, "")
+    walk(root, "")
+    return files, refused
 
 
 def _file_sha256(path: Path) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
-    with path.open("rb") as f:
+    f, _declared = open_regular_file(path, "file", ManifestPathError)  # swapped for a FIFO: refused
+    with f:
         while block := f.read(_BLOCK):
             digest.update(block)
             size += len(block)
@@ -171,30 +208,127 @@ def _safetensors_tensors(path: Path) -> list[dict[str, str]]:
         return found
 
 
-def _array_sha256(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).tobytes() if array.size else b"").hexdigest()
+# Per-tensor digests of .npy and .npz files are sha256 over the array's bytes in C order (what
+# ``np.ascontiguousarray(a).tobytes()`` gives, in the dtype as stored; b"" for an empty array). They
+# are computed from the file in blocks: a C-order array's data region is exactly those bytes, so a
+# forged header (10^12 elements in 145 bytes) or a zip bomb never becomes an allocation. Only a
+# Fortran-order array is read whole (its C order is a transpose), after the memory-budget check.
 
 
 def _npy_tensors(path: Path, rel: str) -> list[dict[str, str]]:
-    array = np.load(path, mmap_mode="r", allow_pickle=False)
-    return [{"name": rel.rsplit("/", 1)[-1], "sha256": _array_sha256(np.asarray(array))}]
+    f, size = open_regular_file(path, ".npy file", ArrayFileError)
+    with f:
+        header = read_npy_header(f, rel)
+        if header.data_offset + header.nbytes > size:
+            raise ArrayFileError(f"{rel}: header declares {header.nbytes} bytes of data, the file holds fewer")
+        digest = _data_sha256(f, header, rel)
+    return [{"name": rel.rsplit("/", 1)[-1], "sha256": digest}]
 
 
-def _npz_tensors(path: Path) -> list[dict[str, str]]:
-    with np.load(path, allow_pickle=False) as archive:
-        return [{"name": name, "sha256": _array_sha256(archive[name])} for name in sorted(archive.files)]
+def _npz_tensors(path: Path, rel: str) -> list[dict[str, str]]:
+    f, _size = open_regular_file(path, ".npz archive", ArrayFileError)
+    with f, zipfile.ZipFile(f) as archive:
+        found = []
+        for info in archive.infolist():
+            name = info.filename[: -len(".npy")] if info.filename.endswith(".npy") else info.filename
+            with archive.open(info) as member:
+                if member.read(len(NPY_MAGIC)) != NPY_MAGIC:
+                    digest = _raw_member_sha256(archive, info)
+                else:
+                    member.seek(0)
+                    where = f"{rel}: array {name[:80]!r}"
+                    header = read_npy_header(member, where)
+                    if header.data_offset + header.nbytes > info.file_size:
+                        raise ArrayFileError(f"{where}: header declares more data than the member holds")
+                    digest = _data_sha256(member, header, where)
+            found.append({"name": name, "sha256": digest})
+        return sorted(found, key=lambda t: t["name"])
 
 
-def _external_data_tensors(files: dict[str, Path]) -> dict[str, list[dict[str, str]]]:
-    """Per-tensor digests of ONNX external data files, found through the .onnx files that name them."""
+def _raw_member_sha256(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
+    """A member that is not a .npy array (NumPy's loader returns its bytes): sha256 of those bytes."""
+    digest = hashlib.sha256()
+    with archive.open(info) as member:
+        while block := member.read(_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _data_sha256(stream: Any, header: NpyHeader, where: str) -> str:
+    """sha256 of the C-order bytes of the array whose checked header was just read from ``stream``."""
+    nbytes = header.nbytes
+    digest = hashlib.sha256()
+    if nbytes == 0:
+        return digest.hexdigest()
+    if header.fortran_order and sum(d > 1 for d in header.shape) > 1:
+        check_allocation(nbytes, f"{where}: Fortran-order array (read whole to hash it in C order)")
+        data = _read_exactly(stream, nbytes, where)
+        array = np.frombuffer(data, header.dtype).reshape(header.shape[::-1]).transpose()
+        for part in _c_order_parts(array):
+            digest.update(part)
+        return digest.hexdigest()
+    remaining = nbytes  # C order (or one axis only): the data region is the C-order bytes
+    while remaining:
+        block = stream.read(min(_BLOCK, remaining))
+        if not block:
+            raise ArrayFileError(f"{where}: data ends early")
+        digest.update(block)
+        remaining -= len(block)
+    return digest.hexdigest()
+
+
+def _read_exactly(stream: Any, nbytes: int, where: str) -> bytearray:
+    buffer = bytearray(nbytes)
+    view = memoryview(buffer)
+    filled = 0
+    while filled < nbytes:
+        n = stream.readinto(view[filled : filled + _BLOCK])
+        if not n:
+            raise ArrayFileError(f"{where}: data ends early")
+        filled += n
+    return buffer
+
+
+def _c_order_parts(array: np.ndarray) -> Iterator[bytes]:
+    """The C-order bytes of ``array`` in consecutive parts of at most about _BLOCK bytes (ranges of
+    one axis under fixed leading indices), so hashing it costs no second copy of the whole."""
+    shape = array.shape
+    if array.nbytes <= _BLOCK or array.ndim == 0:
+        yield array.tobytes()
+        return
+    axis, inner = 0, array.nbytes  # inner: bytes under one index of the axes before `axis`
+    while axis < array.ndim - 1 and inner // shape[axis] > _BLOCK:
+        inner //= shape[axis]
+        axis += 1
+    step = max(1, _BLOCK // max(inner // shape[axis], 1))
+    for index in np.ndindex(*shape[:axis]):
+        sub = array[index]
+        for start in range(0, shape[axis], step):
+            yield sub[start : start + step].tobytes()  # tobytes() is C order whatever the layout
+
+
+def _external_data_tensors(files: dict[str, Path], verifying: bool = False) -> dict[str, list[dict[str, str]]]:
+    """Per-tensor digests of ONNX external data files, found through the .onnx files that name them.
+
+    Each .onnx file is read whole to parse it, within the memory budget: over it, creating a
+    manifest is refused and verifying goes on without that file's tensor names."""
     found: dict[str, list[dict[str, str]]] = {}
     for rel, path in files.items():
         if not rel.lower().endswith(".onnx"):
             continue
         model = ModelProto()
         try:
-            model.ParseFromString(path.read_bytes())
-        except Exception:
+            f, size = open_regular_file(path, "ONNX file", ManifestPathError)
+            with f:
+                check_allocation(size, f"{rel}: ONNX file (read whole to find its external data)")
+                data = f.read(size)
+        except BudgetExceededError:
+            if not verifying:
+                raise
+            continue
+        try:
+            model.ParseFromString(data)
+        except Exception:  # protobuf raises assorted errors; an unparsable .onnx is a plain file
             continue
         base = rel.rsplit("/", 1)[0] + "/" if "/" in rel else ""
         for scope_name, tensor in model_tensors(model):
@@ -217,22 +351,48 @@ def _external_data_tensors(files: dict[str, Path]) -> dict[str, list[dict[str, s
     return found
 
 
-def _describe_file(rel: str, path: Path, external: list[dict[str, str]] | None) -> dict[str, Any]:
+def _describe_file(
+    rel: str,
+    path: Path,
+    external: list[dict[str, str]] | None,
+    *,
+    verifying: bool = False,
+    recorded: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The file record of ``rel``.
+
+    When ``verifying``, per-tensor digests are computed only for a file that differs from its
+    ``recorded`` entry (or has none), and one whose tensors would take more than the memory budget
+    is listed without them (key "tensors_skipped" says why): a changed file is a failed check
+    whatever its tensors cost. When creating, that budget error stands (exit 2): a manifest's
+    content must not depend on the budget it was made with.
+    """
     digest, size = _file_sha256(path)
     kind = file_format(rel)
     tensors: list[dict[str, str]] = []
+    skipped: str | None = None
+    if verifying and recorded is not None and recorded["sha256"] == digest and recorded["size"] == size:
+        kind = None  # unchanged: its tensors are the recorded ones, nothing to list
     try:
         if kind == "safetensors":
             tensors = _safetensors_tensors(path)
         elif kind == "npy":
             tensors = _npy_tensors(path, rel)
         elif kind == "npz":
-            tensors = _npz_tensors(path)
-    except (OSError, ValueError, KeyError, TypeError, EOFError, RecursionError, zipfile.BadZipFile):
+            tensors = _npz_tensors(path, rel)
+    except BudgetExceededError as exc:
+        if not verifying:
+            raise
+        kind, tensors, skipped = None, [], str(exc)
+    except (OSError, ValueError, KeyError, TypeError, EOFError, RecursionError, ArrayFileError, zipfile.BadZipFile,
+            zipfile.LargeZipFile, zlib.error, NotImplementedError, RuntimeError, struct.error):
         kind, tensors = None, []  # unreadable as that format: recorded as a plain file
     if external:
         kind, tensors = "onnx-external-data", sorted(external, key=lambda t: t["name"])
-    return {"path": rel, "size": size, "sha256": digest, "format": kind, "tensors": tensors}
+    record = {"path": rel, "size": size, "sha256": digest, "format": kind, "tensors": tensors}
+    if skipped is not None:
+        record["tensors_skipped"] = skipped
+    return record
 
 
 def _exclusions(root: Path, paths: Sequence[str | os.PathLike[str]]) -> set[str]:
@@ -248,12 +408,41 @@ def _exclusions(root: Path, paths: Sequence[str | os.PathLike[str]]) -> set[str]
 def scan_directory(
     directory: str | os.PathLike[str], follow_symlinks: bool = False, exclude: Sequence[str | os.PathLike[str]] = ()
 ) -> list[dict[str, Any]]:
-    """File records (path, size, sha256, format, tensors) for every file of ``directory``."""
+    """File records (path, size, sha256, format, tensors) for every file of ``directory``.
+
+    Anything that cannot be recorded (see :class:`RefusedEntry`) is refused with a
+    :class:`ManifestPathError` naming it."""
+    records, refused = _scan(directory, follow_symlinks, exclude)
+    if refused:
+        first = refused[0]
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise ManifestPathError(f"{first.path!r}: {first.reason}, refused{more}")
+    return records
+
+
+def _scan(
+    directory: str | os.PathLike[str],
+    follow_symlinks: bool,
+    exclude: Sequence[str | os.PathLike[str]],
+    recorded: dict[str, dict[str, Any]] | None = None,
+) -> tuple[list[dict[str, Any]], list[RefusedEntry]]:
+    """File records and refused entries of ``directory``; ``recorded`` (a manifest's entries by path)
+    means verifying (see :func:`_describe_file`)."""
     root = Path(directory)
-    files = dict(_walk(root, follow_symlinks, _exclusions(root, exclude)))
-    external = _external_data_tensors(files)
+    found, refused = _walk(root, follow_symlinks, _exclusions(root, exclude))
+    files = dict(found)
+    verifying = recorded is not None
+    external = _external_data_tensors(files, verifying)
+
+    def describe(item: tuple[str, Path]) -> dict[str, Any]:
+        rel, path = item
+        return _describe_file(
+            rel, path, external.get(rel), verifying=verifying, recorded=(recorded or {}).get(rel)
+        )
+
     with ThreadPoolExecutor(max_workers=default_workers()) as pool:
-        return list(pool.map(lambda item: _describe_file(item[0], item[1], external.get(item[0])), files.items()))
+        records = list(pool.map(describe, files.items()))
+    return records, refused
 
 
 @dataclass(frozen=True)
@@ -275,6 +464,7 @@ def create_manifest(
     force: bool = False,
 ) -> ManifestInfo:
     """Write a manifest of ``directory`` to ``out_path`` (atomically; existing file kept unless ``force``)."""
+    check_output(out_path, force, "manifest")  # before the directory is hashed, which may take long
     files = scan_directory(directory, follow_symlinks, exclude=[out_path])
     body = {
         "format": FORMAT_NAME,
@@ -292,13 +482,8 @@ def create_manifest(
 def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[Any], str]:
     """Parse a manifest strictly; (body, signatures, digest)."""
     where = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_MANIFEST_SIZE + 1)
-    except OSError as exc:
-        raise ContainerFormatError(f"{where}: cannot read manifest ({exc.strerror})") from None
-    if len(raw) > MAX_MANIFEST_SIZE:
-        raise ContainerFormatError(f"{where}: manifest larger than {MAX_MANIFEST_SIZE} bytes")
+    # A regular file only (never /dev/zero), and no larger than a manifest may be.
+    raw = read_regular_file(path, "manifest", ContainerFormatError, max_bytes=MAX_MANIFEST_SIZE)
     document = parse_canonical_json(raw, f"{where}")
     if not isinstance(document, dict) or set(document) != {"manifest", "signatures"}:
         raise ContainerFormatError(f"{where}: a manifest has exactly the keys 'manifest' and 'signatures'")
@@ -379,14 +564,18 @@ def verify_manifest(
     report.signatures = checks
     report.mismatches.extend(problems)
     expected = {item["path"]: item for item in body["files"]}
-    try:
-        actual = {item["path"]: item for item in scan_directory(directory, follow_symlinks, exclude=[manifest_path])}
-    except ManifestPathError as exc:
-        report.mismatches.append(Mismatch("directory", os.fspath(directory), "regular files only", str(exc)))
-        actual = {}
+    # A missing DIRECTORY is bad input (ManifestPathError, exit 2); what cannot be recorded inside
+    # it is reported entry by entry, and every other file is still compared.
+    records, refused = _scan(directory, follow_symlinks, exclude=[manifest_path], recorded=expected)
+    actual = {item["path"]: item for item in records}
     report.files = len(actual)
-    for rel in sorted(set(expected) | set(actual)):
+    refused_at = {entry.path: entry for entry in refused}
+    for rel in sorted(set(expected) | set(actual) | set(refused_at)):
         want, got = expected.get(rel), actual.get(rel)
+        if rel in refused_at:
+            recorded = f"sha256 {want['sha256']}" if want else "no such file (not in the manifest)"
+            report.mismatches.append(Mismatch("file", rel, recorded, refused_at[rel].reason))
+            continue
         if got is None:
             report.mismatches.append(Mismatch("file", rel, f"sha256 {want['sha256'] if want else '?'}", "missing"))
             continue
@@ -395,9 +584,14 @@ def verify_manifest(
             continue
         if want["sha256"] == got["sha256"] and want["size"] == got["size"]:
             continue
-        report.mismatches.append(
-            Mismatch("file", rel, f"sha256 {want['sha256']} ({want['size']} bytes)", f"sha256 {got['sha256']} ({got['size']} bytes)")
-        )
+        found = f"sha256 {got['sha256']} ({got['size']} bytes)"
+        if "tensors_skipped" in got:
+            report.mismatches.append(
+                Mismatch("file", rel, f"sha256 {want['sha256']} ({want['size']} bytes)",
+                         f"{found}; its tensors are not listed: {got['tensors_skipped']}")
+            )  # fmt: skip
+            continue
+        report.mismatches.append(Mismatch("file", rel, f"sha256 {want['sha256']} ({want['size']} bytes)", found))
         before = {t["name"]: t["sha256"] for t in want["tensors"]}
         after = {t["name"]: t["sha256"] for t in got["tensors"]}
         for name in sorted(set(before) | set(after)):

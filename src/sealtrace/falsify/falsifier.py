@@ -22,6 +22,8 @@ from sealtrace.falsify.certify import Certificate, Certifier, sealed_container
 from sealtrace.falsify.network import BatchedNetwork, layout_of
 from sealtrace.falsify.property import Property
 from sealtrace.falsify.search import Search, SearchSettings, SearchStats
+from sealtrace.limits import open_regular_file
+from sealtrace.outputs import atomic_output
 from sealtrace.session import Session
 
 # Rejected candidates kept in full in a result (all are counted).
@@ -91,6 +93,7 @@ def falsify(
     settings: SearchSettings | None = None,
     *,
     audit: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
     module: torch.nn.Module | None = None,
     searched_inputs: Sequence[str] | None = None,
     fixed_inputs: Mapping[str, Any] | None = None,
@@ -105,15 +108,20 @@ def falsify(
     search runs (default: the torch bridge's conversion of the verified Plan); whatever it says,
     only the reference run decides. ``searched_inputs`` names the inputs X covers (default: all
     not in ``fixed_inputs``, which maps input names to fixed values). ``audit`` is where the
-    certifying run's audit log goes (default: kept in memory; its run digest is still reported).
+    certifying run's audit log goes (default: kept in memory; its run digest is still reported);
+    an existing file there is refused unless ``overwrite``, and replaced only by a complete log.
     The time budget (``settings.timeout_s``) covers the search and the certifying runs.
     """
     settings = settings or SearchSettings()
     started = time.perf_counter()
-    if audit is not None and Path(audit).exists():
+    if audit is not None and not overwrite and Path(audit).exists():
         from sealtrace.audit import AuditLogExistsError
 
         raise AuditLogExistsError(f"{audit}: audit log exists; choose another path or remove it")
+    if not isinstance(model, ModelProto):
+        # Refused before it is read: /dev/zero or a FIFO as the network would be read forever.
+        f, _size = open_regular_file(model, "model")
+        f.close()
     container = sealed_container(model, cache_dir)
     # Opening the Session verifies the container; the torch module is built from the same verified Plan.
     session = Session(container, backend="reference")
@@ -157,11 +165,12 @@ def falsify(
     return result
 
 
-def save_violation(result: FalsifyResult, path: str | os.PathLike[str]) -> None:
+def save_violation(result: FalsifyResult, path: str | os.PathLike[str], *, force: bool = False) -> None:
     """Write the certified counterexample's input to ``path`` (.npy): the first searched input's shape
-    when there is one searched input, else the flat X vector."""
+    when there is one searched input, else the flat X vector. An existing file is kept unless ``force``."""
     if result.counterexample is None:
         raise ValueError("no counterexample to save")
     cex = result.counterexample
     x = cex.feeds[result.searched_inputs[0]] if len(result.searched_inputs) == 1 else cex.x
-    np.save(Path(path), np.asarray(x), allow_pickle=False)
+    with atomic_output(path, force) as f:
+        np.save(f, np.asarray(x), allow_pickle=False)

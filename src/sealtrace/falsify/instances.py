@@ -20,7 +20,8 @@ from typing import Any
 from sealtrace.errors import InputError, SealtraceError
 from sealtrace.falsify.falsifier import falsify
 from sealtrace.falsify.search import SearchSettings
-from sealtrace.falsify.vnnlib import load_vnnlib
+from sealtrace.falsify.vnnlib import load_vnnlib, read_text_input
+from sealtrace.outputs import atomic_output
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class InstanceResult:
     run_digest: str | None = None
     rejected: int = 0
     error: str | None = None
+    error_exit_code: int | None = None  # the error's CLI exit code: 2 bad input, 1 a failed check
 
     @property
     def wrong(self) -> bool:
@@ -75,10 +77,7 @@ class InstanceResult:
 def read_instances(path: str | os.PathLike[str]) -> list[Instance]:
     """The instances of a VNN-COMP CSV (``network,property,timeout`` and optionally ``expected``)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the instances file ({exc.strerror or exc})") from None
+    text = read_text_input(path, "VNN-COMP instances file")
     base = path.parent
     instances = []
     for number, row in enumerate(csv.reader(io.StringIO(text)), start=1):
@@ -132,7 +131,8 @@ def run_instances(
                 outcome.time_to_counterexample_s, cex.run_digest if cex else None, outcome.rejected_count,
             )
         except SealtraceError as exc:
-            result = InstanceResult(instance, "error", time.perf_counter() - started, False, budget, error=str(exc))
+            result = InstanceResult(instance, "error", time.perf_counter() - started, False, budget,
+                                    error=str(exc), error_exit_code=exc.exit_code)
         results.append(result)
         if on_result is not None:
             on_result(result)
@@ -193,24 +193,32 @@ def machine_line() -> str:
     return f"{model}, {cpus} CPU(s) usable, Python {platform.python_version()}, torch {torch.__version__}"
 
 
-def write_csv(results: Sequence[InstanceResult], path: str | os.PathLike[str]) -> None:
-    """One row per instance (see :meth:`InstanceResult.to_row`)."""
+def write_csv(results: Sequence[InstanceResult], path: str | os.PathLike[str], *, force: bool = False) -> None:
+    """One row per instance (see :meth:`InstanceResult.to_row`); written whole, an existing file kept
+    unless ``force``."""
     rows = [r.to_row() for r in results]
-    with Path(path).open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["instance"])
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]) if rows else ["instance"])
+    writer.writeheader()
+    writer.writerows(rows)
+    with atomic_output(path, force) as f:
+        f.write(text.getvalue().encode("utf-8"))
 
 
 def markdown_table(results: Sequence[InstanceResult]) -> str:
-    """The per-instance table in Markdown: instance, result, time, certified (and expected, when known)."""
+    """The per-instance table in Markdown: instance, result, time, certified (and expected, and the
+    error, when there are any)."""
     with_expected = any(r.instance.expected for r in results)
-    header = ["instance", "result", "time (s)", "certified"] + (["expected"] if with_expected else [])
+    with_errors = any(r.error for r in results)
+    header = (["instance", "result", "time (s)", "certified"] + (["expected"] if with_expected else [])
+              + (["error"] if with_errors else []))
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in results:
         cells = [r.instance.name, r.result if not r.wrong else f"**{r.result} (WRONG)**", f"{r.time_s:.2f}",
                  "yes" if r.certified else "no"]
         if with_expected:
             cells.append(r.instance.expected or "")
+        if with_errors:
+            cells.append(" ".join((r.error or "").split()).replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -22,9 +22,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from sealtrace.errors import InputError
 from sealtrace.falsify.errors import PropertyError, VnnlibSyntaxError
 from sealtrace.falsify.property import Box, LinearConstraint, OutputSet, Property, Region
+from sealtrace.limits import ENV_VAR as BUDGET_ENV_VAR
+from sealtrace.limits import format_size, memory_budget, open_regular_file
 
+# Parsing text into tokens and expressions costs this many times its size in memory, at most.
+TEXT_PARSE_COST = 16
 # Disjunctive normal form can blow up (a product of disjunctions); past this many disjuncts we refuse.
 MAX_DISJUNCTS = 100_000
 
@@ -307,14 +312,37 @@ def parse_vnnlib(text: str, path: str = "<vnnlib>", name: str | None = None) -> 
 
 
 def load_vnnlib(path: str | os.PathLike[str]) -> Property:
-    """Read and parse a VNNLIB file (see :func:`parse_vnnlib`)."""
+    """Read and parse a VNNLIB file (see :func:`parse_vnnlib`); its size is bounded (:func:`read_text_input`)."""
+    where = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PropertyError(f"cannot read the property file ({exc.strerror or exc})", os.fspath(path)) from None
+        text = read_text_input(path, "property file")
+    except InputError as exc:
+        reason = str(exc).removeprefix(f"{where}: ")
+        raise PropertyError(f"cannot read the property file ({reason})", where) from None
+    return parse_vnnlib(text, where)
+
+
+def read_text_input(path: str | os.PathLike[str], what: str) -> str:
+    """A UTF-8 text file the falsifier reads (a property, an instances list), refused when it is not a
+    regular file (``/dev/zero``) or larger than 1/16 of the memory budget: parsing it costs many
+    times its size, so a larger budget (``--memory-budget``) admits a larger file."""
+    where = os.fspath(path)
+    f, size = open_regular_file(path, what)
+    with f:
+        limit = max(memory_budget() // TEXT_PARSE_COST, 1 << 20)
+        if size > limit:
+            raise InputError(
+                f"{where}: {format_size(size)}, more than a {what} may be ({format_size(limit)}, 1/{TEXT_PARSE_COST} "
+                f"of the memory budget; raise it with --memory-budget or {BUDGET_ENV_VAR})"
+            )
+        try:
+            data = f.read(size)
+        except OSError as exc:
+            raise InputError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PropertyError(f"not UTF-8 text (byte {exc.start})", os.fspath(path)) from None
-    return parse_vnnlib(text, os.fspath(path))
+        raise InputError(f"{where}: not UTF-8 text (byte {exc.start})") from None
 
 
 def _count(normalizer: _Normalizer, kind: str, path: str) -> int:

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.inliner
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, numpy_helper
 
 from sealtrace.errors import InvalidModelError, PlanError, UnsupportedError
+from sealtrace.limits import check_allocation
 from sealtrace.ops import lookup
 from sealtrace.ops.registry import Kernel
 from sealtrace.plan.model import Plan, Step, ValueInfo
@@ -51,12 +53,9 @@ def build_plan(source: ModelSource, *, require_kernels: bool = True) -> Plan:
     ``plan.unsupported``, and the reference backend refuses the Plan when asked to run it.
     """
     model = load_model(source)
+    _check_graph_text(model.graph, "")  # before any of its names is copied or compared
     if model.functions:
-        # Model-local functions are expanded so every step maps to one registered kernel.
-        try:
-            model = onnx.inliner.inline_local_functions(model)  # type: ignore[attr-defined]
-        except Exception as exc:  # onnx raises assorted errors for bad functions
-            raise InvalidModelError(f"cannot expand model-local functions: {exc}") from None
+        model = _inline_local_functions(model)
     opsets = _opsets(model)
     value_info = _infer_value_info(model)
     builder = _GraphBuilder(opsets, value_info, ir_version=model.ir_version)
@@ -68,10 +67,64 @@ def build_plan(source: ModelSource, *, require_kernels: bool = True) -> Plan:
     return plan
 
 
+def _inline_local_functions(model: ModelProto) -> ModelProto:
+    """The model with every call of a model-local function expanded, so each step maps to one kernel.
+
+    A function written against another ONNX opset than the model's (exporters do this) is converted
+    to the model's opset first (onnx's version converter); one that cannot be is refused by name.
+    """
+    onnx_opset = _opsets(model).get("")
+    # Conversion only where needed: onnx's inliner cannot type a converted call inside a subgraph.
+    convert = any(
+        imp.version != onnx_opset
+        for function in model.functions
+        for imp in function.opset_import
+        if imp.domain in _DEFAULT_DOMAINS
+    )
+    try:
+        inlined = onnx.inliner.inline_local_functions(model, convert_version=convert)
+    except Exception as exc:  # only onnx runs here, and its C++ code raises assorted types
+        # Recursive or duplicated functions, malformed bodies, failed shape inference or version
+        # conversion of a body: onnx's message names the function or the value.
+        raise InvalidModelError(f"cannot expand model-local functions: {_first_line(exc)}") from None
+    return inlined
+
+
+def _check_text(value: str | bytes, what: str) -> None:
+    """Protobuf hands back a string field that is not valid UTF-8 as bytes; such a name is refused."""
+    if not isinstance(value, str):
+        raise InvalidModelError(f"{what} is not valid UTF-8 text ({bytes(value)[:60]!r})")
+
+
+def _check_graph_text(graph: GraphProto, path: str) -> None:
+    """Every name the builder reads from ``graph`` (its subgraphs are checked as they are built)."""
+    _check_text(graph.name, f"{path}a graph name")
+    for tensor in graph.initializer:
+        _check_text(tensor.name, f"{path}an initializer name")
+    for sparse in graph.sparse_initializer:
+        _check_text(sparse.values.name, f"{path}a sparse initializer name")
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        _check_text(info.name, f"{path}a value name")
+    for node in graph.node:
+        for text in (node.name, node.op_type, node.domain, *node.input, *node.output):
+            _check_text(text, f"{path}a name in node {node.name!r} ({node.op_type!r})")
+        for attr in node.attribute:
+            _check_text(attr.name, f"{path}an attribute name in node {node.name!r}")
+            _check_text(attr.ref_attr_name, f"{path}an attribute reference in node {node.name!r}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 def _opsets(model: ModelProto) -> dict[str, int]:
     opsets: dict[str, int] = {}
     for imp in model.opset_import:
+        _check_text(imp.domain, "an opset import's domain")
         domain = "" if imp.domain in _DEFAULT_DOMAINS else imp.domain
+        if not 0 <= imp.version < 2**31:
+            raise InvalidModelError(f"opset import {domain or 'ai.onnx'!r}: version {imp.version} is out of range")
         opsets[domain] = imp.version
     if "" not in opsets and model.ir_version < 3:
         opsets[""] = 1
@@ -81,8 +134,18 @@ def _opsets(model: ModelProto) -> dict[str, int]:
 def _infer_value_info(model: ModelProto) -> dict[str, ValueInfo]:
     """Static dtypes and shapes from onnx shape inference, where it succeeds."""
     infos: dict[str, ValueInfo] = {}
+    light = _without_large_weights(model)
+    # onnx's data propagation builds one entry per element of a declared shape: an input declared
+    # [10^9] makes it allocate gigabytes (it was killed for memory). Shape tensors have a handful of
+    # elements; with larger declared dims, inference runs without data propagation.
+    data_prop = all(
+        dim.dim_value <= _DATA_PROP_MAX_DIM
+        for vi in light.graph.input
+        if vi.type.HasField("tensor_type")
+        for dim in vi.type.tensor_type.shape.dim
+    )
     try:
-        inferred = onnx.shape_inference.infer_shapes(_without_large_weights(model), strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=data_prop)
     except Exception:  # inference is best effort; the Plan does not depend on it
         inferred = model
     graph = inferred.graph
@@ -91,6 +154,7 @@ def _infer_value_info(model: ModelProto) -> dict[str, ValueInfo]:
     return infos
 
 
+_DATA_PROP_MAX_DIM = 1 << 16
 _LARGE_WEIGHT = 4096  # elements; larger initializers carry no shape information inference needs
 
 
@@ -170,13 +234,19 @@ class _GraphBuilder:
         self._anonymous = 0
 
     def build(self, graph: GraphProto, outer_scope: frozenset[str], path: str = "") -> Plan:
+        _check_graph_text(graph, path)
         initializers: dict[str, Any] = {}
         for tensor in graph.initializer:
             if tensor.name in initializers:
                 raise PlanError(f"{path}initializer {tensor.name!r} is defined twice")
             initializers[tensor.name] = _to_array(tensor, f"initializer {tensor.name!r}")
         for sparse in graph.sparse_initializer:
-            initializers[sparse.values.name] = _sparse_to_array(sparse)
+            name = sparse.values.name
+            if not name:
+                raise InvalidModelError(f"{path}a sparse initializer has no name (its values tensor names it)")
+            if name in initializers:
+                raise PlanError(f"{path}initializer {name!r} is defined twice")
+            initializers[name] = _sparse_to_array(sparse, f"{path}sparse initializer {name!r}")
 
         # IR < 4 lists every initializer as a graph input too; those are weights, not feeds.
         inputs = tuple(
@@ -223,6 +293,8 @@ class _GraphBuilder:
         for index, node_index in enumerate(order):
             node, name, attrs, implicit = steps_spec[node_index]
             steps.append(self._step(index, node, name, attrs, implicit))
+        for step in steps:
+            _check_constant_of_shape(step, initializers, path)
 
         outputs = tuple(self._declared(vi.name, vi.type) for vi in graph.output)
         # A subgraph may read outer values in its steps or return one directly as an output.
@@ -316,7 +388,7 @@ class _GraphBuilder:
         if kind == AttributeProto.TENSORS:
             return tuple(_to_array(t, f"attribute {attr.name!r}") for t in attr.tensors)
         if kind == AttributeProto.SPARSE_TENSOR:
-            return _sparse_to_array(attr.sparse_tensor)
+            return _sparse_to_array(attr.sparse_tensor, f"attribute {attr.name!r} of node {node_name!r}")
         if kind == AttributeProto.STRING:
             return attr.s.decode("utf-8", errors="replace")
         if kind == AttributeProto.STRINGS:
@@ -402,6 +474,24 @@ class _GraphBuilder:
         )
 
 
+def _check_constant_of_shape(step: Step, initializers: Mapping[str, Any], path: str) -> None:
+    """A ConstantOfShape whose shape is a weight declares its allocation in the model: a few bytes
+    may ask for terabytes, so it is checked against the memory budget before anything runs."""
+    if step.op_type != "ConstantOfShape" or step.domain or not step.inputs:
+        return
+    shape = initializers.get(step.inputs[0])
+    if not isinstance(shape, np.ndarray) or shape.dtype.kind not in "iu" or shape.ndim != 1:
+        return  # computed at run time, or malformed (the kernel reports it, naming the step)
+    value = step.attributes.get("value")
+    itemsize = value.dtype.itemsize if isinstance(value, np.ndarray) else 4  # default: float32 zero
+    numel = 1
+    for d in shape.tolist():
+        if d < 0:
+            raise InvalidModelError(f"{path}node {step.name!r} (ConstantOfShape): negative dimension in shape {shape.tolist()}")
+        numel *= d
+    check_allocation(numel * itemsize, f"{path}node {step.name!r} (ConstantOfShape of shape {shape.tolist()[:8]})")
+
+
 def _missing_kernel(*_args: Any, **_kwargs: Any) -> Any:
     raise AssertionError("a Plan with unsupported steps is never returned")
 
@@ -423,16 +513,60 @@ def _to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
     return array
 
 
-def _sparse_to_array(sparse: onnx.SparseTensorProto) -> np.ndarray:
-    values = numpy_helper.to_array(sparse.values)
-    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
-    dense = np.zeros(tuple(sparse.dims), dtype=values.dtype)
-    if indices.ndim == 1:
-        dense.reshape(-1)[indices] = values
+def _sparse_to_array(sparse: onnx.SparseTensorProto, what: str) -> np.ndarray:
+    """The dense array of a SparseTensorProto, every index checked before anything is written.
+
+    The format (onnx.proto): ``values`` is [NNZ]; ``indices`` is [NNZ] linear indices or
+    [NNZ, rank] coordinates, in ascending order without duplicates; ``dims`` is the dense shape.
+    The dense size is checked against the memory budget before it is allocated: a few bytes of
+    protobuf may declare 10^12 elements.
+    """
+    dims = tuple(int(d) for d in sparse.dims)
+    if any(d < 0 for d in dims):
+        raise InvalidModelError(f"{what}: negative dimension in dims {list(dims)}")
+    values = _to_array(sparse.values, what + " (values)")
+    if values.ndim != 1:
+        raise InvalidModelError(f"{what}: values must be one-dimensional [NNZ], not of shape {list(values.shape)}")
+    count = values.shape[0]
+    indices = _to_array(sparse.indices, what + " (indices)") if sparse.HasField("indices") else np.zeros(0, np.int64)
+    if indices.dtype.kind not in "iu":
+        raise InvalidModelError(f"{what}: indices must be integers, not {indices.dtype}")
+    numel = 1
+    for d in dims:
+        numel *= d
+    check_allocation(numel * values.dtype.itemsize, what)
+    if indices.ndim == 1 and indices.shape[0] == count:
+        linear = indices.astype(np.int64)
+        if count and (int(indices.min()) < 0 or int(indices.max()) >= numel):
+            raise InvalidModelError(
+                f"{what}: linear index {_first_outside(indices, numel)} is outside the dense shape {list(dims)}"
+            )
+    elif indices.ndim == 2 and indices.shape == (count, len(dims)):
+        for axis, size in enumerate(dims):
+            column = indices[:, axis]
+            if count and (int(column.min()) < 0 or int(column.max()) >= size):
+                raise InvalidModelError(
+                    f"{what}: index {_first_outside(column, size)} on axis {axis} is outside the dense shape {list(dims)}"
+                )
+        coordinates = tuple(indices.astype(np.int64).T)
+        linear = np.ravel_multi_index(coordinates, dims) if count and dims else np.zeros(count, np.int64)
     else:
-        dense[tuple(indices.T)] = values
+        raise InvalidModelError(
+            f"{what}: indices of shape {list(indices.shape)} fit neither [NNZ] nor [NNZ, rank] for {count} "
+            f"value(s) of a rank-{len(dims)} tensor"
+        )
+    if count > 1 and not bool(np.all(np.diff(linear) > 0)):
+        raise InvalidModelError(f"{what}: indices are not in ascending order without duplicates")
+    dense = np.zeros(dims, dtype=values.dtype) if values.dtype != object else np.full(dims, "", dtype=object)
+    dense.reshape(-1)[linear] = values
     dense.setflags(write=False)
     return dense
+
+
+def _first_outside(indices: np.ndarray, size: int) -> int:
+    """The first index of ``indices`` outside [0, size), for the error message."""
+    bad = indices[(indices < 0) | (indices >= size)]
+    return int(bad[0])
 
 
 def _release_schedule(
