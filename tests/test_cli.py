@@ -116,3 +116,57 @@ def test_usage_error_exit_2_without_traceback() -> None:
     )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and "Missing argument" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expect"),
+    [
+        (["run"], "sealtrace run: Missing argument 'MODEL'"),
+        (["run", "{dir}"], "sealtrace run: Invalid value for 'MODEL'"),
+        (["verify", "x.seal", "--no-such-option"], "No such option '--no-such-option'"),
+        (["no-such-verb"], "No such command 'no-such-verb'"),
+        (["audit", "show", "log.jsonl", "--limit", "many"], "sealtrace audit show: Invalid value for '--limit'"),
+    ],
+)
+def test_usage_errors_are_one_line_naming_the_verb(
+    argv: list[str], expect: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # click's own screen is four lines (usage, hint, blank, error); sealtrace's errors are one.
+    assert main([a.format(dir=tmp_path) for a in argv]) == 2
+    line = _error_line(capsys)
+    assert line.startswith("sealtrace: error: ") and expect in line and "--help" in line
+
+
+def test_names_from_the_model_are_printed_not_parsed_as_markup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An output named like rich markup ('[/y]') was an internal error (a MarkupError) after the run.
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["[/y]"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("[/y]", TensorProto.FLOAT, [1, 2])],
+    )
+    path = tmp_path / "[bold]m.onnx"
+    onnx.save(model, path)
+    assert main(["run", str(path), "--random-inputs"]) == 0
+    assert "[/y]" in capsys.readouterr().out
+
+
+def test_an_output_directory_gone_during_the_run_is_bad_input(
+    mlp_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from sealtrace.cli import run as run_module
+
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    real = run_module.write_npz_atomically
+
+    def remove_then_write(path: Path, arrays: object, force: bool = True) -> None:
+        shutil.rmtree(out_dir)  # as if someone removed it while the model ran
+        real(path, arrays, force=force)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_module, "write_npz_atomically", remove_then_write)
+    assert main(["run", str(mlp_file), "--random-inputs", "--out", str(out_dir / "y.npz")]) == 2
+    assert "does not exist" in _error_line(capsys)

@@ -13,6 +13,7 @@ from sealtrace import arrayfiles
 from sealtrace.arrayfiles import load_npy
 from sealtrace.errors import InputError
 from sealtrace.limits import check_allocation
+from sealtrace.outputs import atomic_output
 from sealtrace.plan.model import Plan, ValueInfo
 
 
@@ -138,12 +139,10 @@ def _check_dim_names(inputs: Sequence[ValueInfo], sizes: Mapping[str, int]) -> N
         raise InputError(f"--dim {', '.join(unknown)}: no input has such a dynamic dimension (dynamic: {offered})")
 
 
-def write_npz_atomically(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write ``arrays`` to ``path`` via a temporary file and a rename: never a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def write_npz_atomically(path: Path, arrays: Mapping[str, np.ndarray], force: bool = True) -> None:
+    """Write ``arrays`` to ``path`` whole or not at all (sealtrace.outputs.atomic_output).
+
+    A directory that vanished meanwhile is a typed OutputPathError, not an internal error.
+    """
+    with atomic_output(path, force=force) as f:
+        np.savez(f, **arrays)  # type: ignore[arg-type]

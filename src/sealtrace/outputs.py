@@ -56,7 +56,7 @@ def atomic_output(path: str | os.PathLike[str], force: bool = False) -> Iterator
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
-        raise OutputExistsError(f"{target}: cannot create a file in {directory} ({exc.strerror})") from None
+        raise OutputPathError(f"{target}: cannot create a file in {directory} ({exc.strerror})") from None
     tmp = Path(tmp_name)
     try:
         umask = os.umask(0)

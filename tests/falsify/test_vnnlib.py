@@ -124,6 +124,10 @@ def test_empty_disjuncts_are_dropped_with_a_note() -> None:
         ("X_0\n", 1, 1, "outside parentheses"),
         ("(declare-const X_0 Real)\n(assert (<= (/ X_0 0) 1))\n", 2, 20, "division by zero"),
         ("(declare-const X_0 Real)\n(assert (<= (% X_0 2) 1))\n", 2, 14, "'%' is not supported"),
+        # Found by fuzzing: int() refuses 4,300+ digits (was exit 3); a huge exponent is a huge Fraction.
+        ("(declare-const X_0 Real)\n(assert (<= X_0 " + "1" * 5000 + "))\n", 2, 17, "out of range"),
+        ("(declare-const X_0 Real)\n(assert (<= X_0 1e999999))\n", 2, 17, "out of range"),
+        ("(declare-const X_0 Real)\n(assert (<= X_0 -2.5E-1001))\n", 2, 17, "out of range"),
     ],
 )
 def test_malformed_input_names_line_and_column(text: str, line: int, column: int, message: str) -> None:

@@ -66,9 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("sealtrace: interrupted", err=True)
         return 130
+    except click.UsageError as exc:
+        # Unknown option, missing argument, a directory where a file belongs: one line, like every
+        # other error, naming the verb and where its help is (click's own screen is four lines).
+        verb = exc.ctx.command_path if exc.ctx is not None else "sealtrace"
+        click.echo(f"sealtrace: error: {verb}: {_one_line(exc.format_message())} (see '{verb} --help')", err=True)
+        return exc.exit_code
     except click.ClickException as exc:
-        # Usage errors (unknown option, missing argument): click's message, exit 2.
-        exc.show()
+        click.echo(f"sealtrace: error: {_one_line(exc.format_message())}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
@@ -83,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the CLI promises one line, never a traceback
         click.echo(f"sealtrace: internal error: {type(exc).__name__}: {_one_line(str(exc))}", err=True)
         return EXIT_INTERNAL
+    finally:
+        set_memory_budget(None)  # --memory-budget is for this call, also when main() is called in-process
     return 0
 
 

@@ -130,7 +130,7 @@ def inspect(container: str, as_json: bool) -> None:
         table.add_column(column, justify="right" if column in ("bytes", "offset") else "left")
     for t in info["tensors"]:
         table.add_row(t["name"], t["dtype"], str(t["shape"]), str(t["length"]), str(t["offset"]))
-    Console().print(table)
+    Console(markup=False).print(table)  # tensor names come from the file: never markup
 
 
 @app.command(name="unseal")

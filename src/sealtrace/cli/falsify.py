@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sealtrace.cli import app
 from sealtrace.errors import BackendError, CheckFailedError, InputError
@@ -113,7 +114,7 @@ def falsify(
             table.add_row(f"X_{i}", repr(float(v)))
         for j, v in enumerate(cex.y):
             table.add_row(f"Y_{j}", repr(float(v)))
-        Console(highlight=False, width=max(100, Console().width)).print(table)
+        Console(highlight=False, markup=False, width=max(100, Console().width)).print(table)
         click.echo(f"inside the input box of region {cex.region}; output set {cex.output_set} holds (exact values):")
         for value in cex.values:
             click.echo(f"  {value.constraint}: {value.value_text()}  [{value.source}]")
@@ -208,12 +209,12 @@ def falsify_bench(
         for r in results:
             table.add_row(r.instance.name, r.result + (" (WRONG)" if r.wrong else ""), f"{r.time_s:.2f}",
                           "yes" if r.certified else "no")
-        console = Console(highlight=False)
+        console = Console(highlight=False, markup=False)
         console.print(table)
         console.print(_summary_markdown(summary).strip().splitlines()[-1])
         for r in results:
             if r.error:
-                console.print(f"[red]error[/red] {r.instance.name}: {r.error}", markup=True)
+                console.print(Text("error ", style="red") + Text(f"{r.instance.name}: {r.error}"))
     _bench_outcome(results)
 
 

@@ -11,6 +11,7 @@ import click
 import numpy as np
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sealtrace.backends import make_backend
 from sealtrace.cli import app
@@ -126,16 +127,10 @@ def run(
         dtype = str(value.dtype) if isinstance(value, np.ndarray) else type(value).__name__
         shape = str(list(value.shape)) if isinstance(value, np.ndarray) else "-"
         table.add_row(name, dtype, shape, _summary(value))
-    Console().print(table)
-    if session.origin.kind in ("container", "artifact"):
-        click.echo(session.origin.provenance())
-    else:
-        # A plain ONNX file ran: said plainly, so it is never mistaken for a verified model (on
-        # stderr, after the run, so that a failing run still ends with one error line).
-        click.echo(f"note: {session.origin.provenance()}", err=True)
+    Console(markup=False).print(table)  # output names come from the model: never markup
     if out_path:
         arrays = {n: v for n, v in zip(session.plan.output_names, outputs, strict=True) if isinstance(v, np.ndarray)}
-        write_npz_atomically(Path(out_path), arrays)
+        write_npz_atomically(Path(out_path), arrays, force=force)
         # .npz holds tensors only: sequences (ZipMap's maps among them) and empty optionals are left out.
         left_out = [n for n in session.plan.output_names if n not in arrays]
         note = f" (not tensors, left out: {', '.join(left_out)})" if left_out else ""
@@ -144,6 +139,12 @@ def run(
         click.echo(f"audit log {audit_path}: {audit.steps} step(s), run digest {audit.run_digest}")
     if capture is not None:
         click.echo(f"captured {len(capture.entries)} value(s) in {capture_dir}")
+    if session.origin.kind in ("container", "artifact"):
+        click.echo(session.origin.provenance())
+    else:
+        # A plain ONNX file ran: said plainly, so it is never mistaken for a verified model (on
+        # stderr, last, so that a run that fails, writing its outputs included, ends with one error line).
+        click.echo(f"note: {session.origin.provenance()}", err=True)
 
 
 @app.command()
@@ -181,12 +182,12 @@ def conformance(ops: str | None, backend: str, as_json: bool, show_failures: boo
             table.add_row(op, *(str(counts.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
         table.add_section()
         table.add_row("total", *(str(totals.get(k, 0)) for k in ("passed", "failed", "unsupported", "excluded")))
-        console = Console()
+        console = Console(markup=False)
         console.print(table)
         if show_failures:
             for r in report.results:
                 if r.status == "failed":
-                    console.print(f"[red]FAILED[/red] {r.name}: {r.message}", markup=True, highlight=False)
+                    console.print(Text("FAILED ", style="red") + Text(f"{r.name}: {r.message}"), highlight=False)
     # The exit status does not depend on --json: a script reading the JSON gets the same verdict.
     if wanted and totals.get("failed", 0):
         raise CheckFailedError(f"{totals['failed']} case(s) failed")

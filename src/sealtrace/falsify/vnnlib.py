@@ -32,6 +32,11 @@ from sealtrace.limits import format_size, memory_budget, open_regular_file
 TEXT_PARSE_COST = 16
 # Disjunctive normal form can blow up (a product of disjunctions); past this many disjuncts we refuse.
 MAX_DISJUNCTS = 100_000
+# Constants are exact fractions: a 10,000-digit constant or an exponent of a million would make every
+# later product slow and large (and Python refuses int() of more than 4,300 digits). float64 needs
+# 17 significant digits and exponents within +-324; these bounds leave a wide margin.
+MAX_NUMBER_DIGITS = 1_000
+MAX_NUMBER_EXPONENT = 1_000
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _VARIABLE = re.compile(r"([XY])_(\d+)")
@@ -228,6 +233,11 @@ class _Normalizer:
         if expr.atom is not None:
             text = expr.atom
             if _NUMBER.fullmatch(text):
+                mantissa, _, exponent = text.lower().partition("e")
+                if len(mantissa) > MAX_NUMBER_DIGITS or (exponent and abs(int(exponent[:12])) > MAX_NUMBER_EXPONENT):
+                    raise self.error(
+                        f"number {text[:24]}... is out of range (at most {MAX_NUMBER_DIGITS} digits and an "
+                        f"exponent within +-{MAX_NUMBER_EXPONENT})", expr)
                 return _Linear.const(Fraction(text))
             if text in self.declared:
                 kind, index = text[0], int(text[2:])
