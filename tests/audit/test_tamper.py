@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sealtrace.audit.errors import AuditFormatError
 from sealtrace.audit.log import parse_lines
 from sealtrace.audit.records import digest_field, record_digest
 from sealtrace.audit.verify import AuditVerification, verify_lines
@@ -127,7 +128,7 @@ def test_every_pair_swapped_is_named(mlp_log: Path) -> None:
 
 def test_truncated_at_every_line(mlp_log: Path) -> None:
     lines = read(mlp_log)
-    for keep in range(len(lines)):
+    for keep in range(1, len(lines)):
         line, message = first(check(lines[:keep]))
         assert line == keep + 1
         assert "truncated" in message
@@ -197,7 +198,6 @@ def test_schema_violation_with_valid_digests_is_named(mlp_log: Path) -> None:
 
 
 def test_unknown_format_version_is_refused(mlp_log: Path) -> None:
-    from sealtrace.audit.errors import AuditFormatError
 
     lines = read(mlp_log)
     records = [json.loads(x) for x in lines]
@@ -210,6 +210,7 @@ def test_unknown_format_version_is_refused(mlp_log: Path) -> None:
         check([encode(r) for r in records])
 
 
-def test_empty_log_is_truncated() -> None:
-    line, message = first(check([]))
-    assert line == 1 and "empty" in message
+def test_an_empty_file_is_not_a_log() -> None:
+    # Issue 14: an empty file is bad input (exit 2) for every verb, not a log cut short (exit 1).
+    with pytest.raises(AuditFormatError, match="empty file, not an audit log"):
+        check([])

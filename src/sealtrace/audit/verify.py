@@ -100,6 +100,9 @@ def verify_lines(
     trust: PublicKey | None = None,
 ) -> AuditVerification:
     """:func:`verify_log` on lines already read (see :func:`sealtrace.audit.log.parse_lines`)."""
+    if not lines:
+        # Not a log cut short (that is a failed check, named by line) but no log at all.
+        raise AuditFormatError(f"{where}: empty file, not an audit log")
     result = AuditVerification(where)
     problem = _check_chain(lines, result)
     if problem is not None:
@@ -118,8 +121,6 @@ def verify_lines(
 
 
 def _check_chain(lines: Sequence[LogLine], result: AuditVerification) -> LogProblem | None:
-    if not lines:
-        return LogProblem(1, "empty log: no header (truncated before the first record)")
     digests: list[str] = []
     for index, line in enumerate(lines):
         number = line.number

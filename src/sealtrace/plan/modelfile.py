@@ -217,9 +217,11 @@ def load_external_data(model: ModelProto, path: str | os.PathLike[str]) -> tuple
 def model_file_digest(source: str | os.PathLike[str]) -> str:
     """The identity of an ONNX file on disk, :func:`files_digest` of the file and its external
     data, taken without building the model's tensors (external files are hashed as they are read).
-    A file that is not ONNX is identified by the sha256 of its bytes."""
+    A file that is not ONNX is identified by the sha256 of its bytes; an empty file is no model."""
     path = Path(os.fspath(source))
     data = read_regular_file(path, "model file", InvalidModelError)
+    if not data:
+        raise InvalidModelError(f"{path}: empty file, not a model")
     sha256, size = hashlib.sha256(data).hexdigest(), len(data)
     try:
         model = parse_model(data, str(path))
