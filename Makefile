@@ -21,7 +21,7 @@ SPEECH_DIR := .testmodels/speech
 SPEECH_WAV := $(SPEECH_DIR)/root/usr/share/sounds/alsa/Front_Center.wav
 PYTEST_ARGS ?=
 
-.PHONY: venv dev material speech acasxu demo test lint bench clean
+.PHONY: venv dev material speech acasxu demo test lint bench fuzz clean
 
 $(VENV)/.stamp-core: pyproject.toml
 	@echo "== creating $(VENV)/ (a virtual environment: everything below is installed inside it)"
@@ -105,6 +105,11 @@ lint: $(VENV)/.stamp-dev
 
 bench: $(VENV)/.stamp-dev material
 	$(PY) benchmarks/run_all.py
+
+# The fuzz suite's long run: 100,000 generated inputs per reader of outside bytes (about an hour on
+# two cores); `make test` runs a few dozen per reader and the kept corpus. Writes benchmarks/results/fuzz.md.
+fuzz: $(VENV)/.stamp-dev
+	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/fuzz_readers.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,156 @@
+"""`make fuzz`: the fuzz suite's long run, 100,000 generated inputs per reader of outside bytes.
+
+    python benchmarks/fuzz_readers.py                        # every reader, 100,000 inputs each
+    python benchmarks/fuzz_readers.py --examples 2000 --readers vnnlib,npy-input
+
+Each reader runs in its own process (its own copy of the seed material, since inputs are written
+over the seed files), two at a time on a two-core machine, under an address-space limit as a guard.
+The invariant is the default test run's (tests/fuzz/driver.py): exit 0, 1 or 2, never 3; an answer
+within the time limit; peak memory within the budget plus sealtrace's working set; no mutation of
+signed data accepted. Inputs that break it are kept in tests/fuzz/corpus/ (replayed by `make test`).
+Writes benchmarks/results/fuzz.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+# A guard against a runaway allocation taking the machine down; the invariant itself is measured on
+# the peak resident size (VmHWM) of each call.
+ADDRESS_SPACE_LIMIT = 8 << 30
+# Inputs per hypothesis run: long runs are split so each run starts from its own seed.
+CHUNK = 10_000
+
+
+def child(reader_name: str, examples: int, seed: int, out: Path) -> None:
+    from tests.fuzz.driver import fuzz, prepare
+    from tests.fuzz.material import build_material
+    from tests.fuzz.readers import BY_NAME
+
+    reader = BY_NAME[reader_name]
+    started = time.perf_counter()
+    outcomes: dict[str, int] = {}
+    violations: list[dict[str, str]] = []
+    peak = 0
+    with tempfile.TemporaryDirectory(prefix=f"sealtrace-fuzz-{reader_name}-") as tmp:
+        material = build_material(Path(tmp))
+        prepare(material)
+        done = 0
+        while done < examples:
+            n = min(CHUNK, examples - done)
+            tally = fuzz(reader, material, n, random_seed=seed * 1_000_003 + done)
+            for outcome, count in tally.outcomes.items():
+                outcomes[outcome] = outcomes.get(outcome, 0) + count
+            peak = max(peak, tally.peak_growth)
+            for v in tally.violations:
+                violations.append({"problem": v.problem, "kept": str(v.save().relative_to(ROOT))})
+            done += n
+    out.write_text(json.dumps({"reader": reader_name, "outcomes": outcomes, "violations": violations,
+                               "peak_growth": peak, "seconds": time.perf_counter() - started}))
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+
+
+def run_child(reader: str, examples: int, seed: int, tmp: Path) -> dict[str, object]:
+    out = tmp / f"{reader}.json"
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", reader, "--examples", str(examples), "--seed", str(seed),
+         "--out", str(out)],
+        preexec_fn=_limit, capture_output=True, text=True, check=False,
+    )
+    if proc.returncode != 0 or not out.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"reader": reader, "outcomes": {}, "violations": [{"problem": f"fuzz process failed: {tail}"}],
+                "peak_growth": 0, "seconds": 0.0}
+    result: dict[str, object] = json.loads(out.read_text())
+    print(f"{reader}: {sum(result['outcomes'].values())} inputs, {len(result['violations'])} violation(s), "  # type: ignore[union-attr]
+          f"{result['seconds']:.0f} s", flush=True)
+    return result
+
+
+def report(results: list[dict[str, object]], examples: int, seconds: float) -> str:
+    from tests.fuzz.driver import FUZZ_BUDGET, MEMORY_ALLOWANCE, TIME_LIMIT_S
+
+    from machine import machine_facts
+
+    facts = machine_facts()
+    lines = [
+        "## Fuzz suite: every reader of outside bytes (issue 14)",
+        "",
+        f"Command: `make fuzz` (`python benchmarks/fuzz_readers.py --examples {examples}`), {seconds / 60:.0f} min "
+        f"on {facts['cpu']}, {facts['cores']} cores, Python {facts['python']}, numpy {facts['numpy']}, "
+        f"onnx {facts['onnx']}, onnxruntime {facts['onnxruntime']}; two readers at a time.",
+        "",
+        "Each input is a hypothesis-generated mutation of a valid seed (tests/fuzz/mutations.py: byte edits, "
+        "hostile JSON values, line edits, forged .npy headers, VNNLIB tokens), given to the reader through the CLI "
+        "in-process (tests/fuzz/readers.py). Invariant (target: zero violations): exit 0, 1 or 2, never 3; an "
+        f"answer within {TIME_LIMIT_S} s; peak resident memory within the {FUZZ_BUDGET >> 20} MiB budget plus "
+        f"{MEMORY_ALLOWANCE >> 20} MiB for sealtrace's own working set; no mutation of signed data accepted.",
+        "",
+        "| reader | inputs | exit 0 | exit 1 | exit 2 | exit 3 | timeouts | violations | largest peak growth | inputs/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    total = violations = 0
+    for r in results:
+        outcomes: dict[str, int] = r["outcomes"]  # type: ignore[assignment]
+        n = sum(outcomes.values())
+        total += n
+        violations += len(r["violations"])  # type: ignore[arg-type]
+        rate = n / r["seconds"] if r["seconds"] else 0.0  # type: ignore[operator]
+        lines.append(
+            f"| {r['reader']} | {n:,} | {outcomes.get('exit 0', 0):,} | {outcomes.get('exit 1', 0):,} | "
+            f"{outcomes.get('exit 2', 0):,} | {outcomes.get('exit 3', 0):,} | {outcomes.get('timeout', 0):,} | "
+            f"{len(r['violations'])} | {int(r['peak_growth']) >> 20} MiB | {rate:.0f} |"  # type: ignore[call-overload]
+        )
+    lines += ["", f"Total: {total:,} inputs over {len(results)} readers, {violations} violation(s)."]
+    for r in results:
+        for v in r["violations"][:5]:  # type: ignore[index]
+            lines.append(f"- {r['reader']}: {v['problem'][:200]} ({v.get('kept', '')})")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--examples", type=int, default=100_000)
+    parser.add_argument("--readers", default=None, help="comma-separated reader names (default: all)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.examples, args.seed, args.out)
+        return
+    from tests.fuzz.readers import READERS
+
+    names = args.readers.split(",") if args.readers else [r.name for r in READERS]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sealtrace-fuzz-") as tmp, ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(lambda name: run_child(name, args.examples, args.seed, Path(tmp)), names))
+    text = report(results, args.examples, time.perf_counter() - started)
+    if not args.readers:
+        (HERE / "results" / "fuzz.md").write_text(text)
+        print(f"wrote {HERE / 'results' / 'fuzz.md'}")
+    else:
+        print(text)
+    if any(r["violations"] for r in results):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Every reader of outside bytes, as the fuzz suite drives it: which seed file is mutated, how.
+
+A reader is a CLI command (run in-process through ``sealtrace.cli.main``, so the exit code is what a
+user sees) or, where no verb reads the format quickly, an API call whose exceptions map to exit
+codes the way the CLI maps them. ``signed`` readers check data under a signature or a digest:
+accepting a mutation there is a trust failure, unless ``same`` says the mutated bytes mean the same
+(a sidecar is ordinary JSON, so re-indenting it changes nothing that is signed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.fuzz.material import Material
+from tests.fuzz.mutations import (
+    Mutation,
+    byte_edits,
+    json_edits,
+    line_edits,
+    npy_header_edits,
+    text_token_edits,
+)
+
+
+def _same_json(a: bytes, b: bytes) -> bool:
+    try:
+        return bool(json.loads(a) == json.loads(b))
+    except (ValueError, RecursionError):
+        return False
+
+
+def _same_model(a: bytes, b: bytes) -> bool:
+    """The same model runs: equal after deterministic re-encoding (protobuf accepts several encodings
+    of one message), leaving out the embedded binding record, which the sidecar supersedes and the
+    artifact digest excludes (docs/binding.md)."""
+    from onnx import ModelProto
+
+    from sealtrace.binding import METADATA_KEY
+
+    models = []
+    for data in (a, b):
+        model = ModelProto()
+        try:
+            model.ParseFromString(data)
+        except Exception:  # protobuf's decode errors
+            return False
+        kept = [p for p in model.metadata_props if p.key != METADATA_KEY]
+        del model.metadata_props[:]
+        model.metadata_props.extend(kept)
+        models.append(model.SerializeToString(deterministic=True))
+    return models[0] == models[1]
+
+
+def _load_vnnlib(path: Path) -> None:
+    from sealtrace.falsify import load_vnnlib
+
+    load_vnnlib(path)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One way sealtrace reads one kind of outside file."""
+
+    name: str
+    target: Callable[[Material], Path]
+    mutations: Mutation
+    argv: Callable[[Material], list[str]] | None = None
+    api: Callable[[Path], None] | None = None
+    signed: bool = False
+    same: Callable[[bytes, bytes], bool] | None = None
+
+
+def _capture_file(m: Material, suffix: str) -> Path:
+    return next(p for p in sorted(m.capture_b.iterdir()) if p.suffix == suffix and p.name != "index.json")
+
+
+READERS: tuple[Reader, ...] = (
+    Reader("container-verify", lambda m: m.container, byte_edits,
+           lambda m: ["verify", str(m.container), "--trust", str(m.public_key)], signed=True),
+    Reader("container-run", lambda m: m.container, byte_edits,
+           lambda m: ["run", str(m.container), "--input", f"x={m.feed}", "--trust", str(m.public_key)], signed=True),
+    Reader("container-inspect", lambda m: m.container, byte_edits, lambda m: ["inspect", str(m.container)]),
+    Reader("onnx-model", lambda m: m.model, byte_edits, lambda m: ["run", str(m.model), "--random-inputs"]),
+    Reader("audit-verify", lambda m: m.log, line_edits,
+           lambda m: ["audit", "verify", str(m.log), "--container", str(m.container), "--trust", str(m.public_key)],
+           signed=True),
+    Reader("audit-show", lambda m: m.log, line_edits, lambda m: ["audit", "show", str(m.log)], signed=True),
+    Reader("replay", lambda m: m.log, line_edits,
+           lambda m: ["replay", str(m.log), "--container", str(m.container), "--trust", str(m.public_key)],
+           signed=True),
+    Reader("diff-audit-logs", lambda m: m.log, line_edits, lambda m: ["diff", str(m.log), str(m.log) + ".orig"],
+           signed=True),
+    Reader("capture-index", lambda m: m.capture_b / "index.json", json_edits,
+           lambda m: ["diff", str(m.capture), str(m.capture_b)]),
+    Reader("capture-npy", lambda m: _capture_file(m, ".npy"), npy_header_edits,
+           lambda m: ["diff", str(m.capture), str(m.capture_b)]),
+    Reader("binding-sidecar", lambda m: m.sidecar, json_edits,
+           lambda m: ["check-binding", str(m.artifact), "--container", str(m.container), "--trust", str(m.public_key)],
+           signed=True, same=_same_json),
+    Reader("bound-artifact", lambda m: m.artifact, byte_edits,
+           lambda m: ["run", str(m.artifact), "--container", str(m.container), "--trust", str(m.public_key),
+                      "--input", f"x={m.feed}"],
+           signed=True, same=_same_model),
+    Reader("manifest", lambda m: m.manifest, json_edits,
+           lambda m: ["manifest", "verify", str(m.checkpoint), str(m.manifest), "--trust", str(m.public_key)],
+           signed=True),
+    Reader("manifest-npz", lambda m: m.checkpoint / "optimizer.npz", byte_edits,
+           lambda m: ["manifest", "verify", str(m.checkpoint), str(m.manifest), "--trust", str(m.public_key)],
+           signed=True),
+    Reader("manifest-create-npy", lambda m: m.checkpoint / "step.npy", npy_header_edits,
+           lambda m: ["manifest", "create", str(m.checkpoint), "-o", str(m.root / "fuzzed.manifest.json"), "--force"]),
+    Reader("npy-input", lambda m: m.feed, npy_header_edits,
+           lambda m: ["run", str(m.model), "--input", f"x={m.feed}"]),
+    Reader("npz-input", lambda m: m.feeds, byte_edits, lambda m: ["run", str(m.model), "--inputs", str(m.feeds)]),
+    Reader("vnnlib", lambda m: m.vnnlib, text_token_edits, api=_load_vnnlib),
+)
+
+BY_NAME = {reader.name: reader for reader in READERS}
