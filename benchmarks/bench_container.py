@@ -4,7 +4,8 @@
 
 Verification reads from the page cache (the container was just written and is read once before
 timing). Peak RSS is measured in a fresh process per container size, so it shows whether memory
-grows with the model (the verifier maps the file and drops pages once hashed). Prints a markdown
+grows with the model (the verifier reads 1 MiB blocks with pread, one buffer per thread: no memory map,
+which a file truncated meanwhile would turn into SIGBUS). Prints a markdown
 table for BENCHMARKS.md.
 """
 
