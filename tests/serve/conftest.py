@@ -145,7 +145,7 @@ def postgres_server() -> Iterator[str]:
         postgres_missing("psycopg and psycopg-pool are not installed (pip install 'sealtrace[ledger]')")
     with contextlib.ExitStack() as stack:
         try:
-            dsn = stack.enter_context(temporary_postgres(fsync=True))
+            dsn = stack.enter_context(temporary_postgres(fsync=False))
         except PostgresUnavailableError as exc:
             postgres_missing(str(exc))
         yield dsn

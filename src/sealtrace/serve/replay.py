@@ -385,8 +385,13 @@ class ReplayQueue:
         self._slots.release()
 
     def drain(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the backlog to empty; whether it did."""
+        """Wait up to ``timeout`` seconds for the backlog (with what :meth:`resume` finds) to empty;
+        whether it did."""
         deadline = time.monotonic() + timeout
+        if self._resumer is not None:
+            self._resumer.join(timeout)
+            if self._resumer.is_alive():
+                return False
         with self._lock:
             while self._queued + self._in_flight > 0:
                 left = deadline - time.monotonic()
