@@ -52,6 +52,11 @@ def _summary(array: Any, count: int = 6) -> str:
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Threads: the reference backend's BLAS (default 1), ORT's intra-op pool.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --out file, audit log or capture directory.")
+@click.option("--ledger", "ledger_store", metavar="STORE", default=None,
+              help="Record the run in this ledger (a SQLite path or postgresql://...; docs/ledger.md), with the "
+                   "inputs and, with --audit, the audit log as its trail.")
+@click.option("--ledger-key", "ledger_key", type=click.Path(dir_okay=False), metavar="KEY.pem", default=None,
+              help="Sign the ledger's tree head with this key after the record (needs --ledger).")
 def run(
     model: str,
     input_files: tuple[str, ...],
@@ -70,6 +75,8 @@ def run(
     source_container: str | None,
     threads: int | None,
     force: bool,
+    ledger_store: str | None = None,
+    ledger_key: str | None = None,
 ) -> None:
     """Run MODEL (ONNX, a sealed .seal container, or a bound artifact) and summarize its outputs.
 
@@ -125,6 +132,36 @@ def run(
         click.echo(f"audit log {audit_path}: {audit.steps} step(s), run digest {audit.run_digest}")
     if capture is not None:
         click.echo(f"captured {len(capture.entries)} value(s) in {capture_dir}")
+    if ledger_key and not ledger_store:
+        raise InputError("--ledger-key needs --ledger STORE")
+    if ledger_store:
+        _record_in_ledger(ledger_store, ledger_key, session, feeds, outputs, audit, audit_path)
+
+
+def _record_in_ledger(store: str, key: str | None, session: Session, feeds: Any, outputs: list[Any],
+                      audit: Any, audit_path: str | None) -> None:
+    """Append the run's record (a run made by hand) to a ledger; durable before this returns."""
+    import getpass
+
+    from sealtrace.ledger import Ledger, new_record
+    from sealtrace.limits import read_regular_file
+
+    trail = read_regular_file(audit_path, "audit log") if audit is not None and audit_path else None
+    try:
+        user: str | None = getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment: the record says so (null)
+        user = None
+    record = new_record(
+        model_name=Path(session.origin.path or "model").stem, plan_digest=session.plan.digest,
+        container_digest=session.origin.container_digest, backend=str(session.backend.name),
+        backend_version=str(session.backend.version), inputs=feeds,
+        outputs=dict(zip(session.plan.output_names, outputs, strict=True)), principal=user,
+        audit="full" if trail is not None else "io", trail=audit.run_digest if trail is not None else None,
+    )
+    with Ledger.open(store, signer=key) as ledger:
+        receipt = ledger.append(record, inputs=feeds, trail=trail)
+    signed = " (tree head signed)" if key else ""
+    click.echo(f"ledger {store}: record {receipt.record_id} at index {receipt.index}{signed}")
 
 
 @app.command()
