@@ -6,7 +6,8 @@ audit, compares the outputs with what was served (the parity tolerance), and app
 record* linked to the request's record with the verdict (``identical``, ``within-tolerance``,
 ``diverged``, ``failed``). A replay is an ordinary audited run of stored inputs.
 
-The replays run in worker *processes* at the lowest CPU priority (``nice 19``): the reference
+The replays run in worker *processes* at the lowest CPU priority (Linux's ``SCHED_IDLE``, else
+``nice 19``): the reference
 interpreter is Python and NumPy, and in the server's process it would take the GIL from the requests;
 in a niced process the kernel gives the cores to serving first, and the backlog drains when the load
 stops. The queue is the ledger itself: a deferred record no replay links to is unreplayed, so a
@@ -88,8 +89,16 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(spec: ReplaySpec) -> None:
-    with contextlib.suppress(OSError):  # not permitted: replays still run, at normal priority
-        os.nice(spec.nice)
+    # SCHED_IDLE (Linux): the kernel runs a replay only when no other task wants the CPU, and a
+    # request that wakes up preempts it at once; elsewhere, the lowest nice level.
+    idle = getattr(os, "SCHED_IDLE", None)
+    try:
+        if idle is None:
+            raise OSError("no SCHED_IDLE")
+        os.sched_setscheduler(0, idle, os.sched_param(0))
+    except OSError:
+        with contextlib.suppress(OSError):  # not permitted: replays still run, at normal priority
+            os.nice(spec.nice)
     _WORKER.clear()
     _WORKER["spec"] = spec
     _WORKER["paths"] = dict(spec.models)
