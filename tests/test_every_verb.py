@@ -167,7 +167,18 @@ READS: dict[str, dict[str, Argv]] = {
     "ledger check-proof": {
         "PROOF": lambda w, b: ["ledger", "check-proof", b, "--trust", p(w, PUB)],
     },
+    "serve": {
+        "MODEL": lambda w, b: ["serve", b, *SERVE],
+        "--trust": lambda w, b: ["serve", p(w, SEAL), *SERVE, "--trust", b],
+        "--sign": lambda w, b: ["serve", p(w, SEAL), "--port", "0", "--sign", b],
+        "--ledger": lambda w, b: ["serve", p(w, SEAL), "--port", "0", "--ledger", b],
+        "--token-file": lambda w, b: ["serve", p(w, SEAL), *SERVE, "--token-file", b],
+        "--ssl-certfile": lambda w, b: ["serve", p(w, SEAL), *SERVE, "--ssl-certfile", b, "--ssl-keyfile", p(w, KEY)],
+        "--ssl-keyfile": lambda w, b: ["serve", p(w, SEAL), *SERVE, "--ssl-certfile", p(w, PUB), "--ssl-keyfile", b],
+    },
+    "serve-token": {"--token-file": lambda w, b: ["serve-token", "alice", "--token-file", b]},
 }
+SERVE = ["--port", "0", "--sign", "{key}", "--ledger", "{ledger}"]
 
 # verb -> {what is written: argv with the bad path in that place}
 WRITES: dict[str, dict[str, Argv]] = {
@@ -217,9 +228,12 @@ def test_the_table_names_every_verb() -> None:
     assert set(WRITES) <= set(READS)
 
 
-# Where the bad kind is in fact good input: an empty TOML document is an empty tolerance table, and
-# any file (an empty one too) can be bound to a container.
-VALID = {("parity", "--tolerance-file", "empty"), ("bind", "ARTIFACT", "empty")}
+# Where the bad kind is in fact good input: an empty TOML document is an empty tolerance table; any
+# file (an empty one too) can be bound to a container; a ledger or token file that does not exist yet
+# is created, and an empty one is an empty ledger or token table.
+VALID = {("parity", "--tolerance-file", "empty"), ("bind", "ARTIFACT", "empty"), ("serve", "--ledger", "missing"),
+         ("serve", "--ledger", "empty"), ("serve-token", "--token-file", "missing"),
+         ("serve-token", "--token-file", "empty")}
 
 
 def _bad_input(w: Path, kind: str, what: str) -> str:
@@ -238,6 +252,20 @@ def _bad_output(w: Path, kind: str, suffix: str) -> str:
             "dev-zero": "/dev/zero"}[kind]
 
 
+class AcceptedError(Exception):
+    """The server was about to start: the bad input was accepted."""
+
+
+def _no_serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A bad input that `serve` accepted would start a server that never returns: fail instead.
+    uvicorn = pytest.importorskip("uvicorn")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AcceptedError("serve started despite the bad input")
+
+    monkeypatch.setattr(uvicorn.Server, "run", refuse)
+
+
 def _one_error_line(err: str) -> None:
     assert err.startswith("sealtrace: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
 
@@ -250,8 +278,12 @@ WRITE_CASES = [(verb, what) for verb, files in WRITES.items() for what in files]
 
 
 @pytest.mark.parametrize(("verb", "what", "kind"), READ_CASES, ids=[" ".join(c) for c in READ_CASES])
-def test_bad_input_file(work: Path, capsys: pytest.CaptureFixture[str], verb: str, what: str, kind: str) -> None:
-    code = main(READS[verb][what](work, _bad_input(work, kind, what)))
+def test_bad_input_file(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, verb: str, what: str, kind: str
+) -> None:
+    _no_serving(monkeypatch)
+    argv = [a.format(key=p(work, KEY), ledger=p(work, "serve.db")) for a in READS[verb][what](work, _bad_input(work, kind, what))]
+    code = main(argv)
     err = capsys.readouterr().err
     assert code == 2, err
     _one_error_line(err)

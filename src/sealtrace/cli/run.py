@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -74,6 +75,11 @@ def _check_run_outputs(out_path: str | None, audit_path: str | None, capture_dir
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Threads: the reference backend's BLAS (default 1), ORT's intra-op pool.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --out file, audit log or capture directory.")
+@click.option("--ledger", "ledger_store", metavar="STORE", default=None,
+              help="Record the run in this ledger (a SQLite path or postgresql://...; docs/ledger.md), with the "
+                   "inputs and, with --audit, the audit log as its trail.")
+@click.option("--ledger-key", "ledger_key", type=click.Path(dir_okay=False), metavar="KEY.pem", default=None,
+              help="Sign the ledger's tree head with this key after the record (needs --ledger).")
 def run(
     model: str,
     input_files: tuple[str, ...],
@@ -92,6 +98,8 @@ def run(
     source_container: str | None,
     threads: int | None,
     force: bool,
+    ledger_store: str | None = None,
+    ledger_key: str | None = None,
 ) -> None:
     """Run MODEL (ONNX, a sealed .seal container, or a bound artifact) and summarize its outputs.
 
@@ -103,7 +111,42 @@ def run(
         raise InputError("--sample and --sign-log need --audit LOG.jsonl")
     if out_path and Path(out_path).suffix != ".npz":
         raise InputError(f"--out {out_path}: the file name must end in .npz")
+    if ledger_key and not ledger_store:
+        raise InputError("--ledger-key needs --ledger STORE")
     _check_run_outputs(out_path, audit_path, capture_dir, force)  # before a byte of MODEL is read
+    with contextlib.ExitStack() as stack:
+        # The ledger is opened first too: a store that cannot be opened fails before the run, not after.
+        ledger = stack.enter_context(_open_ledger(ledger_store, ledger_key)) if ledger_store else None
+        _run(model, input_files, npz_files, random_inputs, seed, dims, backend, out_path, audit_path, sample,
+             sign_log, capture_dir, trust, require_signature, source_container, threads, force, ledger)
+
+
+def _open_ledger(store: str, key: str | None) -> Any:
+    from sealtrace.ledger import Ledger
+
+    return Ledger.open(store, signer=key)
+
+
+def _run(
+    model: str,
+    input_files: tuple[str, ...],
+    npz_files: tuple[str, ...],
+    random_inputs: bool,
+    seed: int,
+    dims: tuple[str, ...],
+    backend: str,
+    out_path: str | None,
+    audit_path: str | None,
+    sample: int | None,
+    sign_log: str | None,
+    capture_dir: str | None,
+    trust: tuple[str, ...],
+    require_signature: bool,
+    source_container: str | None,
+    threads: int | None,
+    force: bool,
+    ledger: Any,
+) -> None:
     session = Session(
         model, backend=make_backend(backend, threads), trust=trust, require_signature=require_signature,
         container=source_container,
@@ -139,12 +182,39 @@ def run(
         click.echo(f"audit log {audit_path}: {audit.steps} step(s), run digest {audit.run_digest}")
     if capture is not None:
         click.echo(f"captured {len(capture.entries)} value(s) in {capture_dir}")
+    if ledger is not None:
+        _record_in_ledger(ledger, session, feeds, outputs, audit, audit_path)
     if session.origin.kind in ("container", "artifact"):
         click.echo(session.origin.provenance())
     else:
         # A plain ONNX file ran: said plainly, so it is never mistaken for a verified model (on
         # stderr, last, so that a run that fails, writing its outputs included, ends with one error line).
         click.echo(f"note: {session.origin.provenance()}", err=True)
+
+
+def _record_in_ledger(ledger: Any, session: Session, feeds: Any, outputs: list[Any], audit: Any,
+                      audit_path: str | None) -> None:
+    """Append the run's record (a run made by hand) to a ledger; durable before this returns."""
+    import getpass
+
+    from sealtrace.ledger import new_record
+    from sealtrace.limits import read_regular_file
+
+    trail = read_regular_file(audit_path, "audit log") if audit is not None and audit_path else None
+    try:
+        user: str | None = getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment: the record says so (null)
+        user = None
+    record = new_record(
+        model_name=Path(session.origin.path or "model").stem, plan_digest=session.plan.digest,
+        container_digest=session.origin.container_digest, backend=str(session.backend.name),
+        backend_version=str(session.backend.version), inputs=feeds,
+        outputs=dict(zip(session.plan.output_names, outputs, strict=True)), principal=user,
+        audit="full" if trail is not None else "io", trail=audit.run_digest if trail is not None else None,
+    )
+    receipt = ledger.append(record, inputs=feeds, trail=trail)
+    signed = " (a signed tree head follows)" if ledger.signer is not None else " (unsigned: give --ledger-key)"
+    click.echo(f"ledger {ledger.store.location}: record {receipt.record_id} at index {receipt.index}{signed}")
 
 
 @app.command()

@@ -1,0 +1,367 @@
+"""The HTTP shell: a FastAPI app speaking the Open Inference Protocol v2 over an InferenceService.
+
+Endpoints (docs/serving.md): health, server and model metadata, inference (JSON tensors and the binary
+tensor data extension), ledger proofs, Prometheus metrics, and the ``/ledger`` page. Every error is
+``{"error": "..."}`` with a 4xx status naming what was wrong (5xx only for the server's own failures:
+503 when the ledger cannot make a record durable, 500 for a bug). A 200 to an inference request is
+sent only once its record is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import orjson
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sealtrace import __version__
+from sealtrace.errors import SealtraceError
+from sealtrace.ledger import LedgerError, LedgerUnavailableError, NotCoveredError
+from sealtrace.serve.metrics import ServeMetrics
+from sealtrace.serve.page import ledger_page
+from sealtrace.serve.protocol import (
+    HEADER_LENGTH,
+    NotFoundError,
+    PayloadTooLargeError,
+    ProtocolError,
+    error_body,
+)
+from sealtrace.serve.replay import ReplayJob, ReplayResult
+from sealtrace.serve.service import InferenceService
+from sealtrace.serve.tokens import TokenTable
+
+log = logging.getLogger("sealtrace.serve")
+
+DEFAULT_MAX_BODY = 64 << 20
+SERVER_NAME = "sealtrace"
+EXTENSIONS = ["binary_tensor_data", "sealtrace_ledger"]
+T = TypeVar("T")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class AuthError(ProtocolError):
+    status = 401
+
+
+class BodyLimit:
+    """ASGI middleware: a body whose Content-Length exceeds the limit is answered 413 before one byte
+    of it is read; a body without one (chunked) is cut off at the limit by :func:`read_body`."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for key, value in scope["headers"]:
+                if key == b"content-length" and value.isdigit() and int(value) > self.limit:
+                    body = error_body(f"body: {int(value)} bytes, more than the server accepts ({self.limit}; "
+                                      "see --max-body)")
+                    await send({"type": "http.response.start", "status": 413, "headers": [
+                        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close")]})
+                    await send({"type": "http.response.body", "body": body})
+                    return
+        await self.app(scope, receive, send)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it grows past ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLargeError(f"body: more than the server accepts ({limit} bytes; see --max-body)")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _json(document: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(document), status_code=status, media_type="application/json")
+
+
+def _document(document: Any) -> Response:
+    """A ledger document in exactly the bytes `sealtrace ledger prove` writes (sorted keys, indent 2)."""
+    text = json.dumps(document, indent=2, sort_keys=True).encode("ascii") + b"\n"
+    return Response(text, media_type="application/json")
+
+
+def _error(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    return Response(error_body(message), status_code=status, media_type="application/json", headers=headers)
+
+
+# -- the OpenAPI description of the inference request (the route reads the raw body itself) ---------
+_PARAMETERS = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
+_TENSOR_SCHEMA = {
+    "type": "object",
+    "required": ["name", "shape", "datatype"],
+    "properties": {
+        "name": {"type": "string"},
+        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "datatype": {"type": "string", "enum": ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
+                                                "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16"]},
+        "parameters": _PARAMETERS,
+        "data": {"type": "array"},
+    },
+}
+_INFER_REQUEST = {
+    "type": "object",
+    "required": ["inputs"],
+    "properties": {
+        "id": {"type": "string"},
+        "parameters": _PARAMETERS,
+        "inputs": {"type": "array", "items": _TENSOR_SCHEMA},
+        "outputs": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string"}, "parameters": _PARAMETERS}}},
+    },
+}
+_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"description": what, "content": {"application/json": {"schema": _ERROR}}}
+    for status, what in ((400, "Bad request (names the field)"), (401, "Missing or unknown bearer token"),
+                         (404, "Unknown model"), (413, "Body too large"), (503, "Ledger unavailable"))
+}
+_INFER_OPENAPI = {
+    "requestBody": {"required": True, "content": {
+        "application/json": {"schema": _INFER_REQUEST},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+    }},
+}
+
+
+def create_app(
+    service: InferenceService,
+    *,
+    tokens: TokenTable | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    metrics_auth: bool = False,
+    health_auth: bool = False,
+    threads: int | None = None,
+    close_service: bool = True,
+) -> FastAPI:
+    """The app over ``service``. ``tokens``: bearer tokens required on inference, metadata and ledger
+    endpoints (and on /metrics with ``metrics_auth``, on health with ``health_auth``). The app's
+    lifespan closes the service on shutdown (drains replays, signs a final tree head) unless
+    ``close_service`` is False."""
+    metrics = ServeMetrics(service)
+    executor = ThreadPoolExecutor(threads, thread_name_prefix="sealtrace-infer")
+    state = {"ready": True}
+
+    def replayed(job: ReplayJob, result: ReplayResult) -> None:
+        metrics.replayed(job.model, result.verdict)
+
+    service.on_replay.append(replayed)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            state["ready"] = False
+            executor.shutdown(wait=True)
+            if close_service:
+                await asyncio.get_running_loop().run_in_executor(None, service.close)
+                log.info("shutdown: ledger closed (final tree head signed)")
+
+    app = FastAPI(title="sealtrace serve", version=__version__, lifespan=lifespan,
+                  description="Open Inference Protocol v2 with every answer recorded in a transparency ledger.",
+                  docs_url=None, redoc_url=None)
+
+    async def blocking(function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(executor, function, *args)
+
+    def principal(request: Request, required: bool = True) -> str | None:
+        if tokens is None or not required:
+            return None
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        name = tokens.principal(token.strip()) if scheme.lower() == "bearer" else None
+        if name is None:
+            raise AuthError("authorization: a valid bearer token is required (Authorization: Bearer TOKEN)")
+        return name
+
+    def served(name: str, version: str | None = None) -> Any:
+        model = service.model(name)
+        if model is None:
+            raise NotFoundError(f"model {name[:128]!r} is not served; served models: {', '.join(service.models)}")
+        if version is not None and version != model.version:
+            raise NotFoundError(f"model {name!r} has no version {version[:40]!r} (its version is {model.version})")
+        return model
+
+    # -- errors ------------------------------------------------------------------------------------
+    @app.exception_handler(ProtocolError)
+    async def protocol_error(_: Request, exc: ProtocolError) -> Response:
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, AuthError) else None
+        return _error(str(exc), exc.status, headers)
+
+    @app.exception_handler(LedgerError)
+    async def ledger_error(_: Request, exc: LedgerError) -> Response:
+        if isinstance(exc, LedgerUnavailableError):
+            log.error("ledger unavailable: %s", exc)
+            return _error(f"ledger unavailable: {exc}", 503)
+        if isinstance(exc, NotCoveredError):
+            return _error(str(exc), 409)
+        return _error(str(exc), 404 if "no record" in str(exc) or "no tree head" in str(exc) else 400)
+
+    @app.exception_handler(SealtraceError)
+    async def sealtrace_error(_: Request, exc: SealtraceError) -> Response:
+        # Feeds the model refuses (InputError), a kernel that fails on these values: the request's fault.
+        return _error(" ".join(str(exc).split()), 400 if exc.exit_code == 2 else 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        return _error(str(exc.detail), exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return _error(f"{where}: {first.get('msg', 'invalid')}", 400)
+
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, exc: Exception) -> Response:
+        log.exception("internal error")
+        return _error(f"internal error: {type(exc).__name__}", 500)
+
+    # -- health and metadata --------------------------------------------------------------------------
+    @app.get("/v2/health/live", tags=["health"])
+    async def live(request: Request) -> Response:
+        principal(request, health_auth)
+        return _json({"live": True})
+
+    @app.get("/v2/health/ready", tags=["health"], responses={503: _ERROR_RESPONSES[503]})
+    async def ready(request: Request) -> Response:
+        principal(request, health_auth)
+        return _json({"ready": True}) if state["ready"] else _error("shutting down", 503)
+
+    @app.get("/v2", tags=["metadata"])
+    async def server_metadata(request: Request) -> Response:
+        principal(request)
+        return _json({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS})
+
+    @app.get("/v2/models/{name}", tags=["metadata"], responses=_ERROR_RESPONSES)
+    @app.get("/v2/models/{name}/versions/{version}", tags=["metadata"], responses=_ERROR_RESPONSES)
+    async def model_metadata(request: Request, name: str, version: str | None = None) -> Response:
+        principal(request)
+        return _json(served(name, version).metadata(service.audit))
+
+    @app.get("/v2/models/{name}/ready", tags=["health"], responses=_ERROR_RESPONSES)
+    @app.get("/v2/models/{name}/versions/{version}/ready", tags=["health"], responses=_ERROR_RESPONSES)
+    async def model_ready(request: Request, name: str, version: str | None = None) -> Response:
+        principal(request, health_auth)
+        model = served(name, version)
+        return _json({"name": model.name, "ready": state["ready"]}, 200 if state["ready"] else 503)
+
+    @app.post("/v2/repository/index", tags=["metadata"])
+    async def repository_index(request: Request) -> Response:
+        principal(request)
+        return _json([{"name": m.name, "version": m.version, "state": "READY"} for m in service.models.values()])
+
+    # -- inference --------------------------------------------------------------------------------------
+    @app.post("/v2/models/{name}/infer", tags=["inference"], openapi_extra=_INFER_OPENAPI, responses=_ERROR_RESPONSES)
+    @app.post("/v2/models/{name}/versions/{version}/infer", tags=["inference"], openapi_extra=_INFER_OPENAPI,
+              responses=_ERROR_RESPONSES)
+    async def infer(request: Request, name: str, version: str | None = None) -> Response:
+        started = time.perf_counter()
+        label = name if name in service.models else "_unknown"
+        status = 500
+        try:
+            who = principal(request)
+            model = served(name, version)
+            body = await read_body(request, max_body)
+            answer = await blocking(_run, model, body, request.headers.get(HEADER_LENGTH), who)
+            receipt = await asyncio.wrap_future(answer.durable)
+            content, headers = answer.response.body(receipt.index)
+            status = 200
+            binary = HEADER_LENGTH in headers
+            return Response(content, media_type="application/octet-stream" if binary else "application/json",
+                            headers=headers)
+        except ProtocolError as exc:
+            status = exc.status
+            raise
+        except LedgerUnavailableError:
+            status = 503
+            raise
+        except SealtraceError as exc:
+            status = 400 if exc.exit_code == 2 else 422
+            raise
+        finally:
+            metrics.requests.labels(label, str(status)).inc()
+            if status == 200:
+                metrics.latency.labels(label).observe(time.perf_counter() - started)
+
+    def _run(model: Any, body: bytes, header_length: str | None, who: str | None) -> Any:
+        return service.infer(model, service.decode(model, body, header_length), who)
+
+    # -- the ledger -------------------------------------------------------------------------------------
+    ledger = service.ledger
+
+    @app.get("/v2/ledger/tree-head", tags=["ledger"], responses=_ERROR_RESPONSES)
+    async def tree_head(request: Request, tree_size: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
+        principal(request)
+        head = await blocking(ledger.tree_head, tree_size)
+        return _document(head.to_json())
+
+    @app.get("/v2/ledger/records/{record_id}", tags=["ledger"], responses=_ERROR_RESPONSES)
+    async def record(request: Request, record_id: str) -> Response:
+        principal(request)
+        index, body = await blocking(ledger.record, _record_id(record_id))
+        return _document({"index": index, "record": body})
+
+    @app.get("/v2/ledger/records/{record_id}/proof/inclusion", tags=["ledger"], responses=_ERROR_RESPONSES)
+    async def inclusion(request: Request, record_id: str,
+                        tree_size: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
+        principal(request)
+        return _document(await blocking(ledger.prove, _record_id(record_id), tree_size))
+
+    @app.get("/v2/ledger/proof/consistency", tags=["ledger"], responses=_ERROR_RESPONSES)
+    async def consistency(request: Request, first: int = Query(..., ge=1, lt=1 << 63),
+                          second: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
+        principal(request)
+        return _document(await blocking(ledger.prove_consistency, first, second))
+
+    @app.get("/ledger", tags=["ledger"], response_class=HTMLResponse)
+    async def page(request: Request) -> Response:
+        principal(request)
+        html = await blocking(_page)
+        return HTMLResponse(html)
+
+    def _page() -> str:
+        size = ledger.size
+        recent = list(ledger.records(max(0, size - 25), size))[::-1]
+        return ledger_page(service.summary(), recent, service.divergences(), list(service.models))
+
+    # -- metrics ------------------------------------------------------------------------------------------
+    @app.get("/metrics", tags=["metrics"])
+    async def prometheus(request: Request) -> Response:
+        principal(request, metrics_auth)
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(await blocking(generate_latest, metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.state.service = service
+    app.state.metrics = metrics
+    app.add_middleware(BodyLimit, limit=max_body)
+    return app
+
+
+def _record_id(value: str) -> str:
+    if len(value) != 32 or not all(c in "0123456789abcdef" for c in value):
+        raise NotFoundError(f"record id {value[:64]!r}: a record id is 32 lowercase hex digits")
+    return value

@@ -1,0 +1,50 @@
+"""Prometheus metrics of a server (one registry per app, so that several apps in one process do not mix)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Latency buckets from 1 ms to 30 s: small models answer in a few ms, full audits of large ones in seconds.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class ServeMetrics:
+    """Requests by model and status, latency, ledger size and queue, replay backlog and verdicts."""
+
+    def __init__(self, service: Any) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("sealtrace_requests", "Inference requests answered, by model and HTTP status.",
+                                ["model", "status"], registry=self.registry)
+        self.latency = Histogram("sealtrace_request_duration_seconds",
+                                 "Inference latency from the body read to the durable record, by model.",
+                                 ["model"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.replays = Counter("sealtrace_replays", "Deferred-audit replays appended, by model and verdict.",
+                               ["model", "verdict"], registry=self.registry)
+        self.divergences = Counter("sealtrace_divergences",
+                                   "Replays whose reference outputs differ from the served ones beyond tolerance.",
+                                   ["model"], registry=self.registry)
+        ledger = service.ledger
+        Gauge("sealtrace_ledger_records", "Durable records in the ledger.",
+              registry=self.registry).set_function(lambda: ledger.size)
+        Gauge("sealtrace_ledger_pending", "Appends queued for the next group commit.",
+              registry=self.registry).set_function(lambda: ledger.pending)
+        Gauge("sealtrace_ledger_signed_tree_size", "Records covered by the latest signed tree head.",
+              registry=self.registry).set_function(lambda: _signed_size(ledger))
+        Gauge("sealtrace_replay_backlog", "Deferred records not replayed yet (queued or running).",
+              registry=self.registry).set_function(lambda: service.replay_backlog)
+        for name in service.models:
+            for verdict in ("identical", "within-tolerance", "diverged", "failed"):
+                self.replays.labels(name, verdict)
+            self.divergences.labels(name)
+
+    def replayed(self, model: str, verdict: str) -> None:
+        self.replays.labels(model, verdict).inc()
+        if verdict == "diverged":
+            self.divergences.labels(model).inc()
+
+
+def _signed_size(ledger: Any) -> int:
+    head = ledger.latest_tree_head()
+    return head.tree_size if head is not None else 0

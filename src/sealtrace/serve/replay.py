@@ -1,0 +1,434 @@
+"""Deferred audit: replay every served request on the reference backend, off the critical path.
+
+``--audit deferred`` answers on a fast backend (ONNX Runtime, torch) and records the answer; this
+module's :class:`ReplayQueue` then re-runs each request on the reference backend with the full per-op
+audit, compares the outputs with what was served (the parity tolerance), and appends a *replay
+record* linked to the request's record with the verdict (``identical``, ``within-tolerance``,
+``diverged``, ``failed``). A replay is an ordinary audited run of stored inputs.
+
+The replays run in worker *processes* at the lowest CPU priority (Linux's ``SCHED_IDLE``, else
+``nice 19``): the reference
+interpreter is Python and NumPy, and in the server's process it would take the GIL from the requests;
+in a niced process the kernel gives the cores to serving first, and the backlog drains when the load
+stops. The queue is the ledger itself: a deferred record no replay links to is unreplayed, so a
+restart finds the backlog again (:meth:`ReplayQueue.resume`), and a shutdown loses nothing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import io
+import logging
+import multiprocessing
+import os
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sealtrace.audit.records import value_identity
+from sealtrace.errors import SealtraceError
+from sealtrace.ledger import Ledger, new_record, replay_link
+from sealtrace.ledger.records import record_leaf
+from sealtrace.parity.metrics import Tolerance, compare_values
+
+log = logging.getLogger("sealtrace.serve")
+
+MAX_HELD = 256  # jobs that keep their tensors in memory; later ones reload inputs from the ledger
+
+
+@dataclass
+class ReplayJob:
+    """One request to replay: its record, and (while memory allows) its inputs and served outputs."""
+
+    record_id: str
+    model: str
+    record: dict[str, Any]
+    feeds: dict[str, np.ndarray] | None = None
+    served: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """What a worker process needs to open the served models on its own."""
+
+    models: tuple[tuple[str, str], ...]  # (name, container path)
+    trust: tuple[str, ...]
+    serving_backend: str | None  # None: the serving backend has no name to re-create it by
+    tolerance: Tolerance
+    sign_key: str | None
+    nice: int = 19
+
+
+@dataclass
+class ReplayResult:
+    record: dict[str, Any]
+    trail: bytes | None
+    verdict: str
+
+
+@dataclass
+class Divergence:
+    """A replay whose outputs differ from the served ones beyond the tolerance (shown on /ledger)."""
+
+    record_id: str
+    replay_id: str
+    model: str
+    detail: str
+    time: str
+
+
+# -- the worker process ----------------------------------------------------------------------------
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(spec: ReplaySpec) -> None:
+    # SCHED_IDLE (Linux): the kernel runs a replay only when no other task wants the CPU, and a
+    # request that wakes up preempts it at once; elsewhere, the lowest nice level.
+    idle = getattr(os, "SCHED_IDLE", None)
+    try:
+        if idle is None:
+            raise OSError("no SCHED_IDLE")
+        os.sched_setscheduler(0, idle, os.sched_param(0))
+    except OSError:
+        with contextlib.suppress(OSError):  # not permitted: replays still run, at normal priority
+            os.nice(spec.nice)
+    _WORKER.clear()
+    _WORKER["spec"] = spec
+    _WORKER["paths"] = dict(spec.models)
+    _WORKER["sessions"] = {}
+
+
+def _session(name: str, backend: str) -> Any:
+    from sealtrace import Session
+
+    sessions: dict[tuple[str, str], Any] = _WORKER["sessions"]
+    key = (name, backend)
+    if key not in sessions:
+        spec: ReplaySpec = _WORKER["spec"]
+        sessions[key] = Session(_WORKER["paths"][name], backend=backend, trust=spec.trust)
+    return sessions[key]
+
+
+def replay_in_worker(job: ReplayJob) -> ReplayResult:
+    """Run ``job`` on the reference backend with the full audit and judge it (in a worker process)."""
+    from sealtrace.audit import AuditRecorder
+
+    spec: ReplaySpec = _WORKER["spec"]
+    original = job.record
+    assert job.feeds is not None
+    try:
+        reference = _session(job.model, "reference")
+        buffer = io.BytesIO()
+        recorder = AuditRecorder(buffer, sign_key=_signer(spec), origin=reference.origin, hash_threads=0)
+        values = reference.run(None, job.feeds, audit=recorder)
+        outputs = dict(zip(reference.plan.output_names, values, strict=True))
+        served, note = _served_outputs(job, spec)
+        verdict, detail = judge(outputs, served, original, spec.tolerance)
+        if note:
+            detail = f"{note}; {detail}" if detail else note
+        record = new_record(
+            model_name=original["model"]["name"], plan_digest=reference.plan.digest,
+            container_digest=reference.origin.container_digest, backend="reference",
+            backend_version=str(reference.backend.version), inputs=job.feeds, outputs=outputs,
+            principal=None, audit="full", trail=recorder.run_digest, kind="replay",
+            links=[replay_link(job.record_id, verdict, _clip(detail))],
+        )
+        return ReplayResult(record, buffer.getvalue(), verdict)
+    except SealtraceError as exc:
+        return ReplayResult(failed_record(original, f"replay failed: {exc}"), None, "failed")
+
+
+def _signer(spec: ReplaySpec) -> Any:
+    if spec.sign_key is None:
+        return None
+    if "signer" not in _WORKER:
+        from sealtrace.signing import load_private_key
+
+        _WORKER["signer"] = load_private_key(spec.sign_key)
+    return _WORKER["signer"]
+
+
+def _served_outputs(job: ReplayJob, spec: ReplaySpec) -> tuple[dict[str, Any] | None, str | None]:
+    """What was served: kept from the request, or (after a restart) re-computed on the serving
+    backend and accepted only if it reproduces the record's output digests."""
+    if job.served is not None:
+        return job.served, None
+    if spec.serving_backend is None:
+        return None, "the served outputs were not kept and the serving backend cannot be re-created"
+    session = _session(job.model, spec.serving_backend)
+    values = dict(zip(session.plan.output_names, session.run(None, job.feeds), strict=True))
+    recorded = job.record["outputs"]
+    if all(value_identity(values[name]) == identity for name, identity in recorded.items() if name in values):
+        return values, None
+    return values, f"re-running {spec.serving_backend} did not reproduce the served outputs' digests"
+
+
+def judge(
+    reference: Mapping[str, Any],
+    served: Mapping[str, Any] | None,
+    original: Mapping[str, Any],
+    tolerance: Tolerance,
+) -> tuple[str, str | None]:
+    """The parity verdict of a replay: ``identical`` (every output digest equals the record's),
+    ``within-tolerance``, or ``diverged`` (naming the worst output), against the served outputs."""
+    recorded = original["outputs"]
+    if set(reference) != set(recorded):
+        return "diverged", f"outputs differ: replay has {sorted(reference)}, the record {sorted(recorded)}"
+    if all(value_identity(value) == recorded[name] for name, value in reference.items()):
+        return "identical", None
+    if served is None:
+        return "failed", "outputs differ from the record's digests and the served values are not available"
+    worst: tuple[float, str] | None = None
+    with np.errstate(all="ignore"):
+        for name, value in reference.items():
+            diff = compare_values(name, value, served[name], tolerance, quiet=True)
+            if diff.exceeds:
+                reason = diff.shape_mismatch or diff.dtype_mismatch or f"max |diff| {diff.max_abs:.3g}"
+                score = float("inf") if not np.isfinite(diff.max_abs) else diff.max_abs
+                if worst is None or score > worst[0]:
+                    worst = (score, f"output {name!r}: {reason} (atol {tolerance.atol:g}, rtol {tolerance.rtol:g})")
+    if worst is not None:
+        return "diverged", worst[1]
+    return "within-tolerance", None
+
+
+def failed_record(original: Mapping[str, Any], detail: str) -> dict[str, Any]:
+    """A replay record saying the replay could not be made (inputs removed, model gone, run failed)."""
+    record = new_record(
+        model_name=original["model"]["name"], plan_digest=original["model"]["plan_digest"],
+        container_digest=original["model"]["container_digest"], backend="reference",
+        backend_version=str(original.get("sealtrace_version", "")), inputs={}, outputs={}, principal=None,
+        audit="full", kind="replay", links=[replay_link(original["id"], "failed", _clip(detail))],
+    )
+    record["inputs"] = dict(original["inputs"])  # what should have been replayed, by digest
+    record_leaf(record)
+    return record
+
+
+def _clip(detail: str | None) -> str | None:
+    return None if detail is None else detail[:1000]
+
+
+# -- the queue in the server's process --------------------------------------------------------------
+@dataclass
+class ReplayStats:
+    done: int = 0
+    by_verdict: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class ReplayQueue:
+    """Replays deferred records in ``workers`` processes; appends each replay record to ``ledger``.
+
+    ``put`` takes a job whose record is durable; ``resume`` finds the records a previous run left
+    unreplayed; ``close`` drains for up to ``drain_seconds`` and leaves the rest in the ledger.
+    ``on_result(job, result)`` is called once each replay record is durable (metrics, logs).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        spec: ReplaySpec,
+        workers: int = 1,
+        on_result: Callable[[ReplayJob, ReplayResult], None] | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.spec = spec
+        self.workers = max(1, workers)
+        self.on_result = on_result
+        self.stats = ReplayStats()
+        self.divergences: deque[Divergence] = deque(maxlen=100)
+        self._served_models = {name for name, _ in spec.models}
+        self._queue: queue.SimpleQueue[ReplayJob | None] = queue.SimpleQueue()
+        self._queued = 0
+        self._held = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._slots = threading.Semaphore(self.workers * 2)
+        self._stopping = threading.Event()
+        context = multiprocessing.get_context("spawn")  # no fork after threads have started
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            self.workers, mp_context=context, initializer=_init_worker, initargs=(spec,)
+        )
+        self._dispatcher = threading.Thread(target=self._dispatch, name="sealtrace-replay", daemon=True)
+        self._dispatcher.start()
+        self._resumer: threading.Thread | None = None
+
+    @property
+    def backlog(self) -> int:
+        """Requests recorded and not replayed yet (queued or running)."""
+        return self._queued + self._in_flight
+
+    def put(self, job: ReplayJob) -> None:
+        """Queue a job (its record is durable). Past ``MAX_HELD`` queued jobs, tensors are dropped:
+        the inputs are in the ledger, and the served outputs are re-computed."""
+        with self._lock:
+            if self._held >= MAX_HELD:
+                job.feeds = job.served = None
+            elif job.feeds is not None:
+                self._held += 1
+            self._queued += 1
+        self._queue.put(job)
+
+    def resume(self, known: Callable[[Mapping[str, Any]], str | None], scan_to: int) -> None:
+        """Queue, in the background, the deferred records of leaves 0..``scan_to`` that no replay
+        links to. ``known(record)`` names the served model a record belongs to (None: not served now)."""
+
+        def scan() -> None:
+            try:
+                pending: dict[str, tuple[str, dict[str, Any]]] = {}
+                skipped = 0
+                for _, record in self.ledger.records(0, scan_to):
+                    if self._stopping.is_set():
+                        return
+                    if record["kind"] == "replay":
+                        for link in record["links"]:
+                            pending.pop(link["record"], None)
+                    elif record["audit"] == "deferred":
+                        name = known(record)
+                        if name is None:
+                            skipped += 1
+                        else:
+                            pending[record["id"]] = (name, record)
+                if skipped:
+                    log.warning("replay: %d unreplayed deferred record(s) are of models not served now; "
+                                "serve those containers to replay them", skipped)
+                if pending:
+                    log.info("replay: resuming %d unreplayed record(s) from the ledger", len(pending))
+                for record_id, (name, record) in pending.items():
+                    self.put(ReplayJob(record_id, name, record))
+            except Exception:  # a damaged ledger must not take the server down: it is logged
+                log.exception("replay: could not scan the ledger for unreplayed records")
+
+        self._resumer = threading.Thread(target=scan, name="sealtrace-replay-resume", daemon=True)
+        self._resumer.start()
+
+    def _dispatch(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            self._slots.acquire()
+            with self._lock:
+                self._queued -= 1
+                self._in_flight += 1
+                if job.feeds is not None:
+                    self._held -= 1
+            if self._stopping.is_set():
+                self._release()
+                continue
+            try:
+                self._start(job)
+            except Exception:
+                log.exception("replay of record %s could not start", job.record_id)
+                self._release()
+
+    def _start(self, job: ReplayJob) -> None:
+        if job.feeds is None:
+            try:
+                job.feeds = self.ledger.inputs_of(job.record)
+            except SealtraceError as exc:  # removed by retention, or damaged: the replay says so
+                self._append(job, ReplayResult(failed_record(job.record, f"inputs not available: {exc}"), None, "failed"))
+                self._release()
+                return
+        started = time.monotonic()
+        future = self._pool.submit(replay_in_worker, job)
+        future.add_done_callback(lambda f: self._finished(job, f, started))
+
+    def _finished(self, job: ReplayJob, future: concurrent.futures.Future[ReplayResult], started: float) -> None:
+        try:
+            if future.cancelled():
+                return  # shutting down: the record stays unreplayed in the ledger
+            try:
+                result = future.result()
+            except concurrent.futures.process.BrokenProcessPool:
+                log.error("replay worker died replaying record %s; it is replayed after a restart", job.record_id)
+                self._restart_pool()
+                return
+            except Exception as exc:
+                result = ReplayResult(failed_record(job.record, f"replay failed: {type(exc).__name__}: {exc}"), None, "failed")
+            self.stats.seconds += time.monotonic() - started
+            self._append(job, result)
+        finally:
+            self._release()
+
+    def _append(self, job: ReplayJob, result: ReplayResult) -> None:
+        try:
+            receipt = self.ledger.append(result.record, trail=result.trail)
+        except SealtraceError as exc:
+            log.error("replay record of %s not appended (%s); it is replayed after a restart", job.record_id, exc)
+            return
+        with self._lock:
+            self.stats.done += 1
+            self.stats.by_verdict[result.verdict] = self.stats.by_verdict.get(result.verdict, 0) + 1
+        if result.verdict == "diverged":
+            link = result.record["links"][0]
+            self.divergences.appendleft(Divergence(job.record_id, receipt.record_id, job.model,
+                                                   str(link.get("detail", "")), result.record["time"]))
+            log.warning("DIVERGENCE: record %s (model %s) replayed on the reference backend as %s: %s",
+                        job.record_id, job.model, receipt.record_id, link.get("detail"))
+        if self.on_result is not None:
+            self.on_result(job, result)
+
+    def _restart_pool(self) -> None:
+        with self._lock:
+            old = self._pool
+            context = multiprocessing.get_context("spawn")
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=_init_worker, initargs=(self.spec,)
+            )
+        old.shutdown(wait=False, cancel_futures=True)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self._idle.notify_all()
+        self._slots.release()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the backlog (with what :meth:`resume` finds) to empty;
+        whether it did."""
+        deadline = time.monotonic() + timeout
+        if self._resumer is not None:
+            self._resumer.join(timeout)
+            if self._resumer.is_alive():
+                return False
+        with self._lock:
+            while self._queued + self._in_flight > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.1))
+        return True
+
+    def close(self, drain_seconds: float = 0.0) -> None:
+        """Drain for up to ``drain_seconds``, then stop; what is left stays unreplayed in the ledger
+        (found again by :meth:`resume` on the next start)."""
+        if drain_seconds > 0:
+            self.drain(drain_seconds)
+        self._stopping.set()
+        self._queue.put(None)
+        self._dispatcher.join()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._resumer is not None:
+            self._resumer.join()
+
+
+def served_model_of(models: Sequence[tuple[str, str | None, str]]) -> Callable[[Mapping[str, Any]], str | None]:
+    """A lookup from a record to the served model it belongs to: same name and plan digest (and
+    container digest) as one of ``models`` = (name, container digest, plan digest)."""
+    index = {(name, container, plan): name for name, container, plan in models}
+
+    def lookup(record: Mapping[str, Any]) -> str | None:
+        model = record["model"]
+        return index.get((model["name"], model["container_digest"], model["plan_digest"]))
+
+    return lookup
