@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,11 @@ class Material:
     checkpoint: Path
     manifest: Path
     vnnlib: Path
+    ledger: Path
+    proof: Path
+    consistency: Path
+    request_json: Path
+    request_binary: Path
 
 
 def _cli(*argv: str) -> None:
@@ -94,9 +100,36 @@ def build_material(root: Path) -> Material:
     _cli("manifest", "create", str(checkpoint), "-o", str(manifest), "--sign", str(key))
     vnnlib = root / "prop.vnnlib"
     vnnlib.write_text(VNNLIB)
+    ledger, proof, consistency = root / "ledger.db", root / "proof.json", root / "consistency.json"
+    record_id = _make_ledger(ledger, key)
+    _cli("ledger", "prove", str(ledger), record_id, "-o", str(proof))
+    _cli("ledger", "consistency", str(ledger), "1", "-o", str(consistency))
+    request_json, request_binary = root / "request.json", root / "request.bin"
+    request_json.write_text(json.dumps({"id": "r1", "inputs": [
+        {"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [0.25, -1.5]}],
+        "outputs": [{"name": "out", "parameters": {"binary_data": True}}]}))
+    header = json.dumps({"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 8}}]}).encode()
+    # The file holds the Inference-Header-Content-Length value on its first line, then the body.
+    request_binary.write_bytes(b"%d\n" % len(header) + header + np.array([0.25, -1.5], "<f4").tobytes())
     return Material(
         root=root, model=model, container=container, private_key=key, public_key=key.with_suffix(".pub"),
         log=log, feed=feed, feeds=feeds, capture=capture, capture_b=capture_b, artifact=artifact,
         sidecar=artifact.with_name(artifact.name + ".binding.json"), checkpoint=checkpoint, manifest=manifest,
-        vnnlib=vnnlib,
+        vnnlib=vnnlib, ledger=ledger, proof=proof, consistency=consistency, request_json=request_json,
+        request_binary=request_binary,
     )
+
+
+def _make_ledger(location: Path, key: Path) -> str:
+    """A ledger of three signed records; the id of the second."""
+    from sealtrace.ledger import Ledger, new_record
+
+    ids = []
+    with Ledger.open(str(location), signer=str(key), head_every=1) as ledger:
+        for i in range(3):
+            record = new_record(model_name="tiny", plan_digest=f"{i:064x}", backend="reference",
+                                backend_version="0", inputs={"x": np.full((1, 2), i, np.float32)},
+                                outputs={"out": np.zeros((1, 3), np.float32)}, principal="fuzz")
+            ids.append(ledger.append(record).record_id)
+    return ids[1]

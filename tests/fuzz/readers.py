@@ -9,10 +9,12 @@ accepting a mutation there is a trust failure, unless ``same`` says the mutated 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.fuzz.material import Material
 from tests.fuzz.mutations import (
@@ -54,10 +56,51 @@ def _same_model(a: bytes, b: bytes) -> bool:
     return models[0] == models[1]
 
 
+def _same_rows(a: bytes, b: bytes) -> bool:
+    """A SQLite file is pages with free space and slack: the same rows in every table is the same store."""
+    import sqlite3
+    import tempfile
+
+    dumps = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, data in enumerate((a, b)):
+            path = Path(tmp) / f"{i}.db"
+            path.write_bytes(data)
+            try:
+                with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                    dumps.append(list(db.iterdump()))
+            except sqlite3.Error:
+                return False
+    return dumps[0] == dumps[1]
+
+
 def _load_vnnlib(path: Path) -> None:
     from sealtrace.falsify import load_vnnlib
 
     load_vnnlib(path)
+
+
+def _tiny_specs() -> tuple[dict[str, Any], dict[str, Any]]:
+    import numpy as np
+
+    from sealtrace.serve.protocol import TensorSpec
+
+    return ({"x": TensorSpec("x", "FP32", (1, 2), np.dtype(np.float32))},
+            {"out": TensorSpec("out", "FP32", (1, 3), np.dtype(np.float32))})
+
+
+def _parse_json_request(path: Path) -> None:
+    from sealtrace.serve.protocol import parse_request
+
+    parse_request(path.read_bytes(), None, *_tiny_specs())
+
+
+def _parse_binary_request(path: Path) -> None:
+    from sealtrace.serve.protocol import parse_request
+
+    data = path.read_bytes()
+    length, _, body = data.partition(b"\n")  # the header length as a client sends it, then the body
+    parse_request(body, length.decode("latin-1"), *_tiny_specs())
 
 
 @dataclass(frozen=True)
@@ -116,6 +159,17 @@ READERS: tuple[Reader, ...] = (
            lambda m: ["run", str(m.model), "--input", f"x={m.feed}"]),
     Reader("npz-input", lambda m: m.feeds, byte_edits, lambda m: ["run", str(m.model), "--inputs", str(m.feeds)]),
     Reader("vnnlib", lambda m: m.vnnlib, text_token_edits, api=_load_vnnlib),
+    Reader("ledger-proof", lambda m: m.proof, json_edits,
+           lambda m: ["ledger", "check-proof", str(m.proof), "--trust", str(m.public_key)], signed=True,
+           same=_same_json),
+    Reader("ledger-consistency", lambda m: m.consistency, json_edits,
+           lambda m: ["ledger", "check-proof", str(m.consistency), "--trust", str(m.public_key)], signed=True,
+           same=_same_json),
+    Reader("ledger-store", lambda m: m.ledger, byte_edits,
+           lambda m: ["ledger", "verify", str(m.ledger), "--trust", str(m.public_key), "--known", str(m.proof)],
+           signed=True, same=_same_rows),
+    Reader("oip-json-request", lambda m: m.request_json, json_edits, api=_parse_json_request),
+    Reader("oip-binary-request", lambda m: m.request_binary, byte_edits, api=_parse_binary_request),
 )
 
 BY_NAME = {reader.name: reader for reader in READERS}

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -204,3 +205,32 @@ def test_tampering_is_caught(tamper: str, ledger_with_evidence, keys) -> None:
         assert not alone.ok, f"verify missed: {tamper}"
     if tamper not in CLIENT_UNAFFECTED:
         assert _client_notices(location, evidence, keys[1]), f"a client holding earlier proofs missed: {tamper}"
+
+
+def test_a_damaged_stored_input_is_caught(location: str, signer: Ed25519PrivateKey) -> None:
+    # Inputs are what a replay runs: verify re-hashes each against the digest it is stored under.
+    with Ledger.open(location, signer=signer, head_every=1) as ledger:
+        ledger.append(make_record(0), inputs={"x": np.arange(4, dtype=np.float32)})  # the record's own x
+        assert ledger.verify([signer.public_key()]).ok
+    (digest, data), = execute_sql(location, "SELECT digest, data FROM inputs")
+    execute_sql(location, "UPDATE inputs SET data = ? WHERE digest = ?", (_flip(bytes(data)), digest))
+    with Ledger.open(location, readonly=True) as ledger:
+        report = ledger.verify([signer.public_key()])
+    assert not report.ok and any("does not match its digest" in p for p in report.problems), report.problems
+
+
+def test_a_sqlite_file_damaged_where_no_row_is_read_is_caught(tmp_path: Path, signer: Ed25519PrivateKey) -> None:
+    # Found by fuzzing: bytes shifted in pages that hold only stored inputs left every record, node
+    # and tree head readable, and verify passed a file SQLite itself calls malformed.
+    location = str(tmp_path / "ledger.db")
+    with Ledger.open(location, signer=signer, head_every=1) as ledger:
+        for i in range(3):
+            x = np.full(2048, i, np.float32)
+            ledger.append(make_record(i, inputs={"x": x}), inputs={"x": x})
+    data = bytearray(Path(location).read_bytes())
+    last_page = len(data) - 4096
+    data[last_page : last_page + 16] = b"\xff" * 16  # the b-tree page header of the last page
+    Path(location).write_bytes(bytes(data))
+    with Ledger.open(location, readonly=True) as ledger:
+        report = ledger.verify([signer.public_key()])
+    assert not report.ok and any("damaged" in p for p in report.problems), report.problems

@@ -299,6 +299,24 @@ class SqlStore(ABC):
             return None
         return (*(f if isinstance(f, int) else str(f) for f in fields), row_bytes(data[0][0]))
 
+    def iter_blob_digests(self, table: str) -> Iterator[str]:
+        """The digest of every row of ``inputs`` or ``trails``, in digest order, a page at a time."""
+        assert table in ("inputs", "trails")
+        query = f"SELECT digest FROM {table} WHERE digest > ? ORDER BY digest LIMIT {_PAGE}"
+        last = ""
+        while True:
+            with self._reader() as connection:
+                rows = self._fetch(connection, query, (last,))
+            yield from (str(row[0]) for row in rows)
+            if len(rows) < _PAGE:
+                return
+            last = str(rows[-1][0])
+
+    def integrity_problems(self) -> list[str]:
+        """What the database engine itself finds damaged in the store (none for a server that
+        manages its own pages: PostgreSQL checks those with data checksums, when enabled)."""
+        return []
+
     def counts(self) -> dict[str, int]:
         """Rows per table."""
         with self._reader() as connection:
@@ -425,6 +443,17 @@ class SqliteStore(SqlStore):
             connection.execute("ROLLBACK")
             raise
         connection.execute("COMMIT")
+
+    def integrity_problems(self) -> list[str]:
+        """SQLite's own check of every page, index and table of the file (``PRAGMA quick_check``):
+        damage in pages a ledger check does not read (stored inputs, free space, indexes) shows too."""
+        try:
+            with self._reader() as connection:
+                rows = self._fetch(connection, "PRAGMA quick_check(20)")
+        except LedgerError as exc:
+            return [str(exc)]
+        found = [str(row[0]) for row in rows if str(row[0]) != "ok"]
+        return [f"{self.location}: the SQLite file is damaged: {'; '.join(f[:200] for f in found)}"] if found else []
 
     def close(self) -> None:
         with self._lock:

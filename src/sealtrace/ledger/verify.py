@@ -3,7 +3,9 @@
 Every leaf is recomputed from the stored records, every stored node from the leaves, every signed
 root from the nodes; every tree head must carry a valid signature by a trusted key, and each tree
 head must be consistent with the next (an RFC 9162 consistency proof built from the store and
-checked). The store's rows are read a page at a time: memory stays flat however large the ledger.
+checked). Every stored input and trail must hash to the digest it is stored under (they are what a
+replay runs), and the database engine's own check of the store must find nothing damaged. The
+store's rows are read a page at a time: memory stays flat however large the ledger.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sealtrace.ledger.errors import LedgerError, ProofFormatError, RecordError
 from sealtrace.ledger.records import MAX_RECORD_BYTES, parse_record
 from sealtrace.ledger.store import SqlStore, row_bytes
 from sealtrace.ledger.treehead import TreeHead, TrustedKeys
+from sealtrace.ledger.values import decode_tensor, decompress_trail, trail_run_digest
 
 MAX_PROBLEMS = 100
 
@@ -72,6 +75,16 @@ def verify_store(store: SqlStore, trusted: TrustedKeys, known: Iterable[TreeHead
     rewritten since, is caught even where the rows left are consistent among themselves.
     """
     report = VerifyReport(store.location, store.ledger_id)
+    try:
+        _verify(store, trusted, known, report)
+    except LedgerError as exc:
+        # The store opened as a ledger (its meta table read), so rows it cannot give back are damage
+        # found by the check (exit 1), not input the user got wrong.
+        report.problem(f"the store cannot be read to the end: {exc}")
+    return report
+
+
+def _verify(store: SqlStore, trusted: TrustedKeys, known: Iterable[TreeHead], report: VerifyReport) -> None:
     heads = _tree_heads(store, trusted, report)
     # Read after the heads: every honest head is then within the records checked below.
     size = report.size = store.size()
@@ -97,10 +110,33 @@ def verify_store(store: SqlStore, trusted: TrustedKeys, known: Iterable[TreeHead
             _check_consistency(store, previous, head, report)
         previous = head
     report.latest = previous
+    for problem in store.integrity_problems():
+        report.problem(problem)
+    _check_blobs(store, report)
     if size and previous is None:
         report.problem(f"no tree head signed by a trusted key ({', '.join(sorted(trusted))}): "
                        f"none of the {size} records is signed")
-    return report
+
+
+def _check_blobs(store: SqlStore, report: VerifyReport) -> None:
+    """Each stored input and trail (content-addressed) is what its digest says: a damaged one would
+    make a replay fail or, worse, replay something else."""
+    for digest in store.iter_blob_digests("inputs"):
+        where = f"{store.location}: stored input {digest[:16]}..."
+        try:
+            stored = store.input_row(digest)
+            if stored is not None:
+                decode_tensor(digest, *stored, where=where)
+        except LedgerError as exc:
+            report.problem(str(exc))
+    for digest in store.iter_blob_digests("trails"):
+        where = f"{store.location}: stored trail {digest[:16]}..."
+        try:
+            trail = store.trail_row(digest)
+            if trail is not None and trail_run_digest(decompress_trail(trail[1], trail[0], where)) != digest:
+                report.problem(f"{where}: the audit log stored there has another run digest")
+        except LedgerError as exc:
+            report.problem(str(exc))
 
 
 def _tree_heads(store: SqlStore, trusted: TrustedKeys, report: VerifyReport) -> list[TreeHead]:
