@@ -106,10 +106,10 @@ lint: $(VENV)/.stamp-dev
 bench: $(VENV)/.stamp-dev material
 	$(PY) benchmarks/run_all.py
 
-# The fuzz suite's long run: 100,000 generated inputs per reader of outside bytes (about an hour on
-# two cores); `make test` runs a few dozen per reader and the kept corpus. Writes benchmarks/results/fuzz.md.
+# The fuzz suite's long run: 100,000 generated inputs per reader of outside bytes (hours on two
+# cores); `make test` runs a few dozen per reader and the kept corpus. Writes benchmarks/results/fuzz.md.
 fuzz: $(VENV)/.stamp-dev
-	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/fuzz_readers.py
+	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/fuzz_readers.py --record
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
