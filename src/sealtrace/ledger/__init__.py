@@ -31,6 +31,7 @@ from sealtrace.ledger.proofs import Consistency, Inclusion, check_proof, held_tr
 from sealtrace.ledger.records import new_record, replay_link
 from sealtrace.ledger.store import open_store
 from sealtrace.ledger.treehead import TreeHead, trusted_keys
+from sealtrace.ledger.values import Trail
 from sealtrace.ledger.verify import VerifyReport, verify_store
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "ProofFormatError",
     "Receipt",
     "RecordError",
+    "Trail",
     "TreeHead",
     "VerifyReport",
     "check_proof",

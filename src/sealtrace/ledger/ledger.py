@@ -34,11 +34,10 @@ from sealtrace.ledger.records import parse_record, record_leaf
 from sealtrace.ledger.store import SqlStore, Transaction, open_store, row_bytes
 from sealtrace.ledger.treehead import TreeHead, trusted_keys
 from sealtrace.ledger.values import (
-    compress_trail,
+    Trail,
     decode_tensor,
     decompress_trail,
     encode_tensor,
-    trail_run_digest,
 )
 from sealtrace.ledger.verify import VerifyReport, verify_store
 from sealtrace.signing import load_private_key
@@ -164,13 +163,14 @@ class Ledger:
         self,
         record: Mapping[str, Any],
         inputs: Mapping[str, Any] | None = None,
-        trail: bytes | None = None,
+        trail: bytes | Trail | None = None,
     ) -> Future[Receipt]:
         """Queue ``record`` for appending; the future resolves to its :class:`Receipt` once it is durable.
 
         ``inputs``: the run's input values by name, stored by digest for replays (tensors; each must
-        be the value the record names). ``trail``: the run's audit log bytes, whose run digest must
-        be the record's ``trail``. Record errors raise here, before anything is queued.
+        be the value the record names). ``trail``: the run's audit log (its bytes, or a :class:`Trail`
+        made from them), whose run digest must be the record's ``trail``. Record errors raise here,
+        before anything is queued.
         """
         if self._writer is None:
             raise LedgerError(f"{self.store.location}: opened read-only")
@@ -197,7 +197,7 @@ class Ledger:
         self,
         record: Mapping[str, Any],
         inputs: Mapping[str, Any] | None = None,
-        trail: bytes | None = None,
+        trail: bytes | Trail | None = None,
     ) -> Receipt:
         """Append ``record`` and return once it is durable (see :meth:`submit`)."""
         return self.submit(record, inputs, trail).result()
@@ -220,14 +220,14 @@ class Ledger:
             checked.append((digest, array))
         return checked
 
-    def _checked_trail(self, record: Mapping[str, Any], trail: bytes | None) -> tuple[str, int, bytes] | None:
+    def _checked_trail(self, record: Mapping[str, Any], trail: bytes | Trail | None) -> tuple[str, int, bytes] | None:
         if trail is None:
             return None
-        digest = trail_run_digest(trail)
-        if record["trail"] != digest:
-            raise RecordError(f"record {record['id']}: trail has run digest {digest[:16]}..., "
+        made = trail if isinstance(trail, Trail) else Trail.of(trail)
+        if record["trail"] != made.run_digest:
+            raise RecordError(f"record {record['id']}: trail has run digest {made.run_digest[:16]}..., "
                               f"the record names {str(record['trail'])[:16]}...")
-        return digest, len(trail), compress_trail(trail)
+        return made.run_digest, made.size, made.compressed
 
     def sign_tree_head(self) -> TreeHead | None:
         """Sign a tree head now, if records were appended since the last one; the latest head."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -74,8 +75,21 @@ def _decode_strings(data: bytes, count: int) -> np.ndarray:
     return np.array(items, dtype=object)
 
 
-def compress_trail(log: bytes) -> bytes:
-    return zlib.compress(log, 6)
+@dataclass(frozen=True)
+class Trail:
+    """An audit log ready to store: its run digest, its size and its zlib-compressed bytes.
+
+    Made with :meth:`of` wherever the log is (a replay worker process makes it there, so the server's
+    process neither compresses nor copies the log); :meth:`Ledger.append` takes one or the raw bytes.
+    """
+
+    run_digest: str
+    size: int
+    compressed: bytes
+
+    @classmethod
+    def of(cls, log: bytes) -> Trail:
+        return cls(trail_run_digest(log), len(log), zlib.compress(log, 6))
 
 
 def decompress_trail(data: bytes, size: int, where: str) -> bytes:

@@ -36,6 +36,7 @@ from sealtrace.audit.records import value_identity
 from sealtrace.errors import SealtraceError
 from sealtrace.ledger import Ledger, new_record, replay_link
 from sealtrace.ledger.records import record_leaf
+from sealtrace.ledger.values import Trail
 from sealtrace.parity.metrics import Tolerance, compare_values
 
 log = logging.getLogger("sealtrace.serve")
@@ -69,7 +70,7 @@ class ReplaySpec:
 @dataclass
 class ReplayResult:
     record: dict[str, Any]
-    trail: bytes | None
+    trail: Trail | None  # compressed in the worker: the server's process only stores it
     verdict: str
 
 
@@ -140,7 +141,7 @@ def replay_in_worker(job: ReplayJob) -> ReplayResult:
             principal=None, audit="full", trail=recorder.run_digest, kind="replay",
             links=[replay_link(job.record_id, verdict, _clip(detail))],
         )
-        return ReplayResult(record, buffer.getvalue(), verdict)
+        return ReplayResult(record, Trail.of(buffer.getvalue()), verdict)
     except SealtraceError as exc:
         return ReplayResult(failed_record(original, f"replay failed: {exc}"), None, "failed")
 
