@@ -54,15 +54,15 @@ def make_model(
     )
 
 
-@pytest.fixture
-def tiny_mlp() -> onnx.ModelProto:
-    """x[1,4] -> MatMul -> Add -> Relu -> y[1,3], with weights as initializers."""
+def mlp_model(scale: float = 1.0, batch: int | str = 1) -> onnx.ModelProto:
+    """x[batch,4] -> MatMul -> Add -> Relu -> y[batch,3] with fixed random weights; ``scale`` scales the
+    weight tensor w (another model with the same graph), ``batch`` may name a dynamic axis."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
-    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    w = (rng.standard_normal((4, 3)) * scale).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
         helper.make_node("Add", ["h", "b"], ["z"], name="add"),
@@ -70,7 +70,13 @@ def tiny_mlp() -> onnx.ModelProto:
     ]
     return make_model(
         nodes,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
-        [w, b],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
     )
+
+
+@pytest.fixture
+def tiny_mlp() -> onnx.ModelProto:
+    """x[1,4] -> MatMul -> Add -> Relu -> y[1,3], with weights as initializers."""
+    return mlp_model()

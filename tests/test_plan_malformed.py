@@ -18,25 +18,8 @@ from sealtrace.cli import main
 from sealtrace.errors import InvalidModelError, SealtraceError
 from sealtrace.limits import BudgetExceededError, memory_budget_of
 from sealtrace.plan import build_plan
-from tests.conftest import make_model
+from tests.conftest import make_model, mlp_model
 from tests.test_local_functions import _helper_model
-
-
-def _mlp() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
-    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
-        helper.make_node("Add", ["h", "b"], ["z"], name="add"),
-        helper.make_node("Relu", ["z"], ["y"], name="relu"),
-    ]
-    return make_model(
-        nodes,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
-        [w, b],
-    )
 
 
 def _with_bytes(model: onnx.ModelProto, text: bytes, replacement: bytes) -> bytes:
@@ -54,11 +37,11 @@ def _with_bytes(model: onnx.ModelProto, text: bytes, replacement: bytes) -> byte
 def test_names_that_are_not_utf8_are_refused(text: bytes, replacement: bytes) -> None:
     # protobuf hands such a string back as bytes: sorting names crashed, get_schema raised TypeError
     with pytest.raises(InvalidModelError, match="is not valid UTF-8 text"):
-        build_plan(_with_bytes(_mlp(), text, replacement))
+        build_plan(_with_bytes(mlp_model(), text, replacement))
 
 
 def test_a_value_name_that_is_not_utf8_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    model = _mlp()
+    model = mlp_model()
     model.graph.node[2].output.append("exXra")  # a second output only this node names
     path = tmp_path / "bad.onnx"
     path.write_bytes(_with_bytes(model, b"exXra", b"ex\xa4ra"))
@@ -69,7 +52,7 @@ def test_a_value_name_that_is_not_utf8_is_refused(tmp_path: Path, capsys: pytest
 
 @pytest.mark.parametrize("version", [-1, 2**31, 2**40])
 def test_opset_versions_out_of_range_are_refused(version: int) -> None:
-    model = _mlp()
+    model = mlp_model()
     model.opset_import[0].version = version
     with pytest.raises(InvalidModelError, match=f"version {version} is out of range"):  # was TypeError
         build_plan(model)
@@ -109,7 +92,7 @@ def test_a_huge_constant_of_shape_is_checked_against_the_budget(tmp_path: Path, 
 def test_huge_declared_dims_do_not_reach_onnx_data_propagation(monkeypatch: pytest.MonkeyPatch) -> None:
     # An IR-3 model (initializers listed as inputs) with an input declared [10^8]: onnx's data
     # propagation allocated an entry per element (std::bad_alloc; without a limit, the OOM killer).
-    model = _mlp()
+    model = mlp_model()
     model.ir_version = 3
     model.graph.input.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, [10**8]))
     model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3]))
@@ -124,7 +107,7 @@ def test_huge_declared_dims_do_not_reach_onnx_data_propagation(monkeypatch: pyte
     build_plan(model)
     assert calls == [False]
     calls.clear()
-    build_plan(_mlp())
+    build_plan(mlp_model())
     assert calls == [True]  # ordinary models keep data propagation
 
 
@@ -147,7 +130,7 @@ def _seeds() -> list[onnx.ModelProto]:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
         [numpy_helper.from_array(np.array(3, np.int64), "trip"), numpy_helper.from_array(np.array(True), "t")],
     )
-    return [_mlp(), loop, _constant_of_shape([2, 3]), _helper_model()]
+    return [mlp_model(), loop, _constant_of_shape([2, 3]), _helper_model()]
 
 
 _SEEDS = [m.SerializeToString() for m in _seeds()]

@@ -11,25 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace.session import Session
-from tests.conftest import make_model
-
-
-def mlp_model(scale: float = 1.0) -> onnx.ModelProto:
-    """x[1,4] -> MatMul -> Add -> Relu -> y[1,3]; ``scale`` changes the weight tensor w."""
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((4, 3)) * scale).astype(np.float32)
-    b = rng.standard_normal(3).astype(np.float32)
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
-        helper.make_node("Add", ["h", "b"], ["z"], name="add"),
-        helper.make_node("Relu", ["z"], ["y"], name="relu"),
-    ]
-    return make_model(
-        nodes,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
-    )
+from tests.conftest import make_model, mlp_model
 
 
 def loop_model() -> onnx.ModelProto:

@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from sealtrace.container import seal_model
 from sealtrace.signing import generate_keypair
-from tests.conftest import make_model
+from tests.conftest import make_model, mlp_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,25 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(private, public) PEM paths: the key that signs containers and tree heads."""
     return generate_keypair(tmp_path_factory.mktemp("serve-keys") / "key.pem")
-
-
-def tiny_model() -> onnx.ModelProto:
-    """x FP32[N,4] -> MatMul -> Add -> Relu -> y FP32[N,3]; a dynamic batch axis."""
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
-    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
-        helper.make_node("Add", ["h", "b"], ["z"], name="add"),
-        helper.make_node("Relu", ["z"], ["y"], name="relu"),
-    ]
-    return make_model(
-        nodes,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-        [w, b],
-        name="tiny",
-    )
 
 
 def typed_model() -> onnx.ModelProto:
@@ -66,7 +46,7 @@ def containers(tmp_path_factory: pytest.TempPathFactory, keys: tuple[Path, Path]
     """Signed containers of the small models: 'tiny' and 'typed'."""
     folder = tmp_path_factory.mktemp("serve-models")
     made = {}
-    for name, model in (("tiny", tiny_model()), ("typed", typed_model())):
+    for name, model in (("tiny", mlp_model(batch="N")), ("typed", typed_model())):
         made[name] = folder / f"{name}.seal"
         seal_model(model, made[name], sign_with=keys[0])
     return made

@@ -149,10 +149,10 @@ def test_ledger_page_renders_in_headless_chromium(tmp_path: Path, containers: di
 def test_serve_refuses_what_it_must_not_serve(tmp_path: Path, containers: dict[str, Path], keys: Any,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     from sealtrace.signing import generate_keypair
-    from tests.serve.conftest import tiny_model
+    from tests.conftest import mlp_model
 
     plain = tmp_path / "plain.onnx"
-    plain.write_bytes(tiny_model().SerializeToString())
+    plain.write_bytes(mlp_model(batch="N").SerializeToString())
     _, stranger = generate_keypair(tmp_path / "stranger.pem")
     ledger = str(tmp_path / "l.db")
     port = str(free_port())

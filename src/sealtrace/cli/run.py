@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -114,39 +113,13 @@ def run(
     if ledger_key and not ledger_store:
         raise InputError("--ledger-key needs --ledger STORE")
     _check_run_outputs(out_path, audit_path, capture_dir, force)  # before a byte of MODEL is read
-    with contextlib.ExitStack() as stack:
-        # The ledger is opened first too: a store that cannot be opened fails before the run, not after.
-        ledger = stack.enter_context(_open_ledger(ledger_store, ledger_key)) if ledger_store else None
-        _run(model, input_files, npz_files, random_inputs, seed, dims, backend, out_path, audit_path, sample,
-             sign_log, capture_dir, trust, require_signature, source_container, threads, force, ledger)
+    # The ledger is opened first too: a store that cannot be opened fails before the run, not after;
+    # click closes it (signing a tree head) when the command ends, however it ends.
+    ledger = None
+    if ledger_store:
+        from sealtrace.ledger import Ledger
 
-
-def _open_ledger(store: str, key: str | None) -> Any:
-    from sealtrace.ledger import Ledger
-
-    return Ledger.open(store, signer=key)
-
-
-def _run(
-    model: str,
-    input_files: tuple[str, ...],
-    npz_files: tuple[str, ...],
-    random_inputs: bool,
-    seed: int,
-    dims: tuple[str, ...],
-    backend: str,
-    out_path: str | None,
-    audit_path: str | None,
-    sample: int | None,
-    sign_log: str | None,
-    capture_dir: str | None,
-    trust: tuple[str, ...],
-    require_signature: bool,
-    source_container: str | None,
-    threads: int | None,
-    force: bool,
-    ledger: Any,
-) -> None:
+        ledger = click.get_current_context().with_resource(Ledger.open(ledger_store, signer=ledger_key))
     session = Session(
         model, backend=make_backend(backend, threads), trust=trust, require_signature=require_signature,
         container=source_container,
