@@ -637,11 +637,13 @@ def edit_log_cases(cm: CaseMaker, lines: list[str], trust: list[str]) -> None:
     forged("footer-early-renumbered", lambda r: r.insert(1, copy.deepcopy(r[footer])), renumber=True)
     forged("header-only-renumbered", lambda r: r.__delitem__(slice(1, None)), renumber=True)
     forged("header-footer-renumbered", lambda r: r.__delitem__(slice(1, -1)), renumber=True)
+    def model_edit(**fields: Any) -> Callable[[list[dict[str, Any]]], None]:
+        return lambda r: r[head]["model"].update(fields)
+
     for kind in ("container", "artifact", "onnx", "proto", "plan", "unknown"):
-        forged(f"kind-{kind}-seal", lambda r, kind=kind: r[head]["model"].update(kind=kind), seal)
-        forged(f"kind-{kind}-onnx", lambda r, kind=kind: r[head]["model"].update(kind=kind, sha256=onnx_sha), onnx_file)
-        forged(f"kind-{kind}-null-digests", lambda r, kind=kind: r[head]["model"].update(
-            kind=kind, sha256=None, container_digest=None), seal)
+        forged(f"kind-{kind}-seal", model_edit(kind=kind), seal)
+        forged(f"kind-{kind}-onnx", model_edit(kind=kind, sha256=onnx_sha), onnx_file)
+        forged(f"kind-{kind}-null-digests", model_edit(kind=kind, sha256=None, container_digest=None), seal)
     forged("input-and-steps", lambda r: (r[2]["inputs"][0].update(digest="3" * 64), r[footer].update(steps=99)))
     forged("steps-and-output", lambda r: (r[footer]["outputs"][0].update(digest="3" * 64), r[footer].update(steps=99)))
     forged("input-and-link", lambda r: (r[2]["inputs"][0].update(digest="3" * 64),
@@ -838,11 +840,12 @@ def edit_proof_cases(cm: CaseMaker, trust: list[str]) -> None:
 
     key = load_private_key(cm.m.key)
 
-    def resign(head: dict[str, Any]) -> None:
+    def resign(head: dict[str, Any]) -> dict[str, Any]:
         previous = "null" if head["previous"] is None else f'"{head["previous"]}"'
         body = (f'{{"format":"{head["format"]}","ledger":"{head["ledger"]}","previous":{previous},'
                 f'"root_hash":"{head["root_hash"]}","timestamp":{head["timestamp"]},"tree_size":{head["tree_size"]}}}')
         head["signature"] = sign_digest(key, sha256_hex(body.encode())).to_json()
+        return head
 
     inclusion = json.loads(cm.m.proofs["inclusion-2-7"].read_text())
     consistency = json.loads(cm.m.proofs["consistency-3-7"].read_text())
