@@ -1064,9 +1064,9 @@ def run(sample_size: int | None, keep: Path | None = None, binary: Path | None =
     """Make the material, generate the cases (a sample of them, or all), and compare."""
     work = keep or Path(tempfile.mkdtemp(prefix="sealtrace-corpus-"))
     try:
-        if work.exists() and keep is not None:
-            shutil.rmtree(work)
-        work.mkdir(parents=True)
+        if keep is not None:  # a kept directory starts empty; a temporary one is made empty
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
         material = make_material(work / "material")
         cases = generate(material, work / "cases")
         if sample_size is not None:
