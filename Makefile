@@ -21,7 +21,7 @@ SPEECH_DIR := .testmodels/speech
 SPEECH_WAV := $(SPEECH_DIR)/root/usr/share/sounds/alsa/Front_Center.wav
 PYTEST_ARGS ?=
 
-.PHONY: venv dev material speech acasxu demo test lint bench fuzz clean
+.PHONY: venv dev material speech acasxu demo test lint bench fuzz clean verifier verifier-check verifier-corpus
 
 $(VENV)/.stamp-core: pyproject.toml
 	@echo "== creating $(VENV)/ (a virtual environment: everything below is installed inside it)"
@@ -90,9 +90,35 @@ demo: $(VENV)/.stamp-demo
 	@echo "== examples/demo.py"
 	@$(PY) examples/demo.py
 
+# The independent verifier (verifier/, issue 18): Go with its standard library only, built with Debian's
+# golang-go (`apt-get install golang-go`; Go 1.19 or later). Without Go the build and the Go tests are
+# skipped, saying so, and the agreement test in the suite skips; in CI (CI set) a missing Go fails.
+GO ?= go
+VERIFIER := verifier/bin/sealverify
+GO_MISSING := echo "   go not found (Debian/Ubuntu: apt-get install golang-go)"
+
+verifier:
+	@echo "== the independent Go verifier: go build -> $(VERIFIER)"
+	@if command -v $(GO) >/dev/null 2>&1; then cd verifier && $(GO) build -o bin/sealverify .; \
+	elif [ -n "$$CI" ]; then $(GO_MISSING) >&2; exit 1; \
+	else $(GO_MISSING)"; skipped, and its tests will skip"; fi
+
+# gofmt, go vet and the Go unit tests.
+verifier-check: verifier
+	@if command -v $(GO) >/dev/null 2>&1; then \
+		echo "== gofmt, go vet, go test (verifier/)"; \
+		cd verifier && test -z "$$(gofmt -l .)" || { gofmt -l . >&2; echo "   not gofmt-formatted" >&2; exit 1; }; \
+		$(GO) vet ./... && $(GO) test ./...; \
+	fi
+
+# Every case of the agreement corpus (about 19,500; a sample runs in `make test`): sealtrace and sealverify
+# give the same verdict and name the same failure.
+verifier-corpus: $(VENV)/.stamp-dev verifier
+	OPENBLAS_NUM_THREADS=1 $(PY) -m tests.verifier.corpus --binary $(VERIFIER)
+
 # Two test workers, one BLAS thread each: two workers with two BLAS threads each would
 # oversubscribe the two cores and OpenBLAS's spinning threads slow everything down.
-test: $(VENV)/.stamp-dev material
+test: $(VENV)/.stamp-dev material verifier-check
 	@echo "== ruff and mypy"
 	@$(VENV)/bin/ruff check src tests benchmarks examples
 	@$(VENV)/bin/mypy

@@ -335,3 +335,54 @@ def test_a_fifo_or_device_artifact_is_refused_not_read_forever(sealed: dict[str,
     Path(f"{sealed['artifact']}.binding.json").symlink_to("/dev/zero")
     with pytest.raises(BindingError, match="not a regular file"):
         read_binding(sealed["artifact"])
+
+
+def _nest(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        # A key given twice: two readers could take different values (docs/binding.md).
+        ("duplicate key", lambda d: json.dumps(d).replace('"format": ', '"format": "x", "format": ', 1).encode()),
+        ("byte order mark", lambda d: b"\xef\xbb\xbf" + json.dumps(d).encode()),
+        ("UTF-16", lambda d: json.dumps(d).encode("utf-16")),
+        # 65 levels: the record (level 1), options (2), 63 lists holding the number.
+        ("nested 65 deep", lambda d: json.dumps(dict(d, options={"a": _nest(63)})).encode()),
+    ],
+)
+def test_sidecars_two_readers_could_read_differently_are_refused(sealed: dict[str, Path], name: str, text: object,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    sidecar = Path(f"{sealed['artifact']}.binding.json")
+    sidecar.write_bytes(text(json.loads(sidecar.read_text())))  # type: ignore[operator]
+    with pytest.raises(BindingError):
+        read_binding(sealed["artifact"])
+    assert main(["check-binding", str(sealed["artifact"]), "--container", str(sealed["seal"])]) == 2
+    assert capsys.readouterr().err.startswith("sealtrace: error:")
+
+
+def test_sidecar_nested_64_deep_is_read(sealed: dict[str, Path]) -> None:
+    sidecar = Path(f"{sealed['artifact']}.binding.json")
+    sidecar.write_text(json.dumps(dict(json.loads(sidecar.read_text()), options={"a": _nest(62)})))
+    assert read_binding(sealed["artifact"]).options == {"a": _nest(62)}
+
+
+def test_onnx_without_binding_covers_the_artifacts_bytes_not_its_parse(sealed: dict[str, Path]) -> None:
+    """The digest is of the file's bytes with the binding entry cut out: moving a field (the same
+    model once parsed and re-serialized) is a modified artifact. The record's own bytes inside the file
+    are not covered (the sidecar is read first), so changing them is not."""
+    data = sealed["artifact"].read_bytes()
+    assert check_binding(sealed["artifact"], sealed["seal"]).ok
+    # ir_version (field 1, the first record: tag 0x08 and a one-byte value) moved to the end.
+    assert data[0] == 0x08 and data[1] < 0x80
+    sealed["artifact"].write_bytes(data[2:] + data[:2])
+    assert onnx.load_model_from_string(data[2:] + data[:2]) == onnx.load_model_from_string(data)
+    result = check_binding(sealed["artifact"], sealed["seal"], raise_on_failure=False)
+    assert [f.split(":")[0] for f in result.failures] == ["artifact modified"]
+    embedded = data.index(b'"container_digest"')  # inside the embedded record's value
+    sealed["artifact"].write_bytes(data[:embedded] + b"X" + data[embedded + 1:])
+    assert check_binding(sealed["artifact"], sealed["seal"]).ok

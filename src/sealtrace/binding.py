@@ -35,7 +35,7 @@ import onnx
 from sealtrace import __version__
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import CheckFailedError, InputError, InvalidModelError, SealtraceError
-from sealtrace.limits import read_regular_file
+from sealtrace.limits import json_nesting_exceeds, read_regular_file, refuse_duplicate_keys
 from sealtrace.outputs import atomic_output, check_output
 from sealtrace.plan.modelfile import ExternalFile, external_tensors, files_digest, load_external_data
 from sealtrace.signing import (
@@ -50,6 +50,7 @@ BINDING_FORMAT = "sealtrace.binding.v1"
 METADATA_KEY = "sealtrace.binding"
 SIDECAR_SUFFIX = ".binding.json"
 MAX_RECORD_BYTES = 1 << 20
+MAX_RECORD_DEPTH = 64  # lists and objects in a record (itself level 1); its own fields nest 3 deep
 
 # What ``artifact.sha256`` is taken over (docs/binding.md). The '+external-data' scopes also cover
 # every external data file of an ONNX artifact; the two older scopes are for artifacts without any.
@@ -191,17 +192,24 @@ def _signature(value: Any, index: int, where: str) -> Signature:
 
 
 def parse_record(text: str | bytes, where: str) -> BindingRecord:
-    """A binding record from its JSON text. Not JSON, NaN or Infinity, nesting too deep for the
-    parser, or any field of the wrong type: BindingError (exit 2)."""
+    """A binding record from its JSON text. Not UTF-8 (a byte order mark included), not JSON, NaN
+    or Infinity, a duplicate key, nesting deeper than MAX_RECORD_DEPTH, or any field of the wrong
+    type: BindingError (exit 2)."""
 
     def no_constants(name: str) -> Any:
         raise ValueError(f"{name} is not JSON")
 
     try:
-        data = json.loads(text, parse_constant=no_constants)
+        # Decoded here, strictly: json.loads would take UTF-16, UTF-32 and a BOM from bytes.
+        decoded = text.decode("utf-8") if isinstance(text, bytes) else text
+        if decoded.startswith("\ufeff"):
+            raise ValueError("a byte order mark before the JSON text")
+        data = json.loads(decoded, parse_constant=no_constants, object_pairs_hook=refuse_duplicate_keys)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         # ValueError covers JSONDecodeError; RecursionError, deeply nested arrays or objects.
         raise BindingError(f"{where}: unreadable binding record ({type(exc).__name__}: {str(exc)[:80]})") from None
+    if json_nesting_exceeds(data, MAX_RECORD_DEPTH):
+        raise BindingError(f"{where}: unreadable binding record (nested more than {MAX_RECORD_DEPTH} levels deep)")
     return BindingRecord.from_json(data, where)
 
 
@@ -233,9 +241,15 @@ class _Artifact:
         self.sha256 = hashlib.sha256(data).hexdigest()
         self.size = len(data)
         self.model = _as_onnx(data)
+        # The onnx-without-binding digest is taken of these very bytes (docs/binding.md), now, so
+        # that they need not be kept beside the parsed model.
+        self._stripped_digest: tuple[str, int] | None = None
+        if self.model is not None:
+            kept = without_binding_entry(data)
+            whole = len(kept) == 1 and kept[0] == slice(0, len(data))
+            self._stripped_digest = (self.sha256, self.size) if whole else _digest_of(data, kept)
         del data
         self.stripped: onnx.ModelProto | None = None  # the model without its binding entry
-        self._stripped_digest: tuple[str, int] | None = None
         self.external: tuple[ExternalFile, ...] | None = None  # None: not loaded yet
 
     @property
@@ -256,18 +270,22 @@ class _Artifact:
         """Fill the model's external tensors from their files (each read once); the files."""
         if self.external is None:
             assert self.model is not None
-            if self._stripped_digest is None and self.refers_to_external_data:
-                self.stripped_digest()  # taken first: filling the tensors changes the serialization
+            if self.stripped is None:
+                self.strip()  # before the tensors are filled: the stripped copy is what gets written
             self.external = load_external_data(self.model, self.path)
         return self.external
 
-    def stripped_digest(self) -> tuple[str, int]:
-        """sha256 and size of the model without its binding entry, serialized deterministically."""
-        if self._stripped_digest is None:
+    def strip(self) -> onnx.ModelProto:
+        """The model without its binding entry (what ``bind`` embeds a new record into)."""
+        if self.stripped is None:
             assert self.model is not None and self.external is None
             self.stripped = _onnx_without_binding(self.model)
-            data = self.stripped.SerializeToString(deterministic=True)
-            self._stripped_digest = (hashlib.sha256(data).hexdigest(), len(data))
+        return self.stripped
+
+    def stripped_digest(self) -> tuple[str, int]:
+        """sha256 and size of the artifact's bytes with its binding entry cut out (docs/binding.md,
+        ``onnx-without-binding``): every other byte as it is, so no byte escapes the digest."""
+        assert self._stripped_digest is not None  # taken when the artifact was read as ONNX
         return self._stripped_digest
 
     def digest(self, scope: str) -> str:
@@ -287,6 +305,83 @@ class _Artifact:
     def identity(self) -> str:
         """What identifies the artifact file as a model (the same rule as any ONNX file's)."""
         return files_digest(self.sha256, self.size, self.external or ())
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]  # IndexError past the end: the caller's bytes parsed as ONNX, so never here
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _field_records(data: bytes) -> list[tuple[int, int, int, int, int]]:
+    """The top-level field records of a protobuf message: (number, wire type, start, payload start,
+    end). Only called on bytes that parsed as a ModelProto."""
+    records, pos = [], 0
+    while pos < len(data):
+        start = pos
+        tag, pos = _varint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        payload = pos
+        if wire == 0:
+            _, pos = _varint(data, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, payload = _varint(data, pos)
+            pos = payload + length
+        elif wire == 3:  # a group (an unknown field): up to its end tag
+            depth = 1
+            while depth:
+                inner, pos = _varint(data, pos)
+                inner_wire = inner & 7
+                if inner_wire == 3:
+                    depth += 1
+                elif inner_wire == 4:
+                    depth -= 1
+                elif inner_wire == 0:
+                    _, pos = _varint(data, pos)
+                elif inner_wire == 1:
+                    pos += 8
+                elif inner_wire == 5:
+                    pos += 4
+                elif inner_wire == 2:
+                    length, pos = _varint(data, pos)
+                    pos += length
+        records.append((number, wire, start, payload, pos))
+    return records
+
+
+def without_binding_entry(data: bytes) -> list[slice]:
+    """The byte ranges of a serialized ModelProto that remain when every top-level
+    ``metadata_props`` entry (field 14) keyed ``sealtrace.binding`` is cut out (docs/binding.md),
+    adjacent ranges merged."""
+    kept: list[slice] = []
+    for number, wire, start, payload, end in _field_records(data):
+        if number == 14 and wire == 2:
+            entry = onnx.StringStringEntryProto()
+            entry.ParseFromString(data[payload:end])
+            if entry.key == METADATA_KEY:
+                continue
+        if kept and kept[-1].stop == start:
+            kept[-1] = slice(kept[-1].start, end)
+        else:
+            kept.append(slice(start, end))
+    return kept
+
+
+def _digest_of(data: bytes, ranges: list[slice]) -> tuple[str, int]:
+    """sha256 and size of the concatenated ranges, without copying them."""
+    h, view = hashlib.sha256(), memoryview(data)
+    for r in ranges:
+        h.update(view[r])
+    return h.hexdigest(), sum(r.stop - r.start for r in ranges)
 
 
 def _as_onnx(data: bytes) -> onnx.ModelProto | None:
@@ -347,7 +442,15 @@ def _bind(
     embedded = embed and artifact.model is not None and path.suffix == ".onnx"
     scope = (SCOPE_ONNX if embedded else SCOPE_FILE) + (EXTERNAL if artifact.refers_to_external_data else "")
     try:
-        digest = artifact.digest(scope)
+        if embedded:
+            # The artifact is rewritten below as this serialization plus the new entry, so the digest
+            # of its bytes without the entry is the digest of this serialization.
+            written = artifact.strip().SerializeToString(deterministic=True)
+            digest = hashlib.sha256(written).hexdigest()
+            if scope.endswith(EXTERNAL):
+                digest = files_digest(digest, len(written), artifact.load_external())
+        else:
+            digest = artifact.digest(scope)
     except InvalidModelError as exc:
         raise InputError(f"cannot bind {path}: {exc}") from None
     record = BindingRecord(
@@ -367,13 +470,12 @@ def _bind(
     with atomic_output(sidecar_path(path), force=overwrite) as f:
         f.write(text.encode("utf-8"))
     if embedded:
-        artifact.stripped_digest()
-        assert artifact.stripped is not None
-        entry = artifact.stripped.metadata_props.add()
+        stripped = artifact.strip()
+        entry = stripped.metadata_props.add()
         entry.key, entry.value = METADATA_KEY, canonical_json(record.to_json()).decode("ascii")
         # The artifact is rewritten from the bytes that were hashed (its external data untouched).
         with atomic_output(path, force=True) as f:
-            f.write(artifact.stripped.SerializeToString())
+            f.write(stripped.SerializeToString(deterministic=True))
     return record
 
 

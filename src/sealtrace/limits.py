@@ -23,7 +23,7 @@ import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from sealtrace.errors import InputError, SealtraceError
 
@@ -153,3 +153,29 @@ def read_regular_file(
         except OSError as exc:
             raise error(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
     return data
+
+
+def json_nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether parsed JSON nests lists and objects more than ``limit`` levels deep (the value itself
+    is level 1). Iterative: a document built to be deep cannot exhaust the stack here."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for ``json.loads``: a key given twice is a ValueError (two readers could
+    take different values from such an object; docs/binding.md, docs/ledger.md)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key[:80]!r}")
+        result[key] = value
+    return result

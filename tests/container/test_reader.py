@@ -248,3 +248,38 @@ def test_graph_pointing_outside_the_container_is_refused(tmp_path: Path, kind: s
         offset += len(blob)
     with pytest.raises(ContainerFormatError, match="external data"):
         verify_container(assemble(header, bytes(new_area)))
+
+
+
+def _nest(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_header_integers_fit_a_signed_64_bit_integer(tmp_path: Path) -> None:
+    """0..2^63-1 anywhere in the header (docs/container-format.md); 2^63 was accepted."""
+    source = tmp_path / "m.seal"
+    seal_model(tiny_model(), source)
+    forged = tmp_path / "forged.seal"
+    for value, ok in [(2**63 - 1, True), (2**63, False)]:
+        forged.write_bytes(edited(source.read_bytes(), lambda h, v=value: h["container"]["model"].update(ir_version=v)))
+        report = verify_container(forged, raise_on_failure=False)
+        assert report.ok is ok, (value, [m.describe() for m in report.mismatches])
+
+
+def test_header_nesting_is_bounded_before_the_digest_is_compared(tmp_path: Path) -> None:
+    """A header nested deeper than 64 levels is malformed (kind format) whatever its digest; at 64 it
+    is read, and a wrong digest is reported as the header's (a fixed bound, not the recursion limit)."""
+    source = tmp_path / "m.seal"
+    seal_model(tiny_model(), source)
+    data = source.read_bytes()
+    forged = tmp_path / "forged.seal"
+    kinds = {}
+    for levels in (64, 65):  # the header (1), "container" (2), then lists down to the number
+        header, area = split(data)
+        header["container"]["x"] = _nest(levels - 2)
+        forged.write_bytes(assemble(header, area, digest=data[16:48].hex()))
+        kinds[levels] = [m.kind for m in verify_container(forged, raise_on_failure=False).mismatches]
+    assert kinds == {64: ["header"], 65: ["format"]}

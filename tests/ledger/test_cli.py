@@ -177,3 +177,15 @@ def test_proof_files_that_are_not_proofs(document, tmp_path: Path, capsys) -> No
         path.write_bytes(data)
         code, _, err = _run(capsys, "ledger", "check-proof", str(path), "--trust", public)
         assert code == 2, (name, err)
+
+
+def test_a_proof_with_a_duplicate_key_is_refused(document, tmp_path: Path, capsys) -> None:
+    """Two readers could take different values from a key given twice (docs/ledger.md): exit 2, even
+    when the value JSON readers keep (the last) makes a proof that holds."""
+    inclusion, _, public = document
+    text = json.dumps(inclusion).replace('"index": ', f'"index": {inclusion["index"] + 1}, "index": ', 1)
+    path = tmp_path / "twice.json"
+    path.write_text(text)
+    assert json.loads(text) == inclusion
+    code, _, err = _run(capsys, "ledger", "check-proof", str(path), "--trust", str(public))
+    assert code == 2 and "duplicate key 'index'" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -43,16 +44,31 @@ def audit() -> None:
 @_input
 @_inputs
 @click.option("--trust", type=click.Path(dir_okay=False), metavar="KEY.pub", help="Require a valid signature by this key.")
-def verify(log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON (docs/cli.md, 'Verdicts').")
+def verify(
+    log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: str | None,
+    as_json: bool,
+) -> None:
     """Check LOG's hash chain and schema, and its link to a container, inputs and signer.
 
     Exit 1 names the first bad record (line number and what is wrong).
     """
     from sealtrace.audit.verify import verify_log
+    from sealtrace.verdict import audit_verdict
 
     feeds = _read_inputs(input_files, npz_files)
     result = verify_log(log, model=model, inputs=feeds or None, trust=trust)
+    if as_json:
+        first = result.problems[0] if result.problems else None
+        shared = audit_verdict(
+            log, first.line if first else None, first.message if first else None,
+            result.run_digest if result.chain_intact else None, result.signed_by, result.signature_valid,
+        )
+        facts = {"records": len(result.records), "steps": len(result.steps), "notes": result.notes}
+        click.echo(json.dumps({**facts, **shared}, indent=2, sort_keys=True))
     result.raise_if_failed()
+    if as_json:
+        return
     header = result.header or {}
     steps = len(result.steps)
     click.echo(f"verified {log}: {len(result.records)} records, {steps} step(s), run digest {result.run_digest}")

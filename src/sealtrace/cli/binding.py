@@ -9,8 +9,10 @@ import click
 from sealtrace.binding import bind as bind_artifact
 from sealtrace.binding import check_binding, compile_onnxruntime, sidecar_path
 from sealtrace.cli import app
+from sealtrace.container import IntegrityError
 from sealtrace.container.signatures import describe_signers
 from sealtrace.errors import CheckFailedError, InputError
+from sealtrace.verdict import binding_failure, binding_verdict, verdict
 
 
 @app.command(name="compile")
@@ -67,13 +69,23 @@ def check_binding_command(
     """Exit 0 when ARTIFACT is unmodified and bound to CONTAINER, 1 when not (saying which check failed)."""
     if require_signature and not trust:
         raise InputError("--require-signature needs at least one --trust KEY.pub")
-    result = check_binding(
-        artifact, container, trust=trust, require_signature=require_signature, strict=strict,
-        raise_on_failure=False,
-    )
+    try:
+        result = check_binding(
+            artifact, container, trust=trust, require_signature=require_signature, strict=strict,
+            raise_on_failure=False,
+        )
+    except IntegrityError as exc:  # the container fails its own check: so does the binding
+        if as_json:
+            failed = binding_failure(f"container fails its check: {exc}")
+            click.echo(json.dumps(verdict("binding", artifact, [failed]), indent=2, sort_keys=True))
+        raise
     if as_json:
-        click.echo(json.dumps({"artifact": artifact, "ok": result.ok, "failures": result.failures,
-                               "warnings": result.warnings, "binding": result.record.to_json()}, indent=2, sort_keys=True))
+        shared = binding_verdict(
+            artifact, result.failures, result.record.digest, result.record.container_digest,
+            [s.key_id for s in result.record.signatures], result.trusted_by if trust else None,
+        )
+        click.echo(json.dumps({"artifact": artifact, "warnings": result.warnings, "binding": result.record.to_json(),
+                               **shared}, indent=2, sort_keys=True))
     else:
         for warning in result.warnings:
             click.echo(f"warning: {warning}", err=True)

@@ -25,6 +25,7 @@ from sealtrace.container.signatures import describe_signers, signers
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.outputs import check_output
 from sealtrace.signing import generate_keypair
+from sealtrace.verdict import container_verdict
 
 _trust = click.option(
     "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
@@ -92,7 +93,8 @@ def verify(container: str, trust: tuple[str, ...], require_signature: bool, expe
         container, trust=trust, require_signature=require_signature, expect_digest=expect_digest, raise_on_failure=False
     )
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+        document = report.to_json()
+        click.echo(json.dumps({**document, **container_verdict(container, document)}, indent=2, sort_keys=True))
     elif report.ok:
         click.echo(
             f"{container}: OK, {report.tensors} tensor(s), {_size(report.tensor_bytes)} of tensor data "

@@ -111,17 +111,26 @@ def _write(output: str, force: bool, make: Any, store: str) -> None:
 @_json
 def check_proof_command(proof: str, trust: tuple[str, ...], as_json: bool) -> None:
     """Check PROOF (from `ledger prove` or `ledger consistency`) with the trusted keys and nothing else."""
-    from sealtrace.ledger import Inclusion, check_proof, read_proof
+    from sealtrace.ledger import Inclusion, LedgerCheckError, check_proof, read_proof
+    from sealtrace.verdict import proof_verdict
 
-    checked = check_proof(read_proof(proof), _keys(trust), proof)
+    keys = _keys(trust)
+    document = read_proof(proof)
+    try:
+        checked = check_proof(document, keys, proof)
+    except LedgerCheckError as exc:
+        if as_json:  # the verdict on stdout, the error line on stderr as without --json
+            click.echo(json.dumps(proof_verdict(proof, document, exc.problems), indent=2, sort_keys=True))
+        raise
+    shared = proof_verdict(proof, document, [])
     if isinstance(checked, Inclusion):
-        summary = {"ok": True, "record": checked.record, "index": checked.index, "tree_head": checked.tree_head.to_json()}
+        summary = {"record": checked.record, "index": checked.index, "tree_head": checked.tree_head.to_json()}
         line = (f"ok: record {checked.record['id']} is leaf {checked.index} of the {_head_line(checked.tree_head)}")
     else:
-        summary = {"ok": True, "first": checked.first.to_json(), "second": checked.second.to_json()}
+        summary = {"first": checked.first.to_json(), "second": checked.second.to_json()}
         line = (f"ok: the tree of {checked.second.tree_size} records extends the tree of {checked.first.tree_size} "
                 f"(both signed by trusted keys)")
-    click.echo(json.dumps(summary, indent=2, sort_keys=True) if as_json else line)
+    click.echo(json.dumps({**summary, **shared}, indent=2, sort_keys=True) if as_json else line)
 
 
 @ledger.command("show")

@@ -33,7 +33,7 @@ import numpy as np
 from sealtrace.container.errors import ContainerDamagedError, ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import SealtraceError
-from sealtrace.limits import open_regular_file
+from sealtrace.limits import json_nesting_exceeds, open_regular_file
 
 MAGIC = b"\x89SEAL\r\n\x1a"
 FORMAT_NAME = "sealtrace.container"
@@ -48,6 +48,7 @@ MIN_CHUNK_SIZE = 1 << 16
 MAX_CHUNK_SIZE = 1 << 30
 MAX_NAME_LENGTH = 4096
 MAX_RANK = 64
+MAX_JSON_DEPTH = 64  # lists and objects in a header; its schema nests 5 deep
 GRAPH_SECTION = "graph"
 GRAPH_ENCODING = "onnx-protobuf"
 
@@ -433,6 +434,9 @@ def parse_canonical_json(raw: bytes, what: str) -> Any:
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         # ValueError covers JSONDecodeError and over-long integers; RecursionError deep nesting.
         raise ContainerFormatError(f"{what}: not valid JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
+    if json_nesting_exceeds(document, MAX_JSON_DEPTH):
+        # A fixed bound (docs/container-format.md), not the interpreter's recursion limit, decides.
+        raise ContainerFormatError(f"{what}: JSON nested more than {MAX_JSON_DEPTH} levels deep")
     try:
         canonical = canonical_json(document)
     except (ValueError, RecursionError):
@@ -475,7 +479,7 @@ def _fail(where: str, message: str) -> ContainerFormatError:
     return ContainerFormatError(f"{where}: {message}")
 
 
-def _int(value: Any, what: str, where: str, low: int = 0, high: int = 1 << 63) -> int:
+def _int(value: Any, what: str, where: str, low: int = 0, high: int = (1 << 63) - 1) -> int:
     # bool is an int in Python; JSON true is not a number here.
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise _fail(where, f"{what} must be an integer in [{low}, {high}]")

@@ -23,6 +23,7 @@ from sealtrace import __version__
 from sealtrace.audit.records import value_identity
 from sealtrace.digest import canonical_json
 from sealtrace.ledger.errors import ProofFormatError, RecordError
+from sealtrace.limits import refuse_duplicate_keys
 
 RECORD_FORMAT = "sealtrace.ledger.record.v1"
 SCHEMA_FILE = "ledger.schema.json"
@@ -263,7 +264,7 @@ def parse_json(data: bytes | str, where: str, error: type[Exception] = ProofForm
     if len(data) > max_bytes:
         raise error(f"{where}: {len(data)} bytes, more than {max_bytes} allowed")
     try:
-        return json.loads(data, parse_constant=_reject_constant)
+        return json.loads(data, parse_constant=_reject_constant, object_pairs_hook=refuse_duplicate_keys)
     except RecursionError:
         raise error(f"{where}: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:

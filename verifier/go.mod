@@ -1,0 +1,3 @@
+module sealtrace.dev/sealverify
+
+go 1.19
