@@ -6,10 +6,10 @@ import json
 import os
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
-from sealtrace.errors import InputError, SealtraceError
+from sealtrace.errors import InputError
+from sealtrace.jsonschemas import load_schema, validator
 from sealtrace.limits import memory_budget, read_regular_file
 
 SCHEMA_FILE = "audit-log.schema.json"
@@ -95,29 +95,20 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return records
 
 
-@cache
 def audit_schema() -> dict[str, Any]:
     """The JSON Schema of one audit log record (src/sealtrace/schemas/audit-log.schema.json)."""
-    text = resources.files("sealtrace").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+    return load_schema(SCHEMA_FILE)
 
 
 @cache
 def _validators() -> dict[str, Any]:
-    try:
-        import jsonschema
-    except ImportError:
-        raise SealtraceError(
-            "verifying audit logs needs the jsonschema package (pip install jsonschema)"
-        ) from None
     schema = audit_schema()
     validators = {}
     for kind in ("header", "step", "footer"):
         # One validator per record type gives errors about that type, not about a oneOf; with
         # every $ref inlined, a log of a thousand steps validates in a fraction of the time.
         sub = {"$schema": schema["$schema"], **_inline(schema["$defs"][kind], schema["$defs"])}
-        validators[kind] = jsonschema.Draft202012Validator(sub)
+        validators[kind] = validator(sub)
     return validators
 
 

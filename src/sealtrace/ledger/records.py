@@ -16,12 +16,12 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from sealtrace import __version__
 from sealtrace.audit.records import value_identity
 from sealtrace.digest import canonical_json
+from sealtrace.jsonschemas import load_schema, validator
 from sealtrace.ledger.errors import ProofFormatError, RecordError
 from sealtrace.limits import refuse_duplicate_keys
 
@@ -271,20 +271,15 @@ def parse_json(data: bytes | str, where: str, error: type[Exception] = ProofForm
         raise error(f"{where}: not valid JSON ({' '.join(str(exc).split())[:120]})") from None
 
 
-@cache
 def ledger_schema() -> dict[str, Any]:
     """The JSON Schema of the ledger's documents (src/sealtrace/schemas/ledger.schema.json)."""
-    text = resources.files("sealtrace").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+    return load_schema(SCHEMA_FILE)
 
 
 @cache
 def _validator(kind: str) -> Any:
-    import jsonschema
-
     schema = ledger_schema()
-    return jsonschema.Draft202012Validator({"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{kind}"})
+    return validator({"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{kind}"})
 
 
 def schema_problem(document: Any, kind: str) -> str | None:
