@@ -13,6 +13,7 @@ from onnx import ModelProto
 from sealtrace.backends import Backend, StepObserver, get_backend
 from sealtrace.container import IntegrityError, Mismatch, is_container, load_sealed_plan
 from sealtrace.container.signatures import describe_signers, signers
+from sealtrace.engines.tvm import is_tvm_library
 from sealtrace.errors import InputError
 from sealtrace.plan import ModelSource, Plan, ValueInfo, build_plan
 from sealtrace.plan.builder import load_model_file
@@ -147,18 +148,34 @@ class Session:
                 raise InputError("container= needs the artifact's file path")
             if require_signature and not trust:
                 raise InputError("require_signature (--require-signature) needs at least one trusted public key (--trust KEY.pub)")
-            # One read of the artifact (and of its external data): the bytes checked are the bytes run.
-            bound = load_bound_model(model, container, trust=trust, require_signature=require_signature, strict=strict)
-            record = bound.check.record
-            self.plan = build_plan(bound.model, require_kernels=require_kernels)
+            load_engine = getattr(self.backend, "load", None)
+            if load_engine is not None:
+                # A compiled engine (a shared library): checked before it is loaded, loaded from the
+                # bytes that were checked, then its own stamp checked (sealtrace.engines).
+                self.plan, engine = load_engine(model, container, trust=trust, require_signature=require_signature,
+                                                strict=strict)  # fmt: skip
+                check, identity = engine.check, engine.identity
+            else:
+                # One read of the artifact (and of its external data): the bytes checked are the bytes run.
+                bound = load_bound_model(model, container, trust=trust, require_signature=require_signature,
+                                         strict=strict)  # fmt: skip
+                self.plan = build_plan(bound.model, require_kernels=require_kernels)
+                check, identity = bound.check, bound.identity
+            record = check.record
             self.origin = ModelOrigin(
                 "artifact",
                 path=os.fspath(model),
-                sha256=bound.identity,
+                sha256=identity,
                 container_digest=record.container_digest,
                 binding_digest=record.digest,
-                signed_by=bound.check.trusted_by if trust else bound.check.signed_by,
+                signed_by=check.trusted_by if trust else check.signed_by,
                 trusted=bool(trust),
+            )
+        elif getattr(self.backend, "load", None) is not None and isinstance(model, (str, os.PathLike)) \
+                and is_tvm_library(model):  # fmt: skip
+            raise InputError(
+                f"{os.fspath(model)} is a compiled engine: give the container it was compiled from "
+                "(container=..., --container MODEL.seal); it is checked against it before it is loaded"
             )
         else:
             self.plan, self.origin = open_model(
