@@ -26,14 +26,17 @@ TVM fuses operators, so an engine runs the whole model: it has graph outputs onl
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import json
 import os
+import re
+import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -88,13 +91,36 @@ def tvm_version() -> str:
     return str(require_tvm().__version__)
 
 
+_FRAME = re.compile(r"^(#?\d+[:.]? |\^+$)")
+
+
 def _first_line(exc: BaseException) -> str:
-    """The line of a TVM error that says what went wrong (its messages carry C++ tracebacks)."""
-    for line in str(exc).splitlines():
-        text = line.strip()
-        if text and not text.startswith(("Traceback", "File ", "File\"", "#", "Error converting")) and text != "^":
-            return text[:300]
+    """The line of a TVM error that says what went wrong (its messages carry C++ tracebacks), with
+    the offending call where TVM names one on the next line."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    for i, text in enumerate(lines):
+        frame = _FRAME.match(text) is not None  # "0: tvm::relax::..." lines of a C++ traceback
+        if text and not frame and not text.startswith(("Traceback", "File ", "File\"", "Error converting")) and text != "^":
+            following = [t for t in lines[i + 1 :] if t]
+            if len(following) >= 2 and following[0].rstrip(":").lower() == "offending call":
+                text += f" (offending call: {following[1]})"
+            return text[:400]
     return type(exc).__name__
+
+
+@contextlib.contextmanager
+def _native_stderr_dropped() -> Iterator[None]:
+    """TVM's C++ code writes its warnings straight to file descriptor 2, bypassing Python; a verb's
+    stderr is its one error line, so they are dropped while TVM imports and compiles."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as sink:
+            os.dup2(sink.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 # --- the stamp -----------------------------------------------------------------------------------
@@ -267,20 +293,24 @@ def import_onnx(model: onnx.ModelProto, plan: Plan, shapes: Mapping[str, Sequenc
                 dim.Clear()
                 dim.dim_value = size
         inputs.append(CompiledInput(graph_input.name, info.dtype.name, shape))
-    importer = _importer_class()(None, "float32", keep_params_in_input=False, sanitize=True)
     # The frontend prints its failures to stdout and warns about dynamic shapes: the error says it all.
-    with _IMPORT_LOCK, contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+    failure: str | None = None
+    with _IMPORT_LOCK, contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), _native_stderr_dropped():
         warnings.simplefilter("ignore")
+        importer = _importer_class()(None, "float32", keep_params_in_input=False, sanitize=True)
         try:
             module = importer.from_onnx(pinned.graph, _opset(pinned))
         except tvm.error.OpNotImplemented as exc:
-            raise EngineImportError(_unsupported_message(pinned, exc)) from None
+            failure = _unsupported_message(pinned, exc)
         except Exception as exc:  # the frontend raises whatever its converters raise
             converting = importer.converting
             where = f"operator {converting[0]}" + (f" (node {converting[1]!r})" if converting[1] else "") if converting else "the model"
-            raise EngineImportError(
-                f"TVM {tvm.__version__}'s ONNX frontend cannot import {where}, opset {_opset(pinned)}: {_first_line(exc)}"
-            ) from None
+            failure = f"TVM {tvm.__version__}'s ONNX frontend cannot import {where}, opset {_opset(pinned)}: {_first_line(exc)}"
+        # A failed import leaves its block builder open, which warns (on fd 2) when it is destroyed: here.
+        del importer
+        gc.collect()
+    if failure is not None:
+        raise EngineImportError(failure)
     params = module["main"].params
     if len(params) != len(inputs):
         raise EngineImportError(f"TVM's ONNX frontend made {len(params)} parameter(s) of {len(inputs)} input(s)")
@@ -350,14 +380,16 @@ def _target(text: str) -> Any:
     return target
 
 
-def _build(module: Any, target: Any) -> Any:
+def _build(module: Any, target: Any, target_text: str) -> Any:
     tvm = require_tvm()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _native_stderr_dropped():
         warnings.simplefilter("ignore")
         try:
             return tvm.compile(module, target=target)
         except Exception as exc:  # TVM raises its own error types from every pass
-            raise EngineCompileError(f"TVM {tvm.__version__} cannot compile the model for {target}: {_first_line(exc)}") from None
+            raise EngineCompileError(
+                f"TVM {tvm.__version__} cannot compile the model for target {target_text}: {_first_line(exc)}"
+            ) from None
 
 
 def _export(executable: Any) -> bytes:
@@ -452,7 +484,7 @@ def compile_tvm(
         container_digest=container_digest, plan_digest=plan.digest, tvm_version=str(tvm.__version__),
         target=str(target_spec), inputs=inputs, outputs=tuple(plan.output_names),
     )  # fmt: skip
-    data = _export(_build(_with_stamp(module, stamp), target_spec))
+    data = _export(_build(_with_stamp(module, stamp), target_spec, target))
     with atomic_output(out, force=overwrite) as f:
         f.write(data)
     return bind_written(
@@ -536,7 +568,7 @@ def compile_in_memory(plan: Plan, shapes: Mapping[str, Sequence[Dim]], target: s
         raise BackendError("the tvm backend needs a Plan built from an ONNX model")
     target_spec = _target(target)
     module, inputs = import_onnx(plan.source, plan, shapes)
-    executable = _build(module, target_spec)
+    executable = _build(module, target_spec, target)
     stamp = EngineStamp(
         container_digest=plan.digest, plan_digest=plan.digest, tvm_version=str(tvm.__version__),
         target=str(target_spec), inputs=inputs, outputs=tuple(plan.output_names),
