@@ -1,5 +1,7 @@
 """The real models (sealtrace.zoo) as TVM engines: those TVM's frontend imports compile, run and agree with
 the reference backend; those it cannot import fail as docs/tvm.md says, naming the operator.
+The stamp's engine is the model with its shape computations folded for the real inputs' sizes
+(sealtrace.engines.shapes): without that, TVM's frontend refuses six of these models.
 
 Each importable model is sealed, compiled (its dynamic axes fixed to its real inputs' sizes) and
 loaded through its binding, as `sealtrace compile --backend tvm` and `sealtrace run --container` do.
@@ -24,21 +26,19 @@ except ImportError:
         raise
     pytest.skip("Apache TVM is not installed (pip install 'sealtrace[tvm]')", allow_module_level=True)
 
-from sealtrace.engines.tvm import EngineCompileError, EngineImportError, compile_tvm
+from sealtrace.engines.tvm import EngineImportError, compile_tvm
 from sealtrace.parity import check_parity
 
-# Compiled, run and compared with the reference (compile time here: 1-15 s each on 2 cores).
-COMPILED = ("silero-vad-ifless", "mobilenetv3-orientation", "ppocr-det", "acasxu")
+# Compiled here, run and compared with the reference: the models that compile in seconds. The
+# others TVM takes (yolov8n, mobilenetv3-orientation, ppocr-det, ppocr-rec, ppocr-cls: 10-45 s each
+# on 2 cores) are compiled and compared by benchmarks/bench_tvm.py, which fails on a disagreement.
+COMPILED = ("silero-vad-ifless", "magika", "minilm-int8", "acasxu")
+COMPILED_IN_BENCHMARK = ("yolov8n", "mobilenetv3-orientation", "ppocr-det", "ppocr-rec", "ppocr-cls")
 # What TVM 0.27's Relax ONNX frontend cannot take, as docs/tvm.md lists it: (error type, what it says).
 NOT_COMPILED = {
-    "silero-vad": (EngineImportError, "cannot import operator Pad"),  # reflect Pad with pads computed at run time
+    # A reflect Pad inside an If branch, its pads computed there (shape folding stays out of subgraphs).
+    "silero-vad": (EngineImportError, "cannot import operator Pad"),
     "silero-vad-sequence": (EngineImportError, "no converter for operator(s) LSTM"),
-    "magika": (EngineImportError, "cannot import operator Reshape"),  # the new shape is a computed tensor
-    "minilm-int8": (EngineImportError, "cannot import operator Reshape"),
-    "ppocr-rec": (EngineImportError, "cannot import operator Reshape"),
-    "ppocr-cls": (EngineImportError, "cannot import operator Reshape"),
-    # Imported, but an output shape stays symbolic (Range over a size computed from shapes).
-    "yolov8n": (EngineCompileError, "CodeGenVM cannot emit this Relax operator"),
 }
 
 
@@ -59,13 +59,13 @@ def _sealed(key: str, folder: Path) -> tuple[Path, dict[str, np.ndarray], dict[s
         f"{name}:{axis}": size
         for name, value in feeds.items()
         for axis, (size, declared) in enumerate(zip(np.shape(value), plan.inputs_by_name[name].shape or (), strict=False))
-        if not isinstance(declared, int)
+        if not (isinstance(declared, int) and declared > 0)
     }
     return seal, feeds, dims
 
 
 def test_every_real_model_is_accounted_for() -> None:
-    assert set(COMPILED) | set(NOT_COMPILED) == set(zoo.BENCHMARK_KEYS)
+    assert set(COMPILED) | set(COMPILED_IN_BENCHMARK) | set(NOT_COMPILED) == set(zoo.BENCHMARK_KEYS)
 
 
 @pytest.mark.slow

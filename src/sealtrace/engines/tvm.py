@@ -55,6 +55,7 @@ from sealtrace.binding import (
     sidecar_path,
 )
 from sealtrace.digest import canonical_json
+from sealtrace.engines.shapes import fold_shapes
 from sealtrace.errors import BackendError, InputError, InvalidModelError, SealtraceError
 from sealtrace.limits import memory_budget, open_regular_file, read_regular_file
 from sealtrace.outputs import atomic_output, check_output
@@ -268,9 +269,12 @@ def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
-def import_onnx(model: onnx.ModelProto, plan: Plan, shapes: Mapping[str, Sequence[Dim]]) -> tuple[Any, tuple[CompiledInput, ...]]:
+def import_onnx(
+    model: onnx.ModelProto, plan: Plan, shapes: Mapping[str, Sequence[Dim]]
+) -> tuple[Any, tuple[CompiledInput, ...], int]:
     """The Relax module of ``model`` with its inputs' shapes set to ``shapes`` (an int fixes an axis,
-    a name or None leaves it dynamic), and the inputs as compiled, in the order of its ``main``.
+    a name or None leaves it dynamic), the inputs as compiled, in the order of its ``main``, and the
+    number of steps whose values shape folding made constants (sealtrace.engines.shapes).
 
     EngineImportError names the operator (and node) TVM's frontend could not import.
     """
@@ -293,6 +297,8 @@ def import_onnx(model: onnx.ModelProto, plan: Plan, shapes: Mapping[str, Sequenc
                 dim.Clear()
                 dim.dim_value = size
         inputs.append(CompiledInput(graph_input.name, info.dtype.name, shape))
+    # Shape computations over the axes just fixed become constants (sealtrace.engines.shapes).
+    pinned, folded = fold_shapes(pinned)
     # The frontend prints its failures to stdout and warns about dynamic shapes: the error says it all.
     failure: str | None = None
     with _IMPORT_LOCK, contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), _native_stderr_dropped():
@@ -314,7 +320,7 @@ def import_onnx(model: onnx.ModelProto, plan: Plan, shapes: Mapping[str, Sequenc
     params = module["main"].params
     if len(params) != len(inputs):
         raise EngineImportError(f"TVM's ONNX frontend made {len(params)} parameter(s) of {len(inputs)} input(s)")
-    return bounded_take(module), tuple(inputs)
+    return bounded_take(module), tuple(inputs), folded
 
 
 def _unsupported_message(model: onnx.ModelProto, exc: BaseException) -> str:
@@ -479,7 +485,7 @@ def compile_tvm(
     for name, size in fixed.items():
         if size <= 0:
             raise InputError(f"--dim {name}={size}: size must be positive")
-    module, inputs = import_onnx(plan.source, plan, pinned_shapes(plan, fixed))
+    module, inputs, folded = import_onnx(plan.source, plan, pinned_shapes(plan, fixed))
     stamp = EngineStamp(
         container_digest=container_digest, plan_digest=plan.digest, tvm_version=str(tvm.__version__),
         target=str(target_spec), inputs=inputs, outputs=tuple(plan.output_names),
@@ -490,7 +496,8 @@ def compile_tvm(
     return bind_written(
         out, data, container_digest, transformation=TRANSFORMATION, backend="tvm",
         backend_version=str(tvm.__version__),
-        options={"target": target, "dims": dict(sorted(fixed.items())), "frontend": "tvm.relax.frontend.onnx"},
+        options={"target": target, "dims": dict(sorted(fixed.items())), "frontend": "tvm.relax.frontend.onnx",
+                 "shape_steps_folded": folded},
         sign_with=sign_with, overwrite=overwrite,
     )  # fmt: skip
 
@@ -567,7 +574,7 @@ def compile_in_memory(plan: Plan, shapes: Mapping[str, Sequence[Dim]], target: s
     if plan.source is None:
         raise BackendError("the tvm backend needs a Plan built from an ONNX model")
     target_spec = _target(target)
-    module, inputs = import_onnx(plan.source, plan, shapes)
+    module, inputs, _folded = import_onnx(plan.source, plan, shapes)
     executable = _build(module, target_spec, target)
     stamp = EngineStamp(
         container_digest=plan.digest, plan_digest=plan.digest, tvm_version=str(tvm.__version__),
