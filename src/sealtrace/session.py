@@ -13,7 +13,6 @@ from onnx import ModelProto
 from sealtrace.backends import Backend, StepObserver, get_backend
 from sealtrace.container import IntegrityError, Mismatch, is_container, load_sealed_plan
 from sealtrace.container.signatures import describe_signers, signers
-from sealtrace.engines.tvm import is_tvm_library
 from sealtrace.errors import InputError
 from sealtrace.plan import ModelSource, Plan, ValueInfo, build_plan
 from sealtrace.plan.builder import load_model_file
@@ -110,6 +109,17 @@ def open_model(
     return plan, _origin_of(model)
 
 
+def _refuse_engine_without_container(model: str | os.PathLike[str]) -> None:
+    """A compiled engine is loaded only once checked against its container: without one, refused."""
+    from sealtrace.engines.tvm import is_tvm_library
+
+    if is_tvm_library(model):
+        raise InputError(
+            f"{os.fspath(model)} is a compiled engine: give the container it was compiled from "
+            "(container=..., --container MODEL.seal); it is checked against it before it is loaded"
+        )
+
+
 class Session:
     """Compile a model once into a Plan and run it on a backend.
 
@@ -137,7 +147,10 @@ class Session:
         With ``container=``, ``model`` is a derived artifact (e.g. from ``sealtrace compile``): it is
         read once, and loaded only after its binding to that container checks out (artifact and its
         external data unmodified, bound to this container, the binding signed by a ``trust`` key
-        when trust is given; a different backend version is refused under ``strict``).
+        when trust is given; a different backend version is refused under ``strict``). With
+        ``backend="tvm"`` the artifact is a compiled engine (a shared library, docs/tvm.md): its binding
+        is checked before it is loaded, it is loaded from the bytes that were checked, and the
+        container and Plan digests it carries must be this container's.
         """
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         require_kernels = bool(getattr(self.backend, "needs_kernels", True))
@@ -171,13 +184,9 @@ class Session:
                 signed_by=check.trusted_by if trust else check.signed_by,
                 trusted=bool(trust),
             )
-        elif getattr(self.backend, "load", None) is not None and isinstance(model, (str, os.PathLike)) \
-                and is_tvm_library(model):  # fmt: skip
-            raise InputError(
-                f"{os.fspath(model)} is a compiled engine: give the container it was compiled from "
-                "(container=..., --container MODEL.seal); it is checked against it before it is loaded"
-            )
         else:
+            if getattr(self.backend, "load", None) is not None and isinstance(model, (str, os.PathLike)):
+                _refuse_engine_without_container(model)
             self.plan, self.origin = open_model(
                 model, trust=trust, require_signature=require_signature, require_kernels=require_kernels
             )
