@@ -292,6 +292,8 @@ def import_onnx(
             raise EngineImportError(f"input {graph_input.name!r} ({what}): a TVM engine takes tensors of known rank and dtype")
         shape = tuple(shapes.get(graph_input.name, info.shape))
         dims = graph_input.type.tensor_type.shape.dim
+        if len(dims) != len(shape):
+            raise EngineImportError(f"input {graph_input.name!r}: declared with {len(dims)} axes, compiled for {len(shape)}")
         for dim, size in zip(dims, shape, strict=True):
             if isinstance(size, int):
                 dim.Clear()
