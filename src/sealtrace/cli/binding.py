@@ -12,21 +12,59 @@ from sealtrace.cli import app
 from sealtrace.container import IntegrityError
 from sealtrace.container.signatures import describe_signers
 from sealtrace.errors import CheckFailedError, InputError
+from sealtrace.inputs import parse_assignments
 from sealtrace.verdict import binding_failure, binding_verdict, verdict
 
 
 @app.command(name="compile")
 @click.argument("container", type=click.Path(dir_okay=False))
-@click.option("--backend", type=click.Choice(["onnxruntime"]), default="onnxruntime", show_default=True)
-@click.option("--level", type=click.Choice(["basic", "extended", "all"]), default="all", show_default=True,
-              help="ONNX Runtime graph optimization level.")
+@click.option("--backend", type=click.Choice(["onnxruntime", "tvm"]), default="onnxruntime", show_default=True)
+@click.option("--level", type=click.Choice(["basic", "extended", "all"]), default=None,
+              help="ONNX Runtime graph optimization level (default all; onnxruntime only).")
+@click.option("--target", default=None, metavar="TARGET",
+              help="TVM target (default llvm: this machine's CPU family; tvm only).")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE",
+              help="Fix a dynamic input dimension (by name or INPUT:AXIS) for TVM; the others stay dynamic.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The artifact to write.")
 @click.option("--sign", "sign_key", type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign the binding.")
 @click.option("--force", is_flag=True, help="Overwrite an existing artifact and its .binding.json.")
-def compile_command(container: str, backend: str, level: str, output: str, sign_key: str | None, force: bool) -> None:
-    """Verify CONTAINER, write an optimized/compiled artifact, and bind it to the container."""
-    record = compile_onnxruntime(container, output, level=level, sign_with=sign_key, overwrite=force)
+def compile_command(
+    container: str,
+    backend: str,
+    level: str | None,
+    target: str | None,
+    dims: tuple[str, ...],
+    output: str,
+    sign_key: str | None,
+    force: bool,
+) -> None:
+    """Verify CONTAINER, write an optimized/compiled artifact, and bind it to the container.
+
+    With --backend tvm the artifact is a shared library that also carries the container and Plan
+    digests itself (docs/tvm.md).
+    """
+    if backend == "tvm":
+        if level is not None:
+            raise InputError("--level is ONNX Runtime's; a TVM engine takes --target and --dim")
+        from sealtrace.engines.tvm import compile_tvm
+
+        record = compile_tvm(container, output, target=target or "llvm", dims=_dim_sizes(dims), sign_with=sign_key,
+                             overwrite=force)  # fmt: skip
+    else:
+        if target is not None or dims:
+            raise InputError("--target and --dim are TVM's (--backend tvm); ONNX Runtime takes --level")
+        record = compile_onnxruntime(container, output, level=level or "all", sign_with=sign_key, overwrite=force)
     click.echo(f"wrote {output} and {sidecar_path(output).name}: bound to container {record.container_digest[:16]}...")
+
+
+def _dim_sizes(dims: tuple[str, ...]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for name, value in parse_assignments(dims, "--dim").items():
+        try:
+            sizes[name] = int(value)
+        except ValueError:
+            raise InputError(f"--dim {name}={value}: size must be an integer") from None
+    return sizes
 
 
 @app.command()

@@ -15,7 +15,7 @@ from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity
-from sealtrace.parity.report import check_report_paths, format_number, write_reports
+from sealtrace.parity.report import check_report_paths, format_number, graph_outputs_only, write_reports
 from sealtrace.plan import Plan
 from sealtrace.session import open_model
 
@@ -102,6 +102,9 @@ def parity(
         f"{len(report.steps)} steps compared ({names[0]} vs {names[1]}), "
         f"{len(report.exceeding)} over tolerance (atol {table.default.atol:g}, rtol {table.default.rtol:g})"
     )
+    if not report.steps:
+        over = sum(1 for d in report.graph_outputs if d.exceeds)
+        console.print(f"{graph_outputs_only(report)}; {len(report.graph_outputs)} graph output(s) compared, {over} over tolerance")
     if origin is not None:
         console.print(f"drift origin: #{origin.position} {origin.name} ({origin.op_type}), {origin.status}", markup=False)
         for step in report.born_here[:5]:

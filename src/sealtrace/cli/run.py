@@ -58,7 +58,8 @@ def _check_run_outputs(out_path: str | None, audit_path: str | None, capture_dir
 @click.option("--random-inputs", is_flag=True, help="Draw inputs not given by file at random.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random-inputs.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE", help="Size of a named dynamic dimension.")
-@click.option("--backend", default="reference", show_default=True, help="reference | onnxruntime | torch")
+@click.option("--backend", default=None,
+              help="reference | onnxruntime | torch | tvm (default: reference; tvm for a TVM engine run with --container).")
 @click.option("--out", "out_path", type=click.Path(), help="Write the outputs to a .npz file.")
 @click.option("--audit", "audit_path", type=click.Path(), metavar="LOG.jsonl", help="Record the run as a hash-chained audit log.")
 @click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N", help="Values of each tensor the audit log shows (default 8).")
@@ -86,7 +87,7 @@ def run(
     random_inputs: bool,
     seed: int,
     dims: tuple[str, ...],
-    backend: str,
+    backend: str | None,
     out_path: str | None,
     audit_path: str | None,
     sample: int | None,
@@ -113,6 +114,11 @@ def run(
     if ledger_key and not ledger_store:
         raise InputError("--ledger-key needs --ledger STORE")
     _check_run_outputs(out_path, audit_path, capture_dir, force)  # before a byte of MODEL is read
+    if backend is None:
+        from sealtrace.engines.tvm import is_tvm_library
+
+        # A compiled engine runs on the backend that compiled it; it is checked before it is loaded.
+        backend = "tvm" if source_container and is_tvm_library(model) else "reference"
     # The ledger is opened first too: a store that cannot be opened fails before the run, not after;
     # click closes it (signing a tree head) when the command ends, however it ends.
     ledger = None

@@ -454,6 +454,8 @@ def check_parity(
 
     ``optimized=True`` runs ONNX Runtime with its graph optimizations (what users deploy); only
     graph outputs are compared then, because fused graphs no longer have the intermediate values.
+    The same holds whenever one backend has no per-step values at all (``graph_outputs_only``: the
+    tvm backend, which runs a whole compiled model).
     ``observers`` also watch the run of the backend that is compared against the other as it goes
     (the reference backend, when it is one of the two): a progress display, an audit log.
     """
@@ -461,7 +463,9 @@ def check_parity(
         raise InputError(f"parity needs exactly two backends, got {len(backends)}")
     plan = model if isinstance(model, Plan) else build_plan(model)
     tolerance = tolerance or ToleranceTable()
-    a, b = (_backend(x, optimized) for x in backends)
+    specs = [get_backend(x) if isinstance(x, str) and x != "onnxruntime" else x for x in backends]
+    optimized = optimized or any(getattr(x, "graph_outputs_only", False) for x in specs)
+    a, b = (_backend(x, optimized) for x in specs)
     if a.name == b.name and type(a) is type(b) and not optimized:
         raise InputError(f"parity needs two different backends, got {a.name!r} twice")
     checked = check_feeds(plan, feeds)

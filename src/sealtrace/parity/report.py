@@ -47,11 +47,19 @@ def _summary_lines(report: DriftReport) -> list[str]:
         f"- born here: {', '.join(_step_label(s) for s in born[:10]) if born else 'none'}"
         + (f" and {len(born) - 10} more" if len(born) > 10 else ""),
         f"- graph outputs within tolerance: {'yes' if not any(d.exceeds for d in report.graph_outputs) else 'NO'}",
-    ] + [
+    ] + ([f"- compared: {graph_outputs_only(report)}"] if not report.steps else []) + [
         f"- layout: step {_step_label(s)} matches after permuting axes {list(s.layout or ())}"
         for s in report.steps
         if s.layout is not None
     ]
+
+
+def graph_outputs_only(report: DriftReport) -> str:
+    """Why a report compares graph outputs only (it has no steps): what the backends' settings say."""
+    reasons = [str(s["steps"]) for s in report.backend_settings.values() if isinstance(s, dict) and "steps" in s]
+    if not reasons and any(isinstance(s, dict) and s.get("mode") == "optimized" for s in report.backend_settings.values()):
+        reasons = ["graph outputs only: ONNX Runtime's optimized graph has fused away the per-step values"]
+    return "; ".join(reasons) or "graph outputs only"
 
 
 def _step_label(step: StepComparison) -> str:
