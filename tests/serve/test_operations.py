@@ -93,7 +93,10 @@ def test_sigterm_answers_in_flight_requests_and_signs_a_final_head(tmp_path: Pat
     senders = [threading.Thread(target=send) for _ in range(6)]
     for sender in senders:
         sender.start()
-    time.sleep(0.3)
+    # SIGTERM once a request is in flight (a fixed wait raced the requests on a loaded machine).
+    deadline = time.monotonic() + 60
+    while _in_flight(url) < 1 and time.monotonic() < deadline and not results:
+        time.sleep(0.01)
     child.send_signal(signal.SIGTERM)
     for sender in senders:
         sender.join(timeout=120)
@@ -105,6 +108,13 @@ def test_sigterm_answers_in_flight_requests_and_signs_a_final_head(tmp_path: Pat
         assert report.ok and report.unsigned == 0  # the final tree head covers every record
         for response in answered:
             ledger.record(response.json()["parameters"]["record_id"])
+
+
+def _in_flight(url: str) -> float:
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("sealtrace_requests_in_flight "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def _chromium() -> str | None:

@@ -281,6 +281,7 @@ def create_app(
         started = time.perf_counter()
         label = name if name in service.models else "_unknown"
         status = 500
+        metrics.in_flight.inc()
         try:
             who = principal(request)
             model = served(name, version)
@@ -302,6 +303,7 @@ def create_app(
             status = 400 if exc.exit_code == 2 else 422
             raise
         finally:
+            metrics.in_flight.dec()
             metrics.requests.labels(label, str(status)).inc()
             if status == 200:
                 metrics.latency.labels(label).observe(time.perf_counter() - started)

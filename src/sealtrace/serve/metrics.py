@@ -20,6 +20,9 @@ class ServeMetrics:
         self.latency = Histogram("sealtrace_request_duration_seconds",
                                  "Inference latency from the body read to the durable record, by model.",
                                  ["model"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.in_flight = Gauge("sealtrace_requests_in_flight",
+                               "Inference requests received and not answered yet (queued, running or awaiting their record).",
+                               registry=self.registry)
         self.replays = Counter("sealtrace_replays", "Deferred-audit replays appended, by model and verdict.",
                                ["model", "verdict"], registry=self.registry)
         self.divergences = Counter("sealtrace_divergences",
