@@ -21,6 +21,7 @@ from sealtrace.conformance.runner import collect_cases, run_case  # noqa: E402
 from sealtrace.plan import build_plan  # noqa: E402
 from sealtrace.torchbridge import to_torch  # noqa: E402
 from sealtrace.torchbridge.dtypes import from_numpy, to_numpy  # noqa: E402
+from sealtrace.torchbridge.reference_step import is_string_array  # noqa: E402
 from sealtrace.torchbridge.steps import check_supported  # noqa: E402
 
 KNOWN_GAPS = {
@@ -65,7 +66,9 @@ def _module_runner(model: Any) -> Callable[[Any, list[Any]], list[Any]]:
     def tensor(value: Any) -> Any:
         if isinstance(value, list):  # a sequence
             return [tensor(v) for v in value]
-        return None if value is None else from_numpy(np.asarray(value))
+        if value is None or is_string_array(value):  # strings are fed as NumPy object arrays
+            return value
+        return from_numpy(np.asarray(value))
 
     def run(_model: Any, inputs: list[Any]) -> list[Any]:
         feeds = {i.name: v for i, v in zip(plan.inputs, inputs, strict=False)}

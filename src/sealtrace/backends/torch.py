@@ -18,6 +18,7 @@ from sealtrace.errors import BackendError, KernelError, SealtraceError
 from sealtrace.plan.model import Plan, Step
 from sealtrace.torchbridge.control import run_scan
 from sealtrace.torchbridge.dtypes import from_numpy, to_numpy
+from sealtrace.torchbridge.reference_step import is_string_array
 from sealtrace.torchbridge.steps import call_translation, check_supported, tensor_attributes, translation_for
 
 
@@ -66,7 +67,9 @@ class TorchBackend:
         return result
 
     def _tensor(self, value: Any) -> Any:
-        if value is None or isinstance(value, torch.Tensor):
+        # Strings (torch has no string dtype) stay NumPy object arrays and maps stay dicts: only
+        # reference-kernel steps read them (torchbridge.reference_step).
+        if value is None or isinstance(value, (torch.Tensor, dict)) or is_string_array(value):
             return value
         if isinstance(value, list):  # a sequence
             return [self._tensor(v) for v in value]

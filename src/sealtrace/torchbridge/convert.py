@@ -36,6 +36,7 @@ from sealtrace.plan import ModelSource, Plan, Step, build_plan
 from sealtrace.torchbridge.control import run_scan
 from sealtrace.torchbridge.dtypes import from_numpy
 from sealtrace.torchbridge.ops.sequence import sequence_construct
+from sealtrace.torchbridge.reference_step import ReferenceKernelStep, is_string_array
 from sealtrace.torchbridge.registry import Translation
 from sealtrace.torchbridge.steps import check_supported, translation_for
 
@@ -210,6 +211,9 @@ class _Converter:
         self.onnx_names: dict[str, str] = {}
         self._attr_names: set[str] = set()
         self._buffers: dict[int, fx.Node] = {}
+        # Values holding strings at run time (NumPy object arrays): the steps reading them run
+        # their reference kernel (torch has no string dtype).
+        self.strings: set[str] = {info.name for info in plan.inputs if _is_string_info(info)}
 
     # -- values ---------------------------------------------------------------------------------
 
@@ -284,9 +288,15 @@ class _Converter:
         if cached is not None:
             return cached
         attr = self._attr_name(hint)
+        if is_string_array(value):  # kept as it is: the steps reading it run NumPy kernels
+            setattr(self.root, attr, np.array(value, dtype=object))
+            self.onnx_names[attr] = hint
+            node = self.graph.get_attr(attr)
+            self._buffers[id(value)] = node
+            return node
         try:
             tensor = self._tensor(value)
-        except ValueError as exc:  # strings, 4-bit types: nothing torch can hold
+        except ValueError as exc:  # 4-bit types: nothing torch can hold
             raise UnsupportedError([f"value {hint!r}: {exc}"]) from None
         self.root.register_buffer(attr, tensor)
         self.onnx_names[attr] = hint
@@ -407,15 +417,29 @@ class _Converter:
                 self.nodes[name] = node if len(step.outputs) == 1 else self.graph.call_function(_output, (node, i))
                 self.host.add(name)
 
+    def _reads_strings(self, step: Step) -> bool:
+        return any(n in self.strings or is_string_array(self.known.get(n)) for n in step.inputs if n)
+
     def _emit(self, step: Step) -> None:
         translation = translation_for(step)
         assert translation is not None  # check_supported ran first
-        args = [self._argument(translation, position, name) for position, name in enumerate(step.inputs)]
-        kwargs = self._kwargs(step, translation)
         hint = _identifier(next((o for o in step.outputs if o), step.name))
-        node = self.graph.create_node("call_function", translation.fn, tuple(args), kwargs, name=hint)
+        if translation.reference_kernel or self._reads_strings(step):
+            # Known inputs stay inside the step object, so the graph's arguments are run-time values.
+            constants = {i: self.known[n] for i, n in enumerate(step.inputs) if n and n in self.known}
+            constants.update({i: None for i, n in enumerate(step.inputs) if not n})
+            args = [self._materialize(n) for i, n in enumerate(step.inputs) if i not in constants]
+            node = self.graph.create_node("call_function", ReferenceKernelStep(step, constants), tuple(args), {},
+                                          name=hint)
+        else:
+            args = [self._argument(translation, position, name) for position, name in enumerate(step.inputs)]
+            kwargs = self._kwargs(step, translation)
+            node = self.graph.create_node("call_function", translation.fn, tuple(args), kwargs, name=hint)
         node.meta["onnx_node"] = step.name
         node.meta["onnx_op"] = f"{step.op_type}-{step.since_version}"
+        for name, info in zip(step.outputs, step.output_info, strict=False):
+            if name and (_is_string_info(info) or _is_string_info(self.plan.value_info.get(name))):
+                self.strings.add(name)
         if len(step.outputs) == 1:
             self.nodes[step.outputs[0]] = node
             return
@@ -558,6 +582,10 @@ class HostStep:
 
     def __repr__(self) -> str:
         return f"HostStep({self.step.name!r}, {self.step.op_type})"
+
+
+def _is_string_info(info: Any) -> bool:
+    return info is not None and info.dtype is not None and info.dtype.kind in "OSU"
 
 
 def shape_of(x: torch.Tensor, size: bool, start: int, end: int | None) -> np.ndarray:

@@ -166,3 +166,13 @@ def hardmax(x: torch.Tensor, *, axis: int = -1) -> torch.Tensor:
     return _hardmax(x, axis)
 
 
+
+
+@register("SwiGLU", *reference_versions("SwiGLU"))
+def swiglu(a: torch.Tensor, b: torch.Tensor, *, alpha: float = 1.0) -> torch.Tensor:
+    """SwiGLU: Swish_alpha(A) * B, computed in float32 for half-precision inputs (as the reference)."""
+    if a.shape != b.shape:
+        raise ValueError(f"SwiGLU inputs must have one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    work = a.dtype if a.dtype == torch.float64 else torch.float32
+    wide = a.to(work)
+    return (wide * torch.sigmoid(wide * alpha) * b.to(work)).to(a.dtype)

@@ -162,3 +162,53 @@ def rotary_embedding(x: torch.Tensor, cos_cache: torch.Tensor, sin_cache: torch.
     out = torch.cat((mixed, x4[..., dim:]), dim=-1)
     out = out.transpose(1, 2) if x.dim() == 4 else out.reshape(x.shape)
     return out.to(x.dtype)
+
+
+@register("LinearAttention", *reference_versions("LinearAttention"), n_outputs=True)
+def linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     past_state: torch.Tensor | None = None, decay: torch.Tensor | None = None,
+                     beta: torch.Tensor | None = None, *, n_outputs: int, chunk_size: int = 64,
+                     kv_num_heads: int, q_num_heads: int, scale: float = 0.0, update_rule: str = "linear") -> Any:
+    """LinearAttention: the linear / gated / delta / gated_delta recurrences token by token, as the
+    reference computes them (state (B, H, d_k, d_v) in float32, or float64 for float64 inputs);
+    outputs (output, present_state). chunk_size is only a tuning hint for chunked kernels."""
+    if update_rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise ValueError(f"unknown LinearAttention update_rule {update_rule!r}")
+    if q_num_heads <= 0 or kv_num_heads <= 0 or q_num_heads % kv_num_heads:
+        raise ValueError(f"q_num_heads ({q_num_heads}) must be a positive multiple of kv_num_heads ({kv_num_heads})")
+    gated = update_rule in ("gated", "gated_delta")
+    delta = update_rule in ("delta", "gated_delta")
+    if gated != (decay is not None) or delta != (beta is not None):
+        raise ValueError(f"update_rule {update_rule!r}: decay is {'required' if gated else 'forbidden'}, "
+                         f"beta is {'required' if delta else 'forbidden'}")
+    work = torch.float64 if query.dtype == torch.float64 else torch.float32
+    batch, steps, _ = query.shape
+    d_k = query.shape[-1] // q_num_heads
+    d_v = value.shape[-1] // kv_num_heads
+    group = q_num_heads // kv_num_heads
+    q4 = _split_heads(query, q_num_heads).to(work)
+    k4 = _split_heads(key, kv_num_heads).to(work)
+    v4 = _split_heads(value, kv_num_heads).to(work)
+    gate = torch.exp(_split_heads(decay, kv_num_heads).to(work)) if decay is not None else None
+    rate = beta.reshape(batch, steps, beta.shape[-1], 1).transpose(1, 2).to(work) if beta is not None else None
+    if past_state is not None:
+        state, state_dtype = past_state.to(work), past_state.dtype
+    else:
+        state = torch.zeros((batch, kv_num_heads, d_k, d_v), dtype=work, device=query.device)
+        state_dtype = query.dtype
+    factor = torch.tensor(scale if scale else 1 / math.sqrt(d_k), dtype=torch.float64).to(work)
+    outputs = []
+    for t in range(steps):  # the recurrence is sequential in time
+        k_t, v_t = k4[:, :, t], v4[:, :, t]
+        if gate is not None:
+            state = state * gate[:, :, t, :, None]
+        if rate is not None:
+            retrieved = torch.matmul(k_t[:, :, None, :], state)[:, :, 0]
+            v_t = rate[:, :, t] * (v_t - retrieved)
+        state = state + k_t[:, :, :, None] * v_t[:, :, None, :]
+        q_t = q4[:, :, t].reshape(batch, kv_num_heads, group, d_k)
+        outputs.append(torch.matmul(q_t, state).reshape(batch, q_num_heads, d_v) * factor)
+    out = torch.stack(outputs, dim=2) if outputs else torch.zeros((batch, q_num_heads, 0, d_v), dtype=work)
+    output = out.transpose(1, 2).reshape(batch, steps, q_num_heads * d_v)
+    results = (output.to(query.dtype), state.to(state_dtype))
+    return results[:n_outputs] if n_outputs > 1 else results[0]

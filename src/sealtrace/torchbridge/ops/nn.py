@@ -292,3 +292,27 @@ def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, alp
     if c is not None:
         y = y + (c * beta if beta != 1.0 else c)
     return y
+
+
+@register("CausalConvWithState", *reference_versions("CausalConvWithState"), n_outputs=True)
+def causal_conv_with_state(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                           past_state: torch.Tensor | None = None, *, n_outputs: int, activation: str = "none"
+                           ) -> Any:
+    """CausalConvWithState: a depthwise causal 1-D convolution over [past_state, x] (+ SiLU), and the
+    last kernel-1 steps as the new state; half-precision inputs compute in float32."""
+    if activation not in ("none", "silu", "swish"):
+        raise ValueError(f"CausalConvWithState: unknown activation {activation!r}")
+    batch, channels, _ = x.shape
+    k = weight.shape[2]
+    if past_state is None:
+        past_state = torch.zeros((batch, channels, k - 1), dtype=x.dtype, device=x.device)
+    padded = torch.cat([past_state, x], dim=2)
+    work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    y = F.conv1d(padded.to(work), weight.to(work).reshape(channels, 1, k), None, groups=channels)
+    if bias is not None:
+        y = y + bias.to(work).reshape(1, -1, 1)
+    if activation != "none":
+        y = y / (1 + torch.exp(-y))
+    present = padded[:, :, padded.shape[2] - (k - 1):]
+    outputs = (y.to(x.dtype), present)
+    return outputs[:n_outputs] if n_outputs > 1 else outputs[0]

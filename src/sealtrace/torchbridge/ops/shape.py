@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
 
@@ -446,12 +447,19 @@ def cast_like(x: torch.Tensor, like: torch.Tensor, *, saturate: int = 1, **_: An
 
 
 @register("Constant", *reference_versions("Constant"))
-def constant(**attrs: Any) -> torch.Tensor:
-    """Constant: whichever value attribute is set."""
+def constant(**attrs: Any) -> Any:
+    """Constant: whichever value attribute is set (strings as a NumPy object array: torch has none)."""
     for key in ("value", "sparse_value"):
         if attrs.get(key) is not None:
             v = attrs[key]
+            if isinstance(v, np.ndarray) and v.dtype.kind in "OSU":
+                return v
             return v if isinstance(v, torch.Tensor) else from_numpy(v)
+    for key in ("value_string", "value_strings"):
+        if attrs.get(key) is not None:
+            strings = np.empty(len(attrs[key]) if key == "value_strings" else (), dtype=object)
+            strings[...] = list(attrs[key]) if key == "value_strings" else attrs[key]
+            return strings
     if attrs.get("value_float") is not None:
         return torch.tensor(attrs["value_float"], dtype=torch.float32)
     if attrs.get("value_floats") is not None:
@@ -595,3 +603,32 @@ def arg_min(x: torch.Tensor, *, axis: int = 0, keepdims: int = 1, select_last_in
     """ArgMin."""
     return _arg(x, axis, keepdims, select_last_index, False)
 
+
+
+@register("TensorScatter", *reference_versions("TensorScatter"))
+def tensor_scatter(past_cache: torch.Tensor, update: torch.Tensor, write_indices: torch.Tensor | None = None, *,
+                   axis: int = -2, mode: str = "linear") -> torch.Tensor:
+    """TensorScatter: ``update`` written into a copy of the cache at per-batch offsets along ``axis``
+    (``circular`` wraps around the cache length)."""
+    a = _axis(axis, past_cache.dim())
+    if a == 0:
+        raise ValueError("TensorScatter axis cannot be the batch axis")
+    if mode not in ("linear", "circular"):
+        raise ValueError(f"unknown TensorScatter mode {mode!r}")
+    batch, max_len, seq_len = past_cache.shape[0], past_cache.shape[a], update.shape[a]
+    expected = (*past_cache.shape[:a], seq_len, *past_cache.shape[a + 1:])
+    if update.dim() != past_cache.dim() or tuple(update.shape) != tuple(expected) or seq_len > max_len:
+        raise ValueError(f"update shape {tuple(update.shape)} does not fit cache shape {tuple(past_cache.shape)} "
+                         f"on axis {a}")
+    starts = torch.zeros(batch, dtype=torch.int64, device=past_cache.device) if write_indices is None \
+        else write_indices.to(torch.int64)
+    positions = starts[:, None] + torch.arange(seq_len, device=past_cache.device)
+    if mode == "circular":
+        positions = positions % max_len
+    elif seq_len and (int(positions.min()) < 0 or int(positions.max()) >= max_len):
+        raise ValueError("TensorScatter linear write runs past the cache")
+    # The sequence axis next to the batch axis: one index_put writes every row (differentiable in both).
+    target = past_cache.movedim(a, 1)
+    rows = torch.arange(batch, device=past_cache.device)[:, None].expand(batch, seq_len)
+    present = target.index_put((rows, positions), update.movedim(a, 1))
+    return present.movedim(1, a)
