@@ -16,7 +16,7 @@ import torch
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.errors import BackendError, KernelError, SealtraceError
 from sealtrace.plan.model import Plan, Step
-from sealtrace.torchbridge.control import run_scan
+from sealtrace.torchbridge.control import empty_scan_output, run_scan, run_scan_8
 from sealtrace.torchbridge.dtypes import from_numpy, to_numpy
 from sealtrace.torchbridge.reference_step import is_string_array
 from sealtrace.torchbridge.steps import call_translation, check_supported, tensor_attributes, translation_for
@@ -143,6 +143,10 @@ class TorchBackend:
                 named = {**captured, **dict(zip(body.input_names, feeds, strict=True))}
                 return self._execute(body, named, observers, (*path, step.name, "body", str(t)))
 
+            if step.since_version < 9:  # Scan-8: sequence_lens first, batch axis 0
+                n_state = len(args) - 1 - int(step.attributes["num_scan_inputs"])
+                return run_scan_8(run_body, args[0], args[1:], n_state, len(body.outputs) - n_state,
+                                  step.attributes.get("directions"), lambda k: empty_scan_output(body, n_state + k))
             n_state = len(args) - int(step.attributes["num_scan_inputs"])
             return run_scan(run_body, args, n_state, len(body.outputs) - n_state, step.attributes)
         if step.op_type == "Constant":

@@ -33,7 +33,7 @@ from sealtrace.backends.reference import StepContext
 from sealtrace.errors import InputError, UnsupportedError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan import ModelSource, Plan, Step, build_plan
-from sealtrace.torchbridge.control import run_scan
+from sealtrace.torchbridge.control import empty_scan_output, run_scan, run_scan_8
 from sealtrace.torchbridge.dtypes import from_numpy
 from sealtrace.torchbridge.ops.sequence import sequence_construct
 from sealtrace.torchbridge.reference_step import ReferenceKernelStep, is_string_array
@@ -101,11 +101,13 @@ def _scalar(value: Any) -> Any:
 
 
 class ScanModule(torch.nn.Module):
-    """ONNX Scan (versions 9+): the body as a submodule, called once per scanned step."""
+    """ONNX Scan: the body as a submodule, called once per scanned step (Scan-8: per batch entry
+    and step, with ``sequence_lens`` as the first value)."""
 
     def __init__(self, body: torch.nn.Module, n_values: int, n_state: int, n_scan_out: int,
-                 attrs: Mapping[str, Any]) -> None:
+                 attrs: Mapping[str, Any], version8: bool = False) -> None:
         super().__init__()
+        self.version8 = version8
         self.body = body
         self.n_values = n_values
         self.n_state = n_state
@@ -119,7 +121,13 @@ class ScanModule(torch.nn.Module):
             result = self.body(*feeds, *captures)
             return result if isinstance(result, tuple) else (result,)
 
-        result = tuple(run_scan(call, values, self.n_state, self.n_scan_out, self.attrs))
+        if self.version8:  # sequence_lens first, batch axis 0
+            body_plan = self.attrs["body_plan"]
+            result = tuple(run_scan_8(call, values[0], values[1:], self.n_state, self.n_scan_out,
+                                      self.attrs.get("directions"),
+                                      lambda k: empty_scan_output(body_plan, self.n_state + k)))
+        else:
+            result = tuple(run_scan(call, values, self.n_state, self.n_scan_out, self.attrs))
         return result if len(result) != 1 else result[0]
 
 
@@ -529,11 +537,14 @@ class _Converter:
         body: Plan = step.attributes["body"]
         captures = [c for c in body.captures if c not in self.known]
         module = self._submodule(body, [*body.input_names, *captures])
-        n_state = len(step.inputs) - int(step.attributes["num_scan_inputs"])
+        version8 = step.since_version < 9
+        n_state = len(step.inputs) - int(step.attributes["num_scan_inputs"]) - int(version8)
         attrs = {k: step.attributes.get(k) for k in
-                 ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions")}
-        scan = ScanModule(module, len(step.inputs), n_state, len(body.outputs) - n_state, attrs)
-        self._call_module(step, scan, [*(self._materialize(v) for v in step.inputs),
+                 ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions",
+                  "directions")}
+        attrs["body_plan"] = body
+        scan = ScanModule(module, len(step.inputs), n_state, len(body.outputs) - n_state, attrs, version8)
+        self._call_module(step, scan, [*(self._materialize(v) if v else None for v in step.inputs),
                                        *(self._materialize(c) for c in captures)])
 
     def _submodule(self, plan: Plan, inputs: list[str]) -> fx.GraphModule:

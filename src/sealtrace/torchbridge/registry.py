@@ -127,7 +127,9 @@ def static_array(value: Any) -> np.ndarray:
     if value is None:
         return np.zeros(0, dtype=np.int64)
     if hasattr(value, "detach"):
-        return np.asarray(value.detach().cpu().numpy())
+        from sealtrace.torchbridge.dtypes import to_numpy  # bfloat16 and float8 go through ml_dtypes
+
+        return np.asarray(to_numpy(value))
     return np.asarray(value)
 
 

@@ -34,9 +34,7 @@ def unsupported_steps(plan: Plan) -> list[str]:
     problems: list[str] = []
     for path, step in plan.walk():
         where = "/".join((*path, step.name))
-        if step.op_type == "Scan" and step.since_version < 9 and step.domain in ("", "ai.onnx"):
-            problems.append(f"{where!r} (Scan-8): the batched Scan of opset 8 has no torch translation")
-        elif step.op_type in CONTROL_FLOW and step.domain in ("", "ai.onnx"):
+        if step.op_type in CONTROL_FLOW and step.domain in ("", "ai.onnx"):
             continue
         elif translation_for(step) is None:
             op = f"{step.domain}::{step.op_type}" if step.domain not in ("", "ai.onnx") else step.op_type

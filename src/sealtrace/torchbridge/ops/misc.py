@@ -3,6 +3,7 @@ window functions, integer matmul/conv, DynamicQuantizeLinear, BitCast, AffineGri
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -148,15 +149,34 @@ def affine_grid(theta: torch.Tensor, size: Any, *, align_corners: int = 0) -> to
 @register("Col2Im", *reference_versions("Col2Im"), static=(1, 2))
 def col2im(x: torch.Tensor, image_shape: Any, block_shape: Any, *, dilations: tuple[int, ...] | None = None,
            pads: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None) -> torch.Tensor:
-    """Col2Im for 2-D images (torch.nn.functional.fold)."""
+    """Col2Im: sum the sliding blocks [N, C*prod(block), L] back into images of any rank (2-D
+    images with symmetric pads use torch's fold; the rest adds one strided slice per block tap)."""
     image, block = ints(image_shape), ints(block_shape)
-    if len(image) != 2:
-        raise ValueError("Col2Im is translated for 2-D images only")
-    p = list(pads) if pads else [0, 0, 0, 0]
-    if p[0] != p[2] or p[1] != p[3]:
-        raise ValueError("Col2Im with asymmetric pads is not translated")
-    return F.fold(x, tuple(image), tuple(block), dilation=tuple(dilations or (1, 1)), padding=(p[0], p[1]),
-                  stride=tuple(strides or (1, 1)))
+    rank = len(image)
+    s = list(strides) if strides else [1] * rank
+    d = list(dilations) if dilations else [1] * rank
+    p = list(pads) if pads else [0] * (2 * rank)
+    if rank == 2 and p[:2] == p[2:]:
+        return F.fold(x, tuple(image), tuple(block), dilation=tuple(d), padding=tuple(p[:2]), stride=tuple(s))
+    grid = [(i + p[a] + p[rank + a] - ((k - 1) * dd + 1)) // ss + 1
+            for a, (i, k, ss, dd) in enumerate(zip(image, block, s, d, strict=True))]
+    n = x.shape[0]
+    c = x.shape[1] // math.prod(block)
+    if c * math.prod(block) != x.shape[1] or math.prod(grid) != x.shape[2]:
+        raise ValueError(f"Col2Im: input {tuple(x.shape)} does not fit image {image} with blocks {block}")
+    cols = x.reshape(n, c, *block, *grid)
+    # A canvas of the padded image (plus any overhang of the last blocks); the pads are cut at the end.
+    canvas_shape = [max(g_ - 1, 0) * ss + (k - 1) * dd + 1 for g_, k, ss, dd in zip(grid, block, s, d, strict=True)]
+    canvas_shape = [max(cs, i + p[a] + p[rank + a]) for a, (cs, i) in enumerate(zip(canvas_shape, image, strict=True))]
+    canvas = torch.zeros((n, c, *canvas_shape), dtype=x.dtype, device=x.device)
+    for tap in itertools.product(*(range(k) for k in block)):
+        index: list[slice] = [slice(None), slice(None)]
+        for t, g_, ss, dd in zip(tap, grid, s, d, strict=True):
+            index.append(slice(t * dd, t * dd + (g_ - 1) * ss + 1, ss))
+        block_tap: tuple[Any, ...] = (slice(None), slice(None), *tap)
+        canvas[tuple(index)] += cols[block_tap]
+    window = (slice(None), slice(None), *(slice(p[a], p[a] + i) for a, i in enumerate(image)))
+    return canvas[window]
 
 
 _GRID_MODES = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest", "cubic": "bicubic",

@@ -111,16 +111,56 @@ def _padded_for(x: torch.Tensor, window: Window, value: float) -> torch.Tensor:
 def max_pool(x: torch.Tensor, *, n_outputs: int, kernel_shape: tuple[int, ...], auto_pad: str = "NOTSET",
              ceil_mode: int = 0, dilations: tuple[int, ...] | None = None, pads: tuple[int, ...] | None = None,
              storage_order: int = 0, strides: tuple[int, ...] | None = None) -> Any:
-    """MaxPool (the Indices output is not supported)."""
-    if n_outputs > 1:
-        raise ValueError("MaxPool's Indices output is not supported by the torch bridge")
+    """MaxPool, with the optional Indices output (flat indices into X, row- or column-major)."""
     rank = len(kernel_shape)
     window = _window(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     low = -math.inf if x.is_floating_point() else float(torch.iinfo(x.dtype).min)
     xp = _padded_for(x, window, low)
+    if n_outputs > 1:
+        return _max_pool_with_indices(x, xp, window, storage_order)
     y = _MAX_POOL[rank](xp, list(window.kernel), list(window.strides), 0, list(window.dilations))
     index = (slice(None), slice(None), *(slice(0, o) for o in window.out_shape))
     return y[index]
+
+
+def _tap_view(xp: torch.Tensor, tap: Sequence[int], window: Window) -> torch.Tensor:
+    index: list[slice] = [slice(None), slice(None)]
+    for i, s, d, o in zip(tap, window.strides, window.dilations, window.out_shape, strict=True):
+        index.append(slice(i * d, i * d + (o - 1) * s + 1, s))
+    return xp[tuple(index)]
+
+
+def _max_pool_with_indices(x: torch.Tensor, xp: torch.Tensor, window: Window, storage_order: int
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Values and flat indices, the window scanned tap by tap: the first maximum in scan order wins
+    (ONNX Runtime's rule, as in the reference kernel)."""
+    spatial = list(x.shape[2:])
+    rank = len(spatial)
+    order = range(rank) if storage_order == 0 else range(rank - 1, -1, -1)
+    weights = [0] * rank
+    step = 1
+    for a in reversed(list(order)):
+        weights[a] = step
+        step *= spatial[a]
+    best: torch.Tensor | None = None
+    best_index: torch.Tensor | None = None
+    for tap in window.taps:
+        view = _tap_view(xp, tap, window)
+        position = torch.zeros(window.out_shape, dtype=torch.int64, device=x.device)
+        for a, (t, s, d, pb, o) in enumerate(zip(tap, window.strides, window.dilations, window.pads_begin,
+                                                 window.out_shape, strict=True)):
+            coord = torch.arange(o, dtype=torch.int64, device=x.device) * s + t * d - pb
+            position = position + (coord * weights[a]).reshape((o,) + (1,) * (rank - 1 - a))
+        if best is None or best_index is None:
+            best, best_index = view, position.expand(view.shape)
+        else:
+            better = view > best
+            best = torch.where(better, view, best)
+            best_index = torch.where(better, position.expand(view.shape), best_index)
+    assert best is not None and best_index is not None
+    n, c = x.shape[:2]
+    plane = torch.arange(n * c, dtype=torch.int64, device=x.device).reshape(n, c, *([1] * rank)) * math.prod(spatial)
+    return best, best_index + plane
 
 
 def _window_sums(xp: torch.Tensor, window: Window) -> torch.Tensor:
@@ -183,14 +223,52 @@ def _channel(v: torch.Tensor, rank: int) -> torch.Tensor:
     return v.reshape(1, -1, *([1] * (rank - 2)))
 
 
-@register("BatchNormalization", *reference_versions("BatchNormalization"), n_outputs=True)
+def _channel_shaped(v: torch.Tensor, x: torch.Tensor, work: torch.dtype) -> torch.Tensor:
+    """A per-channel (C,) parameter as (C, 1, ..., 1); a per-activation one as X's shape without N."""
+    v = v.to(work)
+    if v.numel() == x.shape[1] and v.dim() <= 1:
+        return v.reshape(-1, *([1] * (x.dim() - 2)))
+    return v.reshape(x.shape[1:])
+
+
+def _batch_norm_inference(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor,
+                          var: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """One multiply-add per element with the per-channel factor and offset, as the reference (and
+    ONNX Runtime) fold them."""
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    eps = torch.tensor(epsilon, dtype=torch.float64).to(work)
+    factor = _channel_shaped(scale, x, work) / torch.sqrt(_channel_shaped(var, x, work) + eps)
+    offset = _channel_shaped(bias, x, work) - _channel_shaped(mean, x, work) * factor
+    return (x.to(work) * factor + offset).to(x.dtype)
+
+
+@register("BatchNormalization", *reference_versions("BatchNormalization", until=9), n_outputs=True)
+def batch_norm_v1(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
+                  *, n_outputs: int, epsilon: float = 1e-5, **_: Any) -> Any:
+    """BatchNormalization-1..9 with inference semantics: the running statistics pass through."""
+    outputs = (_batch_norm_inference(x, scale, bias, mean, var, epsilon), mean, var, mean, var)
+    return outputs[:n_outputs] if n_outputs > 1 else outputs[0]
+
+
+@register("BatchNormalization", *reference_versions("BatchNormalization", since=14), n_outputs=True)
 def batch_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, *,
-               n_outputs: int, epsilon: float = 1e-5, training_mode: int = 0, **_: Any) -> torch.Tensor:
-    """BatchNormalization in inference mode (running statistics)."""
-    if training_mode or n_outputs > 1:
-        raise ValueError("BatchNormalization in training mode is not supported by the torch bridge")
-    r = x.dim()
-    return (x - _channel(mean, r)) / torch.sqrt(_channel(var, r) + epsilon) * _channel(scale, r) + _channel(bias, r)
+               n_outputs: int, epsilon: float = 1e-5, momentum: float = 0.9, training_mode: int = 0) -> Any:
+    """BatchNormalization-14/15: inference (running statistics), or training mode: the batch's own
+    statistics (population variance) and the running ones updated with ``momentum``."""
+    if not training_mode:
+        outputs = (_batch_norm_inference(x, scale, bias, mean, var, epsilon), mean, var)
+        return outputs[:n_outputs] if n_outputs > 1 else outputs[0]
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xw = x.to(work)
+    dims = [0, *range(2, x.dim())]
+    current_mean = xw.mean(dim=dims)
+    current_var = xw.var(dim=dims, correction=0)
+    y = _batch_norm_inference(x, scale, bias, current_mean, current_var, epsilon)
+    m = torch.tensor(momentum, dtype=torch.float64).to(work)
+    running_mean = mean.to(work) * m + current_mean * (1 - m)
+    running_var = var.to(work) * m + current_var * (1 - m)
+    outputs = (y, running_mean.to(mean.dtype), running_var.to(var.dtype))
+    return outputs[:n_outputs] if n_outputs > 1 else outputs[0]
 
 
 @register("InstanceNormalization", *reference_versions("InstanceNormalization"))

@@ -403,7 +403,7 @@ def range_(start: Any, limit: Any, delta: Any, **_: Any) -> torch.Tensor:
     """
     # Range-27's stash_type (the precision of the accumulation) needs nothing here: every element
     # is computed directly as start + i * delta in double precision.
-    dtype = start.dtype if isinstance(start, torch.Tensor) else torch.as_tensor(static_array(start)).dtype
+    dtype = start.dtype if isinstance(start, torch.Tensor) else from_numpy(static_array(start)).dtype
     if dtype == torch.float64 and not isinstance(start, torch.Tensor):
         dtype = torch.float32
     first, last, step = (static_array(v).reshape(-1)[0].item() for v in (start, limit, delta))
@@ -422,6 +422,8 @@ def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up",
     the type has one, else NaN.
     """
     target = torch_dtype(int(to))
+    if target == torch.float8_e8m0fnu:
+        return _to_e8m0(x, saturate, round_mode)
     if target in _FLOAT8 and x.is_floating_point():
         top = torch.finfo(target).max
         if saturate:
@@ -433,6 +435,29 @@ def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up",
             overflow = float("inf") if target == torch.float8_e5m2 else float("nan")
             x = torch.where(beyond, torch.copysign(torch.full_like(x, overflow), x), x)
     return x.to(target)
+
+
+def _to_e8m0(x: torch.Tensor, saturate: int, round_mode: str) -> torch.Tensor:
+    """float8e8m0 (a bare biased power-of-two exponent) from the float32 bits of ``x``, rounded by
+    ``round_mode`` as the spec (and the reference) does: torch's own cast rounds differently."""
+    bits = x.to(torch.float32).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    exponent = (bits >> 23) & 0xFF
+    fraction = bits & 0x7FFFFF
+    special = exponent == 0xFF
+    if round_mode == "up":
+        carry = fraction > 0
+    elif round_mode == "down":
+        carry = torch.zeros_like(special)
+    elif round_mode == "nearest":
+        carry = (fraction & 0x400000) > 0
+    else:
+        raise ValueError(f"Cast round_mode must be 'up', 'down' or 'nearest', got {round_mode!r}")
+    exponent = exponent + (carry & ~special).to(torch.int64)
+    if saturate:
+        exponent = torch.where(~special & (exponent > 0xFE), 0xFE, exponent)
+        exponent = torch.where(special & ~torch.isnan(x.to(torch.float32)), 0xFE, exponent)
+    exponent = torch.clamp(exponent, max=0xFF)
+    return exponent.to(torch.uint8).view(torch.float8_e8m0fnu)
 
 
 _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
@@ -542,15 +567,53 @@ def non_zero(x: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(x).T.contiguous()
 
 
-@register("Dropout", *reference_versions("Dropout"), static=(1, 2), n_outputs=True)
-def dropout(x: torch.Tensor, ratio: Any = None, training_mode: Any = None, *, n_outputs: int, **_: Any
-            ) -> Any:
-    """Dropout in inference: the identity (and an all-true mask)."""
-    if training_mode is not None and ints(training_mode)[0]:
-        raise ValueError("Dropout with training_mode=1 is random; not supported")
-    if n_outputs > 1:
-        return x, torch.ones_like(x, dtype=torch.bool)
-    return x
+# Without a seed attribute the spec lets the runtime pick one; the reference's fixed one keeps the
+# two backends' masks identical.
+_DEFAULT_DROPOUT_SEED = 0
+
+
+def _dropout(x: torch.Tensor, ratio: float, training: bool, seed: int | None, mask_dtype: torch.dtype,
+             n_outputs: int) -> Any:
+    """Dropout: the identity in inference; in training the reference's seeded mask (NumPy's
+    RandomState, the generator ONNX's conformance data uses) applied in torch, so X's gradient flows."""
+    if not training or ratio == 0:
+        outputs: tuple[Any, ...] = (x, torch.ones(x.shape, dtype=mask_dtype, device=x.device))
+    else:
+        rng = np.random.RandomState(_DEFAULT_DROPOUT_SEED if seed is None else seed)
+        keep = torch.from_numpy(rng.uniform(0, 1.0, tuple(x.shape)) >= ratio).to(x.device)
+        compute = torch.promote_types(x.dtype, torch.float32)
+        one = torch.ones((), dtype=compute)
+        scale = one / (one - torch.tensor(ratio, dtype=torch.float64).to(compute))
+        dropped = torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+        outputs = ((dropped * scale).to(x.dtype), keep.to(mask_dtype))
+    return outputs[:n_outputs] if n_outputs > 1 else outputs[0]
+
+
+@register("Dropout", 1, 6, n_outputs=True)
+def dropout_v1(x: torch.Tensor, *, n_outputs: int, is_test: int = 0, ratio: float = 0.5, **_: Any) -> Any:
+    """Dropout-1/6: seeded random dropout unless ``is_test``; the mask has X's dtype."""
+    return _dropout(x, ratio, not is_test, None, x.dtype, n_outputs)
+
+
+@register("Dropout", 7, n_outputs=True)
+def dropout_v7(x: torch.Tensor, *, n_outputs: int, ratio: float = 0.5) -> Any:
+    """Dropout-7: the identity; a mask of ones in X's dtype."""
+    return _dropout(x, ratio, False, None, x.dtype, n_outputs)
+
+
+@register("Dropout", 10, n_outputs=True)
+def dropout_v10(x: torch.Tensor, *, n_outputs: int, ratio: float = 0.5) -> Any:
+    """Dropout-10: the identity; a bool mask of ones."""
+    return _dropout(x, ratio, False, None, torch.bool, n_outputs)
+
+
+@register("Dropout", *reference_versions("Dropout", since=12), static=(1, 2), n_outputs=True)
+def dropout(x: torch.Tensor, ratio: Any = None, training_mode: Any = None, *, n_outputs: int,
+            seed: int | None = None) -> Any:
+    """Dropout-12+: the identity unless ``training_mode``, then seeded random dropout; a bool mask."""
+    rate = 0.5 if ratio is None else floats(ratio)[0]
+    training = training_mode is not None and bool(ints(training_mode)[0])
+    return _dropout(x, rate, training, seed, torch.bool, n_outputs)
 
 
 @register("Einsum", *reference_versions("Einsum"))
