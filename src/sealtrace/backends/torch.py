@@ -157,12 +157,29 @@ class TorchBackend:
                 cached = (step, self._call(step, args))
                 self._constants[id(step)] = cached
             return cached[1]
-        return self._call(step, args)
+        return self._call(step, args, env, observers, path)
 
-    def _call(self, step: Step, args: list[Any]) -> list[Any]:
+    def _call(self, step: Step, args: list[Any], env: Mapping[str, Any] | None = None,
+              observers: Sequence[StepObserver] = (), path: tuple[str, ...] = ()) -> list[Any]:
         translation = translation_for(step)
         assert translation is not None  # check_supported ran first
-        return call_translation(translation, step, args, self._attrs(step))
+        attrs = self._attrs(step)
+        if translation.subgraphs:
+            attrs = {**attrs, **{name: self._subgraph_call(step, name, sub, env or {}, observers, path)
+                                 for name, sub in step.subgraphs.items()}}
+        return call_translation(translation, step, args, attrs)
+
+    def _subgraph_call(self, step: Step, name: str, sub: Plan, env: Mapping[str, Any],
+                       observers: Sequence[StepObserver], path: tuple[str, ...]) -> Any:
+        """A subgraph attribute as the callable its translation takes (feeds in, outputs out)."""
+        captured = {c: env[c] for c in sub.captures}
+        calls = iter(range(1 << 62))
+
+        def run(*feeds: Any) -> list[Any]:
+            named = {**captured, **dict(zip(sub.input_names, feeds, strict=True))}
+            return self._execute(sub, named, observers, (*path, step.name, name, str(next(calls))))
+
+        return run
 
     def _loop(
         self, step: Step, args: list[Any], env: Mapping[str, Any], observers: Sequence[StepObserver],

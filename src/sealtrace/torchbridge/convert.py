@@ -131,6 +131,35 @@ class ScanModule(torch.nn.Module):
         return result if len(result) != 1 else result[0]
 
 
+class SubgraphStep(torch.nn.Module):
+    """A translation that takes subgraphs (SequenceMap's body, FlexAttention's modifiers): each
+    subgraph a submodule, handed to the translation as a callable; the values the subgraphs read
+    from the enclosing graph arrive after the step's own inputs."""
+
+    def __init__(self, fn: Any, graphs: Mapping[str, torch.nn.Module], capture_positions: Mapping[str, list[int]],
+                 n_args: int) -> None:
+        super().__init__()
+        self.fn = fn
+        self.graphs = torch.nn.ModuleDict(dict(graphs))
+        self.capture_positions = dict(capture_positions)
+        self.n_args = n_args
+
+    def forward(self, *values: Any, **kwargs: Any) -> Any:
+        args, captures = values[: self.n_args], values[self.n_args :]
+        calls = {name: self._callable(name, [captures[i] for i in positions])
+                 for name, positions in self.capture_positions.items()}
+        return self.fn(*args, **kwargs, **calls)
+
+    def _callable(self, name: str, captures: list[Any]) -> Any:
+        graph = self.graphs[name]
+
+        def run(*feeds: Any) -> list[Any]:
+            result = graph(*feeds, *captures)
+            return list(result) if isinstance(result, tuple) else [result]
+
+        return run
+
+
 def load_plan(model: ModelLike) -> Plan:
     """A Plan from a Plan, an ONNX path/bytes/ModelProto, or a verified .seal container."""
     if isinstance(model, Plan):
@@ -439,6 +468,9 @@ class _Converter:
             args = [self._materialize(n) for i, n in enumerate(step.inputs) if i not in constants]
             node = self.graph.create_node("call_function", ReferenceKernelStep(step, constants), tuple(args), {},
                                           name=hint)
+        elif translation.subgraphs:
+            self._emit_with_subgraphs(step, translation)
+            return
         else:
             args = [self._argument(translation, position, name) for position, name in enumerate(step.inputs)]
             kwargs = self._kwargs(step, translation)
@@ -456,6 +488,21 @@ class _Converter:
                 item = self.graph.call_function(_output, (node, i))
                 item.meta.update(node.meta)
                 self.nodes[name] = item
+
+    def _emit_with_subgraphs(self, step: Step, translation: Translation) -> None:
+        """A step whose translation takes its subgraphs as callables (SequenceMap, FlexAttention):
+        a :class:`SubgraphStep` module holding one submodule per subgraph."""
+        captures = sorted({c for sub in step.subgraphs.values() for c in sub.captures if c not in self.known})
+        graphs = {}
+        capture_positions = {}
+        for name, sub in step.subgraphs.items():
+            own = [c for c in captures if c in sub.captures]
+            graphs[name] = self._submodule(sub, [*sub.input_names, *own])
+            capture_positions[name] = [captures.index(c) for c in own]
+        args = [self._argument(translation, position, name) for position, name in enumerate(step.inputs)]
+        module = SubgraphStep(translation.fn, graphs, capture_positions, len(args))
+        self._call_module(step, module, [*args, *(self._materialize(c) for c in captures)],
+                          self._kwargs(step, translation))
 
     def _argument(self, translation: Translation, position: int, name: str) -> Any:
         if not name:
@@ -551,10 +598,11 @@ class _Converter:
         sub = _Converter(plan, self.dtype, self.known, self.parameter_names)
         return sub.build(inputs, plan.output_names, single_output_unwrapped=False)
 
-    def _call_module(self, step: Step, module: torch.nn.Module, args: list[Any]) -> None:
+    def _call_module(self, step: Step, module: torch.nn.Module, args: list[Any],
+                     kwargs: dict[str, Any] | None = None) -> None:
         name = self._attr_name(f"{step.op_type.lower()}_{step.name}")
         self.root.add_module(name, module)
-        node = self.graph.call_module(name, tuple(args))
+        node = self.graph.call_module(name, tuple(args), kwargs or {})
         node.meta["onnx_node"] = step.name
         node.meta["onnx_op"] = f"{step.op_type}-{step.since_version}"
         for i, out in enumerate(step.outputs):
