@@ -7,7 +7,8 @@ shape, a Slice's starts, a Split's sizes ...): they arrive as whatever the calle
 value folded at conversion time (a list or number), and translations read them with :func:`ints` /
 :func:`floats`, so the same function serves the step-by-step backend and the fx module. A
 translation registered with ``n_outputs=True`` also receives ``n_outputs`` (how many outputs the
-node declares), which Split and the recurrent ops need.
+node declares), which Split and the recurrent ops need; one registered with ``subgraphs=True``
+receives each subgraph attribute as a callable (inputs in, list of outputs out).
 
 Some operators run their NumPy reference kernel inside the module instead of a torch formulation
 (:func:`register_reference_kernel`): those on strings, which torch cannot hold, and those whose
@@ -39,6 +40,9 @@ class Translation:
     domain: str = ""
     # Why the step runs its NumPy reference kernel instead of torch ops ("" for a torch formulation).
     reference_kernel: str = ""
+    # The op holds subgraphs (SequenceMap's body, FlexAttention's modifiers): the executors pass
+    # each as a keyword argument, a callable taking the subgraph's inputs and returning its outputs.
+    subgraphs: bool = False
 
 
 _TRANSLATIONS: dict[tuple[str, str, int], Translation] = {}
@@ -49,7 +53,8 @@ def _domain(domain: str) -> str:
 
 
 def register(
-    op_type: str, *since_versions: int, static: tuple[int, ...] = (), n_outputs: bool = False, domain: str = ""
+    op_type: str, *since_versions: int, static: tuple[int, ...] = (), n_outputs: bool = False, domain: str = "",
+    subgraphs: bool = False,
 ) -> Callable[[TranslationFn], TranslationFn]:
     """Register the decorated function for ``op_type`` (of ``domain``) at each of ``since_versions``."""
     if not since_versions:
@@ -57,7 +62,7 @@ def register(
 
     def decorate(fn: TranslationFn) -> TranslationFn:
         for version in since_versions:
-            _add(Translation(op_type, version, fn, static, n_outputs, _domain(domain)))
+            _add(Translation(op_type, version, fn, static, n_outputs, _domain(domain), subgraphs=subgraphs))
         return fn
 
     return decorate
@@ -141,3 +146,17 @@ def ints(value: Any) -> list[int]:
 def floats(value: Any) -> list[float]:
     """A static input as a list of Python floats."""
     return [float(v) for v in static_array(value).reshape(-1).tolist()]
+
+
+def conformance_exclusions() -> dict[str, str]:
+    """Node test cases the torch bridge does not claim (beyond the reference's own exclusions), with
+    the reason: each translation module's ``CONFORMANCE_EXCLUSIONS``, as the reference declares its own."""
+    import sys
+
+    import sealtrace.torchbridge.ops  # noqa: F401 - importing it loads every translation module
+
+    found: dict[str, str] = {}
+    for name, module in sorted(sys.modules.items()):
+        if name.startswith("sealtrace.torchbridge.ops.") and hasattr(module, "CONFORMANCE_EXCLUSIONS"):
+            found.update(module.CONFORMANCE_EXCLUSIONS)
+    return found
