@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchbridge.registry import reference_versions, register, static_array
 
 
 def _legacy(b: torch.Tensor, a: torch.Tensor, broadcast: int | None, axis: int | None) -> torch.Tensor:
@@ -184,11 +184,28 @@ def clip_v1(x: torch.Tensor, *, min: float | None = None, max: float | None = No
     return torch.clamp(x, low, high)
 
 
-@register("Clip", 11, 12, 13)
-def clip(x: torch.Tensor, low: torch.Tensor | None = None, high: torch.Tensor | None = None) -> torch.Tensor:
-    """Clip-11+: bounds as optional scalar inputs."""
-    if low is not None:
-        x = torch.maximum(x, low.to(x.dtype).reshape(()))
-    if high is not None:
-        x = torch.minimum(x, high.to(x.dtype).reshape(()))
-    return x
+def _clip_bound(value: Any, x: torch.Tensor) -> Any:
+    """A Clip bound as clamp takes it: a Python number when it was known at conversion time (the
+    fast scalar kernel, as nn.ReLU6/Hardtanh run), else a 0-d tensor in X's dtype."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return value.to(x.dtype).reshape(())
+    number = static_array(value).reshape(-1)[0].item()
+    return number if x.is_floating_point() else int(number)
+
+
+@register("Clip", 11, 12, 13, static=(1, 2))
+def clip(x: torch.Tensor, low: Any = None, high: Any = None) -> torch.Tensor:
+    """Clip-11+: bounds as optional scalar inputs; max then min, so NaN propagates and a low bound
+    above the high one gives the high one everywhere, as the spec asks."""
+    lo, hi = _clip_bound(low, x), _clip_bound(high, x)
+    if lo is None and hi is None:
+        return x
+    if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
+        if lo is not None:
+            x = torch.maximum(x, lo if isinstance(lo, torch.Tensor) else torch.tensor(lo, dtype=x.dtype))
+        if hi is not None:
+            x = torch.minimum(x, hi if isinstance(hi, torch.Tensor) else torch.tensor(hi, dtype=x.dtype))
+        return x
+    return torch.clamp(x, lo, hi)

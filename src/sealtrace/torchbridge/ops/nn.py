@@ -285,8 +285,16 @@ def instance_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, *, e
 @register("LayerNormalization", *reference_versions("LayerNormalization"), n_outputs=True)
 def layer_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None, *, n_outputs: int,
                axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> Any:
-    """LayerNormalization over the axes from ``axis`` (Mean and InvStdDev outputs included)."""
+    """LayerNormalization over the axes from ``axis`` (Mean and InvStdDev outputs included).
+
+    Y alone, of a float32/float64 input with a scale (and bias) of the normalized shape (what
+    exporters write for nn.LayerNorm), is torch's fused layer_norm: the same statistics in the
+    same precision, one kernel instead of ten."""
     a = axis + x.dim() if axis < 0 else axis
+    normalized = tuple(x.shape[a:])
+    if n_outputs == 1 and x.dtype in (torch.float32, torch.float64) and tuple(scale.shape) == normalized and \
+            scale.dtype == x.dtype and (bias is None or (tuple(bias.shape) == normalized and bias.dtype == x.dtype)):
+        return F.layer_norm(x, normalized, scale, bias, epsilon)
     dims = list(range(a, x.dim()))
     work = x.double() if x.dtype == torch.float64 else x.float()
     mean = work.mean(dim=dims, keepdim=True)
