@@ -266,3 +266,32 @@ def test_dft_gradient_is_torch_ffts() -> None:
     (ours,) = torch.autograd.grad((_dft(x, None, 1, 0, 1) * weights).sum(), x)
     (theirs,) = torch.autograd.grad((_torch_dft(x, None, 1, 0, 1) * weights).sum(), x)
     torch.testing.assert_close(ours, theirs)
+
+
+def test_specialized_steps_are_plain_torch_calls_with_the_translations_values() -> None:
+    # Conv with symmetric pads, Clip with constant bounds, float Add, Erf, Transpose without perm
+    # become plain torch calls in the fx graph; Conv with asymmetric pads keeps its translation.
+    rng = np.random.default_rng(5)
+    weights = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+               numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+               numpy_helper.from_array(np.array(-0.5, dtype=np.float32), "lo"),
+               numpy_helper.from_array(np.array(0.75, dtype=np.float32), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["x", "w"], ["c2"], pads=[0, 1, 2, 1]),
+             helper.make_node("Clip", ["c1", "lo", "hi"], ["k"]),
+             helper.make_node("Erf", ["k"], ["e"]),
+             helper.make_node("Add", ["e", "e"], ["a"]),
+             helper.make_node("Transpose", ["a"], ["t"]),
+             helper.make_node("Transpose", ["c2"], ["t2"], perm=[0, 2, 3, 1])]
+    graph = helper.make_graph(nodes, "g", [value("x", F, [1, 3, 7, 7])], [value("t"), value("t2")], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    module = to_torch(model)
+    targets = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    assert torch.nn.functional.conv2d in targets and torch.clamp in targets and torch.add in targets
+    assert torch.erf in targets and torch.permute in targets
+    assert sum(t is torch.nn.functional.conv2d for t in targets) == 1  # the asymmetric one is translated
+    x = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
+    backend = get_backend("torch").run(build_plan(model), {"x": x})
+    with torch.no_grad():
+        t, t2 = module(torch.from_numpy(x))
+    assert np.array_equal(t.numpy(), backend["t"]) and np.array_equal(t2.numpy(), backend["t2"])

@@ -37,7 +37,7 @@ from sealtrace.torchbridge.control import empty_scan_output, run_scan, run_scan_
 from sealtrace.torchbridge.dtypes import from_numpy
 from sealtrace.torchbridge.ops.sequence import sequence_construct
 from sealtrace.torchbridge.reference_step import ReferenceKernelStep, is_string_array
-from sealtrace.torchbridge.registry import Translation
+from sealtrace.torchbridge.registry import DirectCall, StepInput, Translation
 from sealtrace.torchbridge.steps import check_supported, translation_for
 
 ModelLike = ModelSource | Plan
@@ -471,6 +471,9 @@ class _Converter:
         elif translation.subgraphs:
             self._emit_with_subgraphs(step, translation)
             return
+        elif (direct := self._specialized(step, translation)) is not None:
+            args = [self._materialize(step.inputs[i]) for i in direct.inputs]
+            node = self.graph.create_node("call_function", direct.target, tuple(args), dict(direct.kwargs), name=hint)
         else:
             args = [self._argument(translation, position, name) for position, name in enumerate(step.inputs)]
             kwargs = self._kwargs(step, translation)
@@ -488,6 +491,36 @@ class _Converter:
                 item = self.graph.call_function(_output, (node, i))
                 item.meta.update(node.meta)
                 self.nodes[name] = item
+
+    def _specialized(self, step: Step, translation: Translation) -> DirectCall | None:
+        """The translation's specializer's plain torch call for this step, if it has one."""
+        if translation.specialize is None or len(step.outputs) != 1:
+            return None
+        inputs = [self._step_input(name) for name in step.inputs]
+        attrs = {k: v for k, v in step.attributes.items() if not isinstance(v, (Plan, np.ndarray))}
+        return translation.specialize(attrs, inputs)
+
+    def _step_input(self, name: str) -> StepInput:
+        if not name:
+            return StepInput(present=False)
+        if name in self.known:
+            value = self.known[name]
+            if not isinstance(value, np.ndarray):
+                return StepInput(value=value)
+            return StepInput(value=value, dtype=_torch_dtype_of(value.dtype), rank=value.ndim)
+        node = self.nodes.get(name)
+        if node is not None and node.op == "get_attr":
+            weight = getattr(self.root, str(node.target))
+            return StepInput(dtype=weight.dtype, rank=weight.dim())
+        if name in self.host:
+            return StepInput()
+        info = self.plan.value_info.get(name) or next((i for i in self.plan.inputs if i.name == name), None)
+        if info is None or info.kind != "tensor":
+            return StepInput()
+        dtype = _torch_dtype_of(info.dtype) if info.dtype is not None else None
+        if dtype == torch.float32 and self.dtype is not None:
+            dtype = self.dtype
+        return StepInput(dtype=dtype, rank=None if info.shape is None else len(info.shape))
 
     def _emit_with_subgraphs(self, step: Step, translation: Translation) -> None:
         """A step whose translation takes its subgraphs as callables (SequenceMap, FlexAttention):
@@ -641,6 +674,13 @@ class HostStep:
 
     def __repr__(self) -> str:
         return f"HostStep({self.step.name!r}, {self.step.op_type})"
+
+
+def _torch_dtype_of(dtype: np.dtype[Any]) -> torch.dtype | None:
+    try:
+        return from_numpy(np.zeros(0, dtype=dtype)).dtype
+    except (ValueError, TypeError):
+        return None
 
 
 def _is_string_info(info: Any) -> bool:

@@ -19,6 +19,7 @@ its reason; :func:`reference_kernel_ops` lists them for the docs and tests.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,9 +44,53 @@ class Translation:
     # The op holds subgraphs (SequenceMap's body, FlexAttention's modifiers): the executors pass
     # each as a keyword argument, a callable taking the subgraph's inputs and returning its outputs.
     subgraphs: bool = False
+    # Called by the fx converter (see :func:`specializes`): a cheaper call for this step, or None.
+    specialize: Specializer | None = None
 
+
+@dataclass(frozen=True)
+class DirectCall:
+    """A step as one call of a plain torch function: ``target(*inputs named by position, **kwargs)``."""
+
+    target: Callable[..., Any]
+    inputs: tuple[int, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """What the fx converter knows of one step input when it builds the module."""
+
+    value: Any = None  # the value, when known at conversion time (a NumPy array)
+    dtype: Any = None  # its torch dtype, when known (a known value, a weight, or shape inference)
+    present: bool = True  # False for an omitted optional input
+    rank: int | None = None  # its rank, when known
+
+
+Specializer = Callable[[dict[str, Any], list[StepInput]], "DirectCall | None"]
 
 _TRANSLATIONS: dict[tuple[str, str, int], Translation] = {}
+
+
+def specializes(op_type: str, *since_versions: int, domain: str = "") -> Callable[[Specializer], Specializer]:
+    """Register the decorated function as the fx converter's specializer of ``op_type``'s translation.
+
+    Called once per step when a module is built, with the step's attributes and what is known of its
+    inputs, it returns a :class:`DirectCall`, the step as one plain torch call (``F.conv2d`` with
+    its padding worked out, ``torch.clamp`` with number bounds, ``torch.add`` of two float tensors),
+    or None to keep the translation. The call must compute what the translation computes, for any
+    value of the run-time inputs; it saves the translation's Python work on every run.
+    """
+
+    def decorate(specializer: Specializer) -> Specializer:
+        for version in since_versions:
+            key = (_domain(domain), op_type, version)
+            if key not in _TRANSLATIONS:
+                raise ValueError(f"specializer for {key}, which has no translation")
+            _TRANSLATIONS[key] = dataclasses.replace(_TRANSLATIONS[key], specialize=specializer)
+        return specializer
+
+    return decorate
 
 
 def _domain(domain: str) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchbridge.registry import DirectCall, StepInput, reference_versions, register, specializes
 
 
 @register("Relu", *reference_versions("Relu"))
@@ -204,3 +205,15 @@ def swiglu(a: torch.Tensor, b: torch.Tensor, *, alpha: float = 1.0) -> torch.Ten
     work = a.dtype if a.dtype == torch.float64 else torch.float32
     wide = a.to(work)
     return (wide * torch.sigmoid(wide * alpha) * b.to(work)).to(a.dtype)
+
+
+def _direct_activation(op_type: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def specializer(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall | None:
+        dtype = inputs[0].dtype
+        return DirectCall(fn, (0,), {}) if dtype is not None and dtype.is_floating_point else None
+
+    specializes(op_type, *reference_versions(op_type))(specializer)
+
+
+for _op, _fn in (("Relu", torch.relu), ("Sigmoid", torch.sigmoid), ("Tanh", torch.tanh)):
+    _direct_activation(_op, _fn)

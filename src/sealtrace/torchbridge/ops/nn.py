@@ -18,7 +18,7 @@ import torch.nn.functional as F  # noqa: N812 - the name every torch reader know
 from sealtrace.ops._windows import Window, resolve_window
 from sealtrace.ops.conv import _transpose_geometry
 from sealtrace.ops.pool import _avg_counts
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchbridge.registry import DirectCall, StepInput, reference_versions, register, specializes
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -67,6 +67,24 @@ def conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, aut
     kernel = tuple(kernel_shape) if kernel_shape else tuple(w.shape[2:])
     window = _geometry(tuple(x.shape[2:]), kernel, _tuple(strides), _tuple(dilations), _tuple(pads), auto_pad, False)
     return _conv_nd(x, w, b, window, group)
+
+
+@specializes("Conv", *reference_versions("Conv"))
+def _direct_conv(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall | None:
+    """Conv with pads that do not depend on the input's size (NOTSET with symmetric pads, VALID):
+    F.conv1d/2d/3d with its stride, padding and dilation written into the call."""
+    w = inputs[1]
+    rank = len(attrs["kernel_shape"]) if attrs.get("kernel_shape") else (None if w.rank is None else w.rank - 2)
+    auto_pad = attrs.get("auto_pad") or "NOTSET"
+    if rank not in _CONV or auto_pad not in ("NOTSET", "VALID"):
+        return None
+    pads = list(attrs.get("pads") or [0] * (2 * rank)) if auto_pad == "NOTSET" else [0] * (2 * rank)
+    if pads[:rank] != pads[rank:] or min(pads) < 0:
+        return None
+    kwargs = {"stride": tuple(attrs.get("strides") or (1,) * rank), "padding": tuple(pads[:rank]),
+              "dilation": tuple(attrs.get("dilations") or (1,) * rank), "groups": int(attrs.get("group") or 1)}
+    has_bias = len(inputs) > 2 and inputs[2].present
+    return DirectCall(_CONV[rank], (0, 1, 2) if has_bias else (0, 1), kwargs)
 
 
 @register("ConvTranspose", *reference_versions("ConvTranspose"))
@@ -366,6 +384,12 @@ def lrn(x: torch.Tensor, *, size: int, alpha: float = 1e-4, beta: float = 0.75, 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """MatMul with NumPy semantics."""
     return torch.matmul(a, b)
+
+
+@specializes("MatMul", *reference_versions("MatMul"))
+def _direct_matmul(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall:
+    """MatMul is torch.matmul itself."""
+    return DirectCall(torch.matmul, (0, 1), {})
 
 
 @register("Gemm", *reference_versions("Gemm"))

@@ -15,7 +15,16 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
 
 from sealtrace.torchbridge.dtypes import from_numpy, torch_dtype
-from sealtrace.torchbridge.registry import floats, ints, reference_versions, register, static_array
+from sealtrace.torchbridge.registry import (
+    DirectCall,
+    StepInput,
+    floats,
+    ints,
+    reference_versions,
+    register,
+    specializes,
+    static_array,
+)
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -82,6 +91,17 @@ def transpose(x: torch.Tensor, *, perm: tuple[int, ...] | None = None) -> torch.
     """Transpose (default: reverse the axes)."""
     order = list(perm) if perm else list(range(x.dim()))[::-1]
     return x.permute(order)
+
+
+@specializes("Transpose", *reference_versions("Transpose"))
+def _direct_transpose(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall | None:
+    """Transpose is torch.permute with the order written into the call."""
+    perm = attrs.get("perm")
+    if not perm:
+        if inputs[0].rank is None:
+            return None
+        perm = tuple(range(inputs[0].rank))[::-1]
+    return DirectCall(torch.permute, (0,), {"dims": tuple(int(p) for p in perm)})
 
 
 def _squeeze(x: torch.Tensor, axes: list[int] | None) -> torch.Tensor:
