@@ -8,6 +8,7 @@ backends agree on every output size.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -46,10 +47,27 @@ def _pad_spatial(x: torch.Tensor, begin: Sequence[int], end: Sequence[int], valu
     return F.pad(x, flat, mode="constant", value=value)
 
 
+def _conv_taps(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, window: Window, group: int
+               ) -> torch.Tensor:
+    """A convolution of any rank (torch's stop at 3-D): one grouped product per kernel tap."""
+    xp = _pad_spatial(x, window.pads_begin, window.pads_end)
+    n, c = x.shape[:2]
+    m, cg = w.shape[0], c // group
+    out_shape = list(window.out_shape)
+    y = torch.zeros((n, group, m // group, *out_shape), dtype=x.dtype, device=x.device)
+    for tap in window.taps:
+        view = _tap_view(xp, tap, window).reshape(n, group, cg, -1)
+        at: tuple[Any, ...] = (slice(None), slice(None), *tap)
+        taps = w[at].reshape(group, m // group, cg)
+        y = y + torch.einsum("ngcl,gmc->ngml", view, taps).reshape(y.shape)
+    y = y.reshape(n, m, *out_shape)
+    return y if b is None else y + b.reshape(1, -1, *([1] * len(out_shape)))
+
+
 def _conv_nd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, window: Window, group: int) -> torch.Tensor:
     rank = w.dim() - 2
     if rank not in _CONV:
-        raise ValueError(f"{rank}-D convolution has no torch equivalent")
+        return _conv_taps(x, w, b, window, group)
     if window.pads_begin == window.pads_end and min(window.pads_begin, default=0) >= 0:
         padding: Any = list(window.pads_begin)
     else:
@@ -95,14 +113,15 @@ def conv_transpose(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = No
                    strides: tuple[int, ...] | None = None) -> torch.Tensor:
     """ConvTranspose: the full transposed convolution, extended by output_padding, cropped by pads."""
     rank = w.dim() - 2
-    if rank not in _CONV_T:
-        raise ValueError(f"{rank}-D transposed convolution has no torch equivalent")
     kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
     s = list(strides) if strides else [1] * rank
     d = list(dilations) if dilations else [1] * rank
     op = list(output_padding) if output_padding else [0] * rank
     begin, out_shape = _transpose_geometry(list(x.shape[2:]), kernel, s, d, op, pads, output_shape, auto_pad)
-    full = _CONV_T[rank](x, w, None, stride=s, padding=0, dilation=d, groups=group)
+    if rank in _CONV_T:
+        full = _CONV_T[rank](x, w, None, stride=s, padding=0, dilation=d, groups=group)
+    else:
+        full = _conv_transpose_taps(x, w, s, d, group)
     # output_padding (and any output_shape overhang) extends the end with zeros, then pads crop.
     need = [bg + o for bg, o in zip(begin, out_shape, strict=True)]
     extra = [max(n - f, 0) for n, f in zip(need, full.shape[2:], strict=True)]
@@ -111,6 +130,28 @@ def conv_transpose(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = No
     y = full[index]
     if b is not None:
         y = y + b.reshape(1, -1, *([1] * rank))
+    return y
+
+
+def _conv_transpose_taps(x: torch.Tensor, w: torch.Tensor, strides: Sequence[int], dilations: Sequence[int],
+                         group: int) -> torch.Tensor:
+    """The full transposed convolution of any rank (no padding): every input position's product with
+    each kernel tap added at ``position * stride + tap * dilation``."""
+    n, c = x.shape[:2]
+    spatial = list(x.shape[2:])
+    kernel = list(w.shape[2:])
+    cg, mg = c // group, w.shape[1]
+    full = [(i - 1) * s + (k - 1) * d + 1 for i, k, s, d in zip(spatial, kernel, strides, dilations, strict=True)]
+    y = torch.zeros((n, group * mg, *full), dtype=x.dtype, device=x.device)
+    xs = x.reshape(n, group, cg, -1)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        at: tuple[Any, ...] = (slice(None), slice(None), *tap)
+        taps = w[at].reshape(group, cg, mg)
+        values = torch.einsum("ngcl,gcm->ngml", xs, taps).reshape(n, group * mg, *spatial)
+        index: list[slice] = [slice(None), slice(None)]
+        for t, i, s, d in zip(tap, spatial, strides, dilations, strict=True):
+            index.append(slice(t * d, t * d + (i - 1) * s + 1, s))
+        y[tuple(index)] += values
     return y
 
 

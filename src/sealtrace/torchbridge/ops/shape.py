@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import numpy as np
+import onnx
 import torch
 import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
 
@@ -452,13 +453,19 @@ CONFORMANCE_EXCLUSIONS: dict[str, str] = {
 
 
 @register("Cast", *reference_versions("Cast"))
-def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up", **_: Any) -> torch.Tensor:
-    """Cast to the ONNX element type ``to`` (string and 4-bit targets are not supported).
+def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up", **_: Any) -> Any:
+    """Cast to the ONNX element type ``to`` (4-bit targets have no torch dtype; a string target
+    is the reference kernel's formatting, a NumPy object array, with no gradient).
 
     float8 targets follow the spec's table: with ``saturate`` (the default) values beyond the
     type's range, infinities included, become its largest value; without it they become inf where
     the type has one, else NaN.
     """
+    if int(to) == onnx.TensorProto.STRING:
+        from sealtrace.ops.cast import _cast
+        from sealtrace.torchbridge.dtypes import to_numpy
+
+        return _cast(to_numpy(x), np.dtype(object), saturate, round_mode)
     target = torch_dtype(int(to))
     if target == torch.float8_e8m0fnu:
         return _to_e8m0(x, saturate, round_mode)
