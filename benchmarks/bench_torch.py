@@ -75,6 +75,17 @@ def _stand_in_torchvision() -> None:
     sys.modules.update({"torchvision": root, "torchvision.ops": ops, "torchvision.io": tv_io})
 
 
+_TORCHVISION_NOTE = {
+    "installed": "torchvision installed",
+    "stand-in": "no torchvision: a stand-in whose NMS, RoiAlign, DeformConv and ImageDecoder raise",
+}
+
+
+def _torchvision_state() -> str:
+    module = sys.modules.get("torchvision")
+    return "installed" if module is not None and getattr(module, "__file__", None) else "stand-in"
+
+
 def available_peers() -> dict[str, str]:
     """Each importable peer with its version."""
     _stand_in_torchvision()
@@ -543,7 +554,8 @@ def main() -> None:
         f"`python benchmarks/bench_torch.py --threads {args.threads}`: one run; latency is the median of up to "
         f"{args.repeats} interleaved rounds, {args.threads} intra-op thread(s) for every runtime, CPU.\n"
         f"Machine: {facts.get('cpu')} ({facts.get('cores')} cores), onnxruntime {facts.get('onnxruntime')}, "
-        f"torch {torch.__version__}, peers: {peer_versions}.\n\n" + "\n\n".join(sections) + "\n"
+        f"torch {torch.__version__}, peers: {peer_versions} (`pip install --no-deps`; "
+        f"{_TORCHVISION_NOTE[_torchvision_state()]}).\n\n" + "\n\n".join(sections) + "\n"
     )
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
