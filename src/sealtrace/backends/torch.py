@@ -16,8 +16,9 @@ import torch
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.errors import BackendError, KernelError, SealtraceError
 from sealtrace.plan.model import Plan, Step
-from sealtrace.torchbridge.control import run_scan
+from sealtrace.torchbridge.control import empty_scan_output, run_scan, run_scan_8
 from sealtrace.torchbridge.dtypes import from_numpy, to_numpy
+from sealtrace.torchbridge.reference_step import is_string_array
 from sealtrace.torchbridge.steps import call_translation, check_supported, tensor_attributes, translation_for
 
 
@@ -66,7 +67,9 @@ class TorchBackend:
         return result
 
     def _tensor(self, value: Any) -> Any:
-        if value is None or isinstance(value, torch.Tensor):
+        # Strings (torch has no string dtype) stay NumPy object arrays and maps stay dicts: only
+        # reference-kernel steps read them (torchbridge.reference_step).
+        if value is None or isinstance(value, (torch.Tensor, dict)) or is_string_array(value):
             return value
         if isinstance(value, list):  # a sequence
             return [self._tensor(v) for v in value]
@@ -140,6 +143,10 @@ class TorchBackend:
                 named = {**captured, **dict(zip(body.input_names, feeds, strict=True))}
                 return self._execute(body, named, observers, (*path, step.name, "body", str(t)))
 
+            if step.since_version < 9:  # Scan-8: sequence_lens first, batch axis 0
+                n_state = len(args) - 1 - int(step.attributes["num_scan_inputs"])
+                return run_scan_8(run_body, args[0], args[1:], n_state, len(body.outputs) - n_state,
+                                  step.attributes.get("directions"), lambda k: empty_scan_output(body, n_state + k))
             n_state = len(args) - int(step.attributes["num_scan_inputs"])
             return run_scan(run_body, args, n_state, len(body.outputs) - n_state, step.attributes)
         if step.op_type == "Constant":
@@ -150,12 +157,29 @@ class TorchBackend:
                 cached = (step, self._call(step, args))
                 self._constants[id(step)] = cached
             return cached[1]
-        return self._call(step, args)
+        return self._call(step, args, env, observers, path)
 
-    def _call(self, step: Step, args: list[Any]) -> list[Any]:
+    def _call(self, step: Step, args: list[Any], env: Mapping[str, Any] | None = None,
+              observers: Sequence[StepObserver] = (), path: tuple[str, ...] = ()) -> list[Any]:
         translation = translation_for(step)
         assert translation is not None  # check_supported ran first
-        return call_translation(translation, step, args, self._attrs(step))
+        attrs = self._attrs(step)
+        if translation.subgraphs:
+            attrs = {**attrs, **{name: self._subgraph_call(step, name, sub, env or {}, observers, path)
+                                 for name, sub in step.subgraphs.items()}}
+        return call_translation(translation, step, args, attrs)
+
+    def _subgraph_call(self, step: Step, name: str, sub: Plan, env: Mapping[str, Any],
+                       observers: Sequence[StepObserver], path: tuple[str, ...]) -> Any:
+        """A subgraph attribute as the callable its translation takes (feeds in, outputs out)."""
+        captured = {c: env[c] for c in sub.captures}
+        calls = iter(range(1 << 62))
+
+        def run(*feeds: Any) -> list[Any]:
+            named = {**captured, **dict(zip(sub.input_names, feeds, strict=True))}
+            return self._execute(sub, named, observers, (*path, step.name, name, str(next(calls))))
+
+        return run
 
     def _loop(
         self, step: Step, args: list[Any], env: Mapping[str, Any], observers: Sequence[StepObserver],

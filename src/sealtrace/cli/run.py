@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -15,7 +16,7 @@ from rich.text import Text
 
 from sealtrace.backends import make_backend
 from sealtrace.cli import app
-from sealtrace.errors import CheckFailedError, InputError
+from sealtrace.errors import BackendError, CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds, write_npz_atomically
 from sealtrace.outputs import OutputExistsError, OutputPathError, check_output
 from sealtrace.session import Session
@@ -198,7 +199,8 @@ def _record_in_ledger(ledger: Any, session: Session, feeds: Any, outputs: list[A
 
 @app.command()
 @click.option("--ops", default=None, metavar="A,B", help="Only the cases of these operators.")
-@click.option("--backend", type=click.Choice(["reference", "onnxruntime"]), default="reference", show_default=True)
+@click.option("--backend", type=click.Choice(["reference", "onnxruntime", "torch"]), default="reference",
+              show_default=True, help="torch: the torch bridge's translations (needs the torch extra).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 @click.option("--show-failures", is_flag=True, help="List every failed case with its reason.")
 def conformance(ops: str | None, backend: str, as_json: bool, show_failures: bool) -> None:
@@ -211,13 +213,15 @@ def conformance(ops: str | None, backend: str, as_json: bool, show_failures: boo
     wanted = [o.strip() for o in ops.split(",") if o.strip()] if ops is not None else None
     if wanted is not None and not wanted:
         raise InputError("--ops: no operator named (expected e.g. --ops Conv,Relu)")
+    if backend == "torch" and importlib.util.find_spec("torch") is None:
+        raise BackendError("--backend torch needs PyTorch: pip install 'sealtrace[torch]'")
     cases = collect_cases(wanted)  # unknown op names are refused here, before anything runs
     with Progress(transient=True, disable=as_json) as progress:
         task = progress.add_task("conformance", total=len(cases))
         report = run_conformance(
             backend,
             on_case=lambda _r: progress.advance(task),
-            excluded=excluded_cases() if backend == "reference" else None,
+            excluded=excluded_cases(backend) if backend in ("reference", "torch") else None,
             cases=cases,
         )
     totals = report.totals()

@@ -11,10 +11,17 @@ import sys
 import sealtrace.ops  # noqa: F401 - importing it loads every family module
 
 
-def excluded_cases() -> dict[str, str]:
-    """Every documented exclusion: case name -> why the case is not claimed."""
+def excluded_cases(backend: str = "reference") -> dict[str, str]:
+    """Every documented exclusion of ``backend``: case name -> why the case is not claimed.
+
+    The torch backend claims what the reference claims, less the cases its translations exclude
+    (types torch has no dtype for: sealtrace.torchbridge.conformance_exclusions)."""
     found: dict[str, str] = {}
     for name, module in sorted(sys.modules.items()):
         if name.startswith("sealtrace.ops.") and hasattr(module, "CONFORMANCE_EXCLUSIONS"):
             found.update(module.CONFORMANCE_EXCLUSIONS)
+    if backend == "torch":
+        from sealtrace.torchbridge.registry import conformance_exclusions
+
+        found.update(conformance_exclusions())
     return found

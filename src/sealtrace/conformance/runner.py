@@ -156,6 +156,28 @@ def reference_runner() -> Callable[[onnx.ModelProto], Runner | None]:
     return prepare
 
 
+def torch_runner() -> Callable[[onnx.ModelProto], Runner | None]:
+    """Factory of per-model run functions on the torch backend (the torch bridge's translations,
+    step by step); a model with an untranslated step is unsupported."""
+    from sealtrace.backends.torch import TorchBackend
+    from sealtrace.plan import build_plan
+    from sealtrace.torchbridge.steps import check_supported
+
+    backend = TorchBackend()
+
+    def prepare(model: onnx.ModelProto) -> Runner:
+        plan = build_plan(model)
+        check_supported(plan)
+
+        def run(_model: onnx.ModelProto, inputs: list[Any]) -> list[Any]:
+            outputs = backend.run(plan, dict(zip(plan.input_names, inputs, strict=False)))
+            return [outputs[n] for n in plan.output_names]
+
+        return run
+
+    return prepare
+
+
 def onnxruntime_runner() -> Callable[[onnx.ModelProto], Runner | None]:
     """Factory of per-model run functions on plain ONNX Runtime (to measure it on the same suite)."""
     import onnxruntime as ort
@@ -269,7 +291,7 @@ def run_conformance(
     cases: Sequence[NodeCase] | None = None,
 ) -> ConformanceReport:
     """Run every regenerated node case (or those of ``ops``, or ``cases`` already collected) on ``backend``."""
-    prepare = {"reference": reference_runner, "onnxruntime": onnxruntime_runner}[backend]()
+    prepare = {"reference": reference_runner, "onnxruntime": onnxruntime_runner, "torch": torch_runner}[backend]()
     report = ConformanceReport(backend)
     for case in cases if cases is not None else collect_cases(ops):
         if excluded and case.name in excluded:

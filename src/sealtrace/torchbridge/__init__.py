@@ -12,7 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from sealtrace.torchbridge.convert import IfModule, LoopModule, ScanModule, load_plan, to_torch
-from sealtrace.torchbridge.registry import registered_translations
+from sealtrace.torchbridge.registry import (
+    conformance_exclusions,
+    reference_kernel_ops,
+    registered_translations,
+)
 from sealtrace.torchbridge.steps import unsupported_steps
 
 
@@ -29,7 +33,9 @@ __all__ = [
     "IfModule",
     "LoopModule",
     "ScanModule",
+    "conformance_exclusions",
     "load_plan",
+    "reference_kernel_ops",
     "registered_translations",
     "to_torch",
     "unsupported_steps",

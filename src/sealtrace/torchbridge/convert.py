@@ -33,10 +33,11 @@ from sealtrace.backends.reference import StepContext
 from sealtrace.errors import InputError, UnsupportedError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan import ModelSource, Plan, Step, build_plan
-from sealtrace.torchbridge.control import run_scan
+from sealtrace.torchbridge.control import empty_scan_output, run_scan, run_scan_8
 from sealtrace.torchbridge.dtypes import from_numpy
 from sealtrace.torchbridge.ops.sequence import sequence_construct
-from sealtrace.torchbridge.registry import Translation
+from sealtrace.torchbridge.reference_step import ReferenceKernelStep, is_string_array
+from sealtrace.torchbridge.registry import DirectCall, StepInput, Translation
 from sealtrace.torchbridge.steps import check_supported, translation_for
 
 ModelLike = ModelSource | Plan
@@ -100,11 +101,13 @@ def _scalar(value: Any) -> Any:
 
 
 class ScanModule(torch.nn.Module):
-    """ONNX Scan (versions 9+): the body as a submodule, called once per scanned step."""
+    """ONNX Scan: the body as a submodule, called once per scanned step (Scan-8: per batch entry
+    and step, with ``sequence_lens`` as the first value)."""
 
     def __init__(self, body: torch.nn.Module, n_values: int, n_state: int, n_scan_out: int,
-                 attrs: Mapping[str, Any]) -> None:
+                 attrs: Mapping[str, Any], version8: bool = False) -> None:
         super().__init__()
+        self.version8 = version8
         self.body = body
         self.n_values = n_values
         self.n_state = n_state
@@ -118,8 +121,43 @@ class ScanModule(torch.nn.Module):
             result = self.body(*feeds, *captures)
             return result if isinstance(result, tuple) else (result,)
 
-        result = tuple(run_scan(call, values, self.n_state, self.n_scan_out, self.attrs))
+        if self.version8:  # sequence_lens first, batch axis 0
+            body_plan = self.attrs["body_plan"]
+            result = tuple(run_scan_8(call, values[0], values[1:], self.n_state, self.n_scan_out,
+                                      self.attrs.get("directions"),
+                                      lambda k: empty_scan_output(body_plan, self.n_state + k)))
+        else:
+            result = tuple(run_scan(call, values, self.n_state, self.n_scan_out, self.attrs))
         return result if len(result) != 1 else result[0]
+
+
+class SubgraphStep(torch.nn.Module):
+    """A translation that takes subgraphs (SequenceMap's body, FlexAttention's modifiers): each
+    subgraph a submodule, handed to the translation as a callable; the values the subgraphs read
+    from the enclosing graph arrive after the step's own inputs."""
+
+    def __init__(self, fn: Any, graphs: Mapping[str, torch.nn.Module], capture_positions: Mapping[str, list[int]],
+                 n_args: int) -> None:
+        super().__init__()
+        self.fn = fn
+        self.graphs = torch.nn.ModuleDict(dict(graphs))
+        self.capture_positions = dict(capture_positions)
+        self.n_args = n_args
+
+    def forward(self, *values: Any, **kwargs: Any) -> Any:
+        args, captures = values[: self.n_args], values[self.n_args :]
+        calls = {name: self._callable(name, [captures[i] for i in positions])
+                 for name, positions in self.capture_positions.items()}
+        return self.fn(*args, **kwargs, **calls)
+
+    def _callable(self, name: str, captures: list[Any]) -> Any:
+        graph = self.graphs[name]
+
+        def run(*feeds: Any) -> list[Any]:
+            result = graph(*feeds, *captures)
+            return list(result) if isinstance(result, tuple) else [result]
+
+        return run
 
 
 def load_plan(model: ModelLike) -> Plan:
@@ -210,6 +248,9 @@ class _Converter:
         self.onnx_names: dict[str, str] = {}
         self._attr_names: set[str] = set()
         self._buffers: dict[int, fx.Node] = {}
+        # Values holding strings at run time (NumPy object arrays): the steps reading them run
+        # their reference kernel (torch has no string dtype).
+        self.strings: set[str] = {info.name for info in plan.inputs if _is_string_info(info)}
 
     # -- values ---------------------------------------------------------------------------------
 
@@ -284,9 +325,15 @@ class _Converter:
         if cached is not None:
             return cached
         attr = self._attr_name(hint)
+        if is_string_array(value):  # kept as it is: the steps reading it run NumPy kernels
+            setattr(self.root, attr, np.array(value, dtype=object))
+            self.onnx_names[attr] = hint
+            node = self.graph.get_attr(attr)
+            self._buffers[id(value)] = node
+            return node
         try:
             tensor = self._tensor(value)
-        except ValueError as exc:  # strings, 4-bit types: nothing torch can hold
+        except ValueError as exc:  # 4-bit types: nothing torch can hold
             raise UnsupportedError([f"value {hint!r}: {exc}"]) from None
         self.root.register_buffer(attr, tensor)
         self.onnx_names[attr] = hint
@@ -407,15 +454,35 @@ class _Converter:
                 self.nodes[name] = node if len(step.outputs) == 1 else self.graph.call_function(_output, (node, i))
                 self.host.add(name)
 
+    def _reads_strings(self, step: Step) -> bool:
+        return any(n in self.strings or is_string_array(self.known.get(n)) for n in step.inputs if n)
+
     def _emit(self, step: Step) -> None:
         translation = translation_for(step)
         assert translation is not None  # check_supported ran first
-        args = [self._argument(translation, position, name) for position, name in enumerate(step.inputs)]
-        kwargs = self._kwargs(step, translation)
         hint = _identifier(next((o for o in step.outputs if o), step.name))
-        node = self.graph.create_node("call_function", translation.fn, tuple(args), kwargs, name=hint)
+        if translation.reference_kernel or self._reads_strings(step):
+            # Known inputs stay inside the step object, so the graph's arguments are run-time values.
+            constants = {i: self.known[n] for i, n in enumerate(step.inputs) if n and n in self.known}
+            constants.update({i: None for i, n in enumerate(step.inputs) if not n})
+            args = [self._materialize(n) for i, n in enumerate(step.inputs) if i not in constants]
+            node = self.graph.create_node("call_function", ReferenceKernelStep(step, constants), tuple(args), {},
+                                          name=hint)
+        elif translation.subgraphs:
+            self._emit_with_subgraphs(step, translation)
+            return
+        elif (direct := self._specialized(step, translation)) is not None:
+            args = [self._materialize(step.inputs[i]) for i in direct.inputs]
+            node = self.graph.create_node("call_function", direct.target, tuple(args), dict(direct.kwargs), name=hint)
+        else:
+            args = [self._argument(translation, position, name) for position, name in enumerate(step.inputs)]
+            kwargs = self._kwargs(step, translation)
+            node = self.graph.create_node("call_function", translation.fn, tuple(args), kwargs, name=hint)
         node.meta["onnx_node"] = step.name
         node.meta["onnx_op"] = f"{step.op_type}-{step.since_version}"
+        for name, info in zip(step.outputs, step.output_info, strict=False):
+            if name and (_is_string_info(info) or _is_string_info(self.plan.value_info.get(name))):
+                self.strings.add(name)
         if len(step.outputs) == 1:
             self.nodes[step.outputs[0]] = node
             return
@@ -424,6 +491,51 @@ class _Converter:
                 item = self.graph.call_function(_output, (node, i))
                 item.meta.update(node.meta)
                 self.nodes[name] = item
+
+    def _specialized(self, step: Step, translation: Translation) -> DirectCall | None:
+        """The translation's specializer's plain torch call for this step, if it has one."""
+        if translation.specialize is None or len(step.outputs) != 1:
+            return None
+        inputs = [self._step_input(name) for name in step.inputs]
+        attrs = {k: v for k, v in step.attributes.items() if not isinstance(v, (Plan, np.ndarray))}
+        return translation.specialize(attrs, inputs)
+
+    def _step_input(self, name: str) -> StepInput:
+        if not name:
+            return StepInput(present=False)
+        if name in self.known:
+            value = self.known[name]
+            if not isinstance(value, np.ndarray):
+                return StepInput(value=value)
+            return StepInput(value=value, dtype=_torch_dtype_of(value.dtype), rank=value.ndim)
+        node = self.nodes.get(name)
+        if node is not None and node.op == "get_attr":
+            weight = getattr(self.root, str(node.target))
+            return StepInput(dtype=weight.dtype, rank=weight.dim())
+        if name in self.host:
+            return StepInput()
+        info = self.plan.value_info.get(name) or next((i for i in self.plan.inputs if i.name == name), None)
+        if info is None or info.kind != "tensor":
+            return StepInput()
+        dtype = _torch_dtype_of(info.dtype) if info.dtype is not None else None
+        if dtype == torch.float32 and self.dtype is not None:
+            dtype = self.dtype
+        return StepInput(dtype=dtype, rank=None if info.shape is None else len(info.shape))
+
+    def _emit_with_subgraphs(self, step: Step, translation: Translation) -> None:
+        """A step whose translation takes its subgraphs as callables (SequenceMap, FlexAttention):
+        a :class:`SubgraphStep` module holding one submodule per subgraph."""
+        captures = sorted({c for sub in step.subgraphs.values() for c in sub.captures if c not in self.known})
+        graphs = {}
+        capture_positions = {}
+        for name, sub in step.subgraphs.items():
+            own = [c for c in captures if c in sub.captures]
+            graphs[name] = self._submodule(sub, [*sub.input_names, *own])
+            capture_positions[name] = [captures.index(c) for c in own]
+        args = [self._argument(translation, position, name) for position, name in enumerate(step.inputs)]
+        module = SubgraphStep(translation.fn, graphs, capture_positions, len(args))
+        self._call_module(step, module, [*args, *(self._materialize(c) for c in captures)],
+                          self._kwargs(step, translation))
 
     def _argument(self, translation: Translation, position: int, name: str) -> Any:
         if not name:
@@ -505,21 +617,25 @@ class _Converter:
         body: Plan = step.attributes["body"]
         captures = [c for c in body.captures if c not in self.known]
         module = self._submodule(body, [*body.input_names, *captures])
-        n_state = len(step.inputs) - int(step.attributes["num_scan_inputs"])
+        version8 = step.since_version < 9
+        n_state = len(step.inputs) - int(step.attributes["num_scan_inputs"]) - int(version8)
         attrs = {k: step.attributes.get(k) for k in
-                 ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions")}
-        scan = ScanModule(module, len(step.inputs), n_state, len(body.outputs) - n_state, attrs)
-        self._call_module(step, scan, [*(self._materialize(v) for v in step.inputs),
+                 ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions",
+                  "directions")}
+        attrs["body_plan"] = body
+        scan = ScanModule(module, len(step.inputs), n_state, len(body.outputs) - n_state, attrs, version8)
+        self._call_module(step, scan, [*(self._materialize(v) if v else None for v in step.inputs),
                                        *(self._materialize(c) for c in captures)])
 
     def _submodule(self, plan: Plan, inputs: list[str]) -> fx.GraphModule:
         sub = _Converter(plan, self.dtype, self.known, self.parameter_names)
         return sub.build(inputs, plan.output_names, single_output_unwrapped=False)
 
-    def _call_module(self, step: Step, module: torch.nn.Module, args: list[Any]) -> None:
+    def _call_module(self, step: Step, module: torch.nn.Module, args: list[Any],
+                     kwargs: dict[str, Any] | None = None) -> None:
         name = self._attr_name(f"{step.op_type.lower()}_{step.name}")
         self.root.add_module(name, module)
-        node = self.graph.call_module(name, tuple(args))
+        node = self.graph.call_module(name, tuple(args), kwargs or {})
         node.meta["onnx_node"] = step.name
         node.meta["onnx_op"] = f"{step.op_type}-{step.since_version}"
         for i, out in enumerate(step.outputs):
@@ -558,6 +674,17 @@ class HostStep:
 
     def __repr__(self) -> str:
         return f"HostStep({self.step.name!r}, {self.step.op_type})"
+
+
+def _torch_dtype_of(dtype: np.dtype[Any]) -> torch.dtype | None:
+    try:
+        return from_numpy(np.zeros(0, dtype=dtype)).dtype
+    except (ValueError, TypeError):
+        return None
+
+
+def _is_string_info(info: Any) -> bool:
+    return info is not None and info.dtype is not None and info.dtype.kind in "OSU"
 
 
 def shape_of(x: torch.Tensor, size: bool, start: int, end: int | None) -> np.ndarray:

@@ -28,6 +28,7 @@ _BY_ONNX: dict[int, torch.dtype] = {
     onnx.TensorProto.FLOAT8E4M3FNUZ: torch.float8_e4m3fnuz,
     onnx.TensorProto.FLOAT8E5M2: torch.float8_e5m2,
     onnx.TensorProto.FLOAT8E5M2FNUZ: torch.float8_e5m2fnuz,
+    onnx.TensorProto.FLOAT8E8M0: torch.float8_e8m0fnu,
 }
 # ml_dtypes names of the types NumPy lacks (torch converts them through float32).
 _ML_DTYPES = {
@@ -36,6 +37,7 @@ _ML_DTYPES = {
     torch.float8_e4m3fnuz: "float8_e4m3fnuz",
     torch.float8_e5m2: "float8_e5m2",
     torch.float8_e5m2fnuz: "float8_e5m2fnuz",
+    torch.float8_e8m0fnu: "float8_e8m0fnu",
 }
 _TO_ONNX = {v: k for k, v in _BY_ONNX.items()}
 
@@ -63,7 +65,8 @@ def from_numpy(array: Any) -> torch.Tensor:
         elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
         target = torch_dtype(elem)
         # bfloat16 (ml_dtypes) and friends: go through float32, which holds them exactly.
-        return torch.from_numpy(np.ascontiguousarray(arr.astype(np.float32))).to(target)
+        # (np.array, not np.ascontiguousarray, which turns a 0-d array into a 1-d one.)
+        return torch.from_numpy(np.array(arr.astype(np.float32), order="C")).to(target)
     return torch.from_numpy(np.array(arr, copy=True, order="C"))
 
 

@@ -17,6 +17,7 @@ import sealtrace.torchbridge.ops  # noqa: F401  (registers every translation)
 from sealtrace.errors import UnsupportedError
 from sealtrace.plan.model import Plan, Step
 from sealtrace.torchbridge.dtypes import from_numpy
+from sealtrace.torchbridge.reference_step import ReferenceKernelStep, holds_strings
 from sealtrace.torchbridge.registry import Translation, lookup
 
 # Control flow is handled by the executors themselves, not by a translation.
@@ -33,14 +34,11 @@ def unsupported_steps(plan: Plan) -> list[str]:
     problems: list[str] = []
     for path, step in plan.walk():
         where = "/".join((*path, step.name))
-        if step.domain not in ("", "ai.onnx"):
-            problems.append(f"{where!r} ({step.domain}::{step.op_type}): no torch translation for domain {step.domain!r}")
-        elif step.op_type == "Scan" and step.since_version < 9:
-            problems.append(f"{where!r} (Scan-8): the batched Scan of opset 8 has no torch translation")
-        elif step.op_type in CONTROL_FLOW:
+        if step.op_type in CONTROL_FLOW and step.domain in ("", "ai.onnx"):
             continue
         elif translation_for(step) is None:
-            problems.append(f"{where!r} ({step.op_type}-{step.since_version}): no torch translation")
+            op = f"{step.domain}::{step.op_type}" if step.domain not in ("", "ai.onnx") else step.op_type
+            problems.append(f"{where!r} ({op}-{step.since_version}): no torch translation")
     return problems
 
 
@@ -61,7 +59,7 @@ def tensor_attributes(step: Step, device: torch.device | None = None) -> dict[st
         if isinstance(value, onnx.TypeProto) or (isinstance(value, tuple) and value and
                                                  isinstance(value[0], onnx.TypeProto)):
             continue  # types (Optional's) are carried by the values themselves
-        if isinstance(value, np.ndarray):
+        if isinstance(value, np.ndarray) and value.dtype.kind not in "OSU":  # strings stay NumPy
             tensor = from_numpy(value)
             attrs[key] = tensor.to(device) if device is not None else tensor
         else:
@@ -70,7 +68,13 @@ def tensor_attributes(step: Step, device: torch.device | None = None) -> dict[st
 
 
 def call_translation(translation: Translation, step: Step, args: list[Any], attrs: Mapping[str, Any]) -> list[Any]:
-    """Run one translation and return its outputs as a list, one entry per declared output."""
+    """Run one translation and return its outputs as a list, one entry per declared output.
+
+    A step registered to run its reference kernel, or any step given strings (torch has no string
+    dtype), runs the NumPy kernel instead (:class:`ReferenceKernelStep`)."""
+    if translation.reference_kernel or any(holds_strings(a) for a in args):
+        result = ReferenceKernelStep(step)(*args)
+        return list(result) if len(step.outputs) != 1 else [result]
     extra = {"n_outputs": len(step.outputs)} if translation.n_outputs else {}
     result = translation.fn(*args, **attrs, **extra)
     # Several outputs are a tuple; a list is one sequence value.

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchbridge.registry import DirectCall, StepInput, reference_versions, register, specializes
 
 
 @register("Relu", *reference_versions("Relu"))
@@ -122,30 +123,58 @@ def _coerced(x: torch.Tensor, axis: int) -> tuple[torch.Tensor, torch.Size]:
     return x.reshape(outer, -1), x.shape
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def ordered_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sum along ``dim`` (kept) as NumPy sums the reference's values: float16 accumulates in float32
+    and rounds once (NumPy's pairwise sum, as torch's); bfloat16 (ml_dtypes) adds element by element
+    in order, rounding to bfloat16 after every addition."""
+    if x.dtype != torch.bfloat16 or x.shape[dim] == 0:
+        return x.sum(dim=dim, keepdim=True)
+    total = x.narrow(dim, 0, 1)
+    for j in range(1, x.shape[dim]):
+        total = total + x.narrow(dim, j, 1)
+    return total
+
+
+def half_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax step by step in x's own half-precision type (every op rounds), as the reference and
+    ONNX's conformance data compute it; a bfloat16 ulp is beyond the cases' tolerance."""
+    out = x - torch.amax(x, dim=dim, keepdim=True)
+    out = torch.exp(out)
+    return out / ordered_sum(out, dim)
+
+
+def _half_log_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    out = x - torch.amax(x, dim=dim, keepdim=True)
+    return out - torch.log(ordered_sum(torch.exp(out), dim))
+
+
 @register("Softmax", 1, 11)
 def softmax_v1(x: torch.Tensor, *, axis: int = 1) -> torch.Tensor:
     """Softmax-1/11: over the flattened trailing axes from ``axis``."""
     flat, shape = _coerced(x, axis)
-    return torch.softmax(flat, dim=1).reshape(shape)
+    return (half_softmax(flat, 1) if x.dtype in _HALF else torch.softmax(flat, dim=1)).reshape(shape)
 
 
 @register("Softmax", 13)
 def softmax(x: torch.Tensor, *, axis: int = -1) -> torch.Tensor:
-    """Softmax-13."""
-    return torch.softmax(x, dim=axis)
+    """Softmax-13 (torch's fused kernel; half-precision types step by step, as the reference)."""
+    return half_softmax(x, axis) if x.dtype in _HALF else torch.softmax(x, dim=axis)
 
 
 @register("LogSoftmax", 1, 11)
 def log_softmax_v1(x: torch.Tensor, *, axis: int = 1) -> torch.Tensor:
     """LogSoftmax-1/11."""
     flat, shape = _coerced(x, axis)
-    return torch.log_softmax(flat, dim=1).reshape(shape)
+    return (_half_log_softmax(flat, 1) if x.dtype in _HALF else torch.log_softmax(flat, dim=1)).reshape(shape)
 
 
 @register("LogSoftmax", 13)
 def log_softmax(x: torch.Tensor, *, axis: int = -1) -> torch.Tensor:
     """LogSoftmax-13."""
-    return torch.log_softmax(x, dim=axis)
+    return _half_log_softmax(x, axis) if x.dtype in _HALF else torch.log_softmax(x, dim=axis)
 
 
 def _hardmax(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -166,3 +195,25 @@ def hardmax(x: torch.Tensor, *, axis: int = -1) -> torch.Tensor:
     return _hardmax(x, axis)
 
 
+
+
+@register("SwiGLU", *reference_versions("SwiGLU"))
+def swiglu(a: torch.Tensor, b: torch.Tensor, *, alpha: float = 1.0) -> torch.Tensor:
+    """SwiGLU: Swish_alpha(A) * B, computed in float32 for half-precision inputs (as the reference)."""
+    if a.shape != b.shape:
+        raise ValueError(f"SwiGLU inputs must have one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    work = a.dtype if a.dtype == torch.float64 else torch.float32
+    wide = a.to(work)
+    return (wide * torch.sigmoid(wide * alpha) * b.to(work)).to(a.dtype)
+
+
+def _direct_activation(op_type: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def specializer(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall | None:
+        dtype = inputs[0].dtype
+        return DirectCall(fn, (0,), {}) if dtype is not None and dtype.is_floating_point else None
+
+    specializes(op_type, *reference_versions(op_type))(specializer)
+
+
+for _op, _fn in (("Relu", torch.relu), ("Sigmoid", torch.sigmoid), ("Tanh", torch.tanh)):
+    _direct_activation(_op, _fn)

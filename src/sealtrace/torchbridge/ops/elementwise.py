@@ -11,7 +11,14 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchbridge.registry import (
+    DirectCall,
+    StepInput,
+    reference_versions,
+    register,
+    specializes,
+    static_array,
+)
 
 
 def _legacy(b: torch.Tensor, a: torch.Tensor, broadcast: int | None, axis: int | None) -> torch.Tensor:
@@ -52,6 +59,20 @@ def _binary(op_type: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     register(op_type, *reference_versions(op_type))(translate)
 
 
+def _float_operands(attrs: dict[str, Any], inputs: list[StepInput]) -> bool:
+    """Whether every input is a floating-point tensor (known so at conversion time) and no legacy
+    broadcast attribute applies: the plain torch function then computes what the translation does."""
+    return not attrs.get("broadcast") and all(i.present and i.dtype is not None and i.dtype.is_floating_point
+                                              for i in inputs)
+
+
+def _direct(op_type: str, fn: Callable[..., torch.Tensor]) -> None:
+    def specializer(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall | None:
+        return DirectCall(fn, tuple(range(len(inputs))), {}) if _float_operands(attrs, inputs) else None
+
+    specializes(op_type, *reference_versions(op_type))(specializer)
+
+
 def _div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.is_floating_point() or a.is_complex():
         return torch.div(a, b)
@@ -73,6 +94,8 @@ _binary("Xor", torch.logical_xor)
 _binary("BitwiseAnd", torch.bitwise_and)
 _binary("BitwiseOr", torch.bitwise_or)
 _binary("BitwiseXor", torch.bitwise_xor)
+for _name, _function in (("Add", torch.add), ("Sub", torch.sub), ("Mul", torch.mul), ("Div", torch.div)):
+    _direct(_name, _function)
 
 
 def _unary(op_type: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -107,6 +130,9 @@ def bitwise_not(x: torch.Tensor) -> torch.Tensor:
 
 for _name, _fn in _UNARY.items():
     _unary(_name, _fn)
+for _name in ("Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan",
+              "Erf"):
+    _direct(_name, _UNARY[_name])
 
 
 @register("IsInf", *reference_versions("IsInf"))
@@ -184,11 +210,41 @@ def clip_v1(x: torch.Tensor, *, min: float | None = None, max: float | None = No
     return torch.clamp(x, low, high)
 
 
-@register("Clip", 11, 12, 13)
-def clip(x: torch.Tensor, low: torch.Tensor | None = None, high: torch.Tensor | None = None) -> torch.Tensor:
-    """Clip-11+: bounds as optional scalar inputs."""
-    if low is not None:
-        x = torch.maximum(x, low.to(x.dtype).reshape(()))
-    if high is not None:
-        x = torch.minimum(x, high.to(x.dtype).reshape(()))
-    return x
+def _clip_bound(value: Any, x: torch.Tensor) -> Any:
+    """A Clip bound as clamp takes it: a Python number when it was known at conversion time (the
+    fast scalar kernel, as nn.ReLU6/Hardtanh run), else a 0-d tensor in X's dtype."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return value.to(x.dtype).reshape(())
+    number = static_array(value).reshape(-1)[0].item()
+    return number if x.is_floating_point() else int(number)
+
+
+@register("Clip", 11, 12, 13, static=(1, 2))
+def clip(x: torch.Tensor, low: Any = None, high: Any = None) -> torch.Tensor:
+    """Clip-11+: bounds as optional scalar inputs; max then min, so NaN propagates and a low bound
+    above the high one gives the high one everywhere, as the spec asks."""
+    lo, hi = _clip_bound(low, x), _clip_bound(high, x)
+    if lo is None and hi is None:
+        return x
+    if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
+        if lo is not None:
+            x = torch.maximum(x, lo if isinstance(lo, torch.Tensor) else torch.tensor(lo, dtype=x.dtype))
+        if hi is not None:
+            x = torch.minimum(x, hi if isinstance(hi, torch.Tensor) else torch.tensor(hi, dtype=x.dtype))
+        return x
+    return torch.clamp(x, lo, hi)
+
+
+@specializes("Clip", 11, 12, 13)
+def _direct_clip(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall | None:
+    """Clip of a float tensor with bounds known at conversion time: torch.clamp with numbers."""
+    x, bounds = inputs[0], inputs[1:]
+    if x.dtype is None or not x.dtype.is_floating_point or any(b.present and b.value is None for b in bounds):
+        return None
+    numbers = [float(static_array(b.value).reshape(-1)[0]) if b.present else None for b in bounds]
+    numbers += [None] * (2 - len(numbers))
+    if numbers == [None, None]:
+        return None
+    return DirectCall(torch.clamp, (0,), {"min": numbers[0], "max": numbers[1]})

@@ -3,6 +3,7 @@ window functions, integer matmul/conv, DynamicQuantizeLinear, BitCast, AffineGri
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -148,15 +149,34 @@ def affine_grid(theta: torch.Tensor, size: Any, *, align_corners: int = 0) -> to
 @register("Col2Im", *reference_versions("Col2Im"), static=(1, 2))
 def col2im(x: torch.Tensor, image_shape: Any, block_shape: Any, *, dilations: tuple[int, ...] | None = None,
            pads: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None) -> torch.Tensor:
-    """Col2Im for 2-D images (torch.nn.functional.fold)."""
+    """Col2Im: sum the sliding blocks [N, C*prod(block), L] back into images of any rank (2-D
+    images with symmetric pads use torch's fold; the rest adds one strided slice per block tap)."""
     image, block = ints(image_shape), ints(block_shape)
-    if len(image) != 2:
-        raise ValueError("Col2Im is translated for 2-D images only")
-    p = list(pads) if pads else [0, 0, 0, 0]
-    if p[0] != p[2] or p[1] != p[3]:
-        raise ValueError("Col2Im with asymmetric pads is not translated")
-    return F.fold(x, tuple(image), tuple(block), dilation=tuple(dilations or (1, 1)), padding=(p[0], p[1]),
-                  stride=tuple(strides or (1, 1)))
+    rank = len(image)
+    s = list(strides) if strides else [1] * rank
+    d = list(dilations) if dilations else [1] * rank
+    p = list(pads) if pads else [0] * (2 * rank)
+    if rank == 2 and p[:2] == p[2:]:
+        return F.fold(x, tuple(image), tuple(block), dilation=tuple(d), padding=tuple(p[:2]), stride=tuple(s))
+    grid = [(i + p[a] + p[rank + a] - ((k - 1) * dd + 1)) // ss + 1
+            for a, (i, k, ss, dd) in enumerate(zip(image, block, s, d, strict=True))]
+    n = x.shape[0]
+    c = x.shape[1] // math.prod(block)
+    if c * math.prod(block) != x.shape[1] or math.prod(grid) != x.shape[2]:
+        raise ValueError(f"Col2Im: input {tuple(x.shape)} does not fit image {image} with blocks {block}")
+    cols = x.reshape(n, c, *block, *grid)
+    # A canvas of the padded image (plus any overhang of the last blocks); the pads are cut at the end.
+    canvas_shape = [max(g_ - 1, 0) * ss + (k - 1) * dd + 1 for g_, k, ss, dd in zip(grid, block, s, d, strict=True)]
+    canvas_shape = [max(cs, i + p[a] + p[rank + a]) for a, (cs, i) in enumerate(zip(canvas_shape, image, strict=True))]
+    canvas = torch.zeros((n, c, *canvas_shape), dtype=x.dtype, device=x.device)
+    for tap in itertools.product(*(range(k) for k in block)):
+        index: list[slice] = [slice(None), slice(None)]
+        for t, g_, ss, dd in zip(tap, grid, s, d, strict=True):
+            index.append(slice(t * dd, t * dd + (g_ - 1) * ss + 1, ss))
+        block_tap: tuple[Any, ...] = (slice(None), slice(None), *tap)
+        canvas[tuple(index)] += cols[block_tap]
+    window = (slice(None), slice(None), *(slice(p[a], p[a] + i) for a, i in enumerate(image)))
+    return canvas[window]
 
 
 _GRID_MODES = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest", "cubic": "bicubic",
@@ -166,11 +186,110 @@ _GRID_MODES = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest
 @register("GridSample", *reference_versions("GridSample"))
 def grid_sample(x: torch.Tensor, grid: torch.Tensor, *, align_corners: int = 0, mode: str = "linear",
                 padding_mode: str = "zeros") -> torch.Tensor:
-    """GridSample for 2-D (and 3-D linear/nearest) inputs via torch.nn.functional.grid_sample."""
-    if x.dim() not in (4, 5) or (x.dim() == 5 and mode in ("cubic", "bicubic")):
-        raise ValueError(f"GridSample {mode} on a {x.dim()}-D input is not translated")
-    return F.grid_sample(x, grid.to(x.dtype), mode=_GRID_MODES[mode], padding_mode=padding_mode,
-                         align_corners=bool(align_corners))
+    """GridSample: torch's grid_sample for float 2-D inputs and linear/nearest 3-D ones; every other
+    rank, mode and dtype by the reference's own formulation (:func:`_grid_sample_nd`)."""
+    if x.is_floating_point() and (x.dim() == 4 or (x.dim() == 5 and mode not in ("cubic", "bicubic"))):
+        return F.grid_sample(x, grid.to(x.dtype), mode=_GRID_MODES[mode], padding_mode=padding_mode,
+                             align_corners=bool(align_corners))
+    return _grid_sample_nd(x, grid, mode, padding_mode, align_corners)
+
+
+def _grid_reflect(c: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """Coordinates reflected into [low, high] by the nearer border until they land inside."""
+    span = high - low
+    if span <= 0:
+        return torch.full_like(c, low)
+    below, above = c < low, c > high
+    dx = torch.where(below, low - c, torch.where(above, c - high, torch.zeros_like(c)))
+    n = torch.trunc(dx / span)
+    r = dx - n * span
+    even = torch.remainder(n, 2) == 0
+    from_low = torch.where(even, low + r, high - r)
+    from_high = torch.where(even, high - r, low + r)
+    return torch.where(below, from_low, torch.where(above, from_high, c))
+
+
+def _padded_index(index: torch.Tensor, length: int, padding_mode: str, low: float, high: float,
+                  work: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if padding_mode == "zeros":
+        return torch.clamp(index, 0, length - 1), (index >= 0) & (index < length)
+    if padding_mode == "reflection":
+        index = torch.trunc(_grid_reflect(index.to(work), low, high)).to(torch.int64)
+    return torch.clamp(index, 0, length - 1), None
+
+
+def _cubic_kernel(d: torch.Tensor, a: float) -> torch.Tensor:
+    d = torch.abs(d)
+    d2, d3 = d * d, d * d * d
+    near = (a + 2) * d3 - (a + 3) * d2 + 1
+    far = a * d3 - 5 * a * d2 + 8 * a * d - 4 * a
+    return torch.where(d <= 1, near, torch.where(d < 2, far, torch.zeros_like(d)))
+
+
+def _grid_sample_nd(x: torch.Tensor, grid: torch.Tensor, mode: str, padding_mode: str, align_corners: int
+                    ) -> torch.Tensor:
+    """GridSample of any rank, mode and dtype, as the reference kernel computes it (sealtrace.ops.resize)."""
+    spatial = list(x.shape[2:])
+    rank = len(spatial)
+    if grid.shape[-1] != rank or grid.shape[0] != x.shape[0]:
+        raise ValueError(f"grid of shape {tuple(grid.shape)} does not fit an input of shape {tuple(x.shape)}")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    work = torch.float64 if torch.float64 in (x.dtype, grid.dtype) else torch.float32
+    g = grid.to(work)
+    coords, bounds = [], []
+    for d, length in enumerate(spatial):
+        n = g[..., rank - 1 - d]  # the grid lists coordinates innermost first (x, y, z ...)
+        if align_corners:
+            c = (n + 1) / 2 * (length - 1)
+            low, high = 0.0, float(length - 1)
+        else:
+            c = ((n + 1) * length - 1) / 2
+            low, high = -0.5, length - 0.5
+        if mode == "nearest":
+            c = torch.round(c)  # half to even
+        outside = (c < low) | (c > high)
+        if padding_mode == "border" and mode != "cubic":
+            c = torch.where(outside, torch.clamp(c, 0, length - 1), c)
+        elif padding_mode == "reflection":
+            c = torch.where(outside, _grid_reflect(c, low, high), c)
+        coords.append(c)
+        bounds.append((low, high))
+    data = x.movedim(1, -1)  # channels last: one advanced index gathers every channel of a point
+    batch = torch.arange(x.shape[0], device=x.device).reshape(-1, *([1] * (grid.dim() - 2)))
+    if mode == "nearest":
+        index: list[torch.Tensor] = [batch]
+        valid = torch.ones(grid.shape[:-1], dtype=torch.bool, device=x.device)
+        for d, c in enumerate(coords):
+            i, mask = _padded_index(torch.trunc(c).to(torch.int64), spatial[d], padding_mode, *bounds[d], work)
+            index.append(i)
+            if mask is not None:
+                valid = valid & mask
+        out = data[tuple(index)]
+        if padding_mode == "zeros":
+            out = torch.where(valid[..., None], out, torch.zeros((), dtype=x.dtype, device=x.device))
+        return out.movedim(-1, 1)
+    if mode not in ("linear", "cubic"):
+        raise ValueError(f"unknown GridSample mode {mode!r}")
+    offsets = range(2) if mode == "linear" else range(-1, 3)
+    per_dim = []
+    for d, c in enumerate(coords):
+        t = c - torch.floor(c)
+        weights = [1 - t, t] if mode == "linear" else [_cubic_kernel(t - o, -0.75) for o in offsets]
+        base = torch.floor(c).to(torch.int64)
+        taps = [_padded_index(base + o, spatial[d], padding_mode, *bounds[d], work) for o in offsets]
+        per_dim.append([(i, m, w) for (i, m), w in zip(taps, weights, strict=True)])
+    values = data.to(work)
+    acc = torch.zeros((*grid.shape[:-1], x.shape[1]), dtype=work, device=x.device)
+    for combo in itertools.product(*(range(len(taps)) for taps in per_dim)):
+        index = [batch]
+        weight = torch.ones(grid.shape[:-1], dtype=work, device=x.device)
+        for d, k in enumerate(combo):
+            i, mask, w = per_dim[d][k]
+            index.append(i)
+            weight = weight * (w if mask is None else torch.where(mask, w, torch.zeros_like(w)))
+        acc = acc + values[tuple(index)] * weight[..., None]
+    out = acc if x.is_floating_point() else torch.trunc(acc)
+    return out.to(x.dtype).movedim(-1, 1)
 
 
 @register("MaxUnpool", *reference_versions("MaxUnpool"), static=(2,))

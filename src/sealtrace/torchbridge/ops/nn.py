@@ -8,6 +8,7 @@ backends agree on every output size.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,7 @@ import torch.nn.functional as F  # noqa: N812 - the name every torch reader know
 from sealtrace.ops._windows import Window, resolve_window
 from sealtrace.ops.conv import _transpose_geometry
 from sealtrace.ops.pool import _avg_counts
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchbridge.registry import DirectCall, StepInput, reference_versions, register, specializes
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -46,10 +47,27 @@ def _pad_spatial(x: torch.Tensor, begin: Sequence[int], end: Sequence[int], valu
     return F.pad(x, flat, mode="constant", value=value)
 
 
+def _conv_taps(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, window: Window, group: int
+               ) -> torch.Tensor:
+    """A convolution of any rank (torch's stop at 3-D): one grouped product per kernel tap."""
+    xp = _pad_spatial(x, window.pads_begin, window.pads_end)
+    n, c = x.shape[:2]
+    m, cg = w.shape[0], c // group
+    out_shape = list(window.out_shape)
+    y = torch.zeros((n, group, m // group, *out_shape), dtype=x.dtype, device=x.device)
+    for tap in window.taps:
+        view = _tap_view(xp, tap, window).reshape(n, group, cg, -1)
+        at: tuple[Any, ...] = (slice(None), slice(None), *tap)
+        taps = w[at].reshape(group, m // group, cg)
+        y = y + torch.einsum("ngcl,gmc->ngml", view, taps).reshape(y.shape)
+    y = y.reshape(n, m, *out_shape)
+    return y if b is None else y + b.reshape(1, -1, *([1] * len(out_shape)))
+
+
 def _conv_nd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, window: Window, group: int) -> torch.Tensor:
     rank = w.dim() - 2
     if rank not in _CONV:
-        raise ValueError(f"{rank}-D convolution has no torch equivalent")
+        return _conv_taps(x, w, b, window, group)
     if window.pads_begin == window.pads_end and min(window.pads_begin, default=0) >= 0:
         padding: Any = list(window.pads_begin)
     else:
@@ -69,6 +87,24 @@ def conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, aut
     return _conv_nd(x, w, b, window, group)
 
 
+@specializes("Conv", *reference_versions("Conv"))
+def _direct_conv(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall | None:
+    """Conv with pads that do not depend on the input's size (NOTSET with symmetric pads, VALID):
+    F.conv1d/2d/3d with its stride, padding and dilation written into the call."""
+    w = inputs[1]
+    rank = len(attrs["kernel_shape"]) if attrs.get("kernel_shape") else (None if w.rank is None else w.rank - 2)
+    auto_pad = attrs.get("auto_pad") or "NOTSET"
+    if rank not in _CONV or auto_pad not in ("NOTSET", "VALID"):
+        return None
+    pads = list(attrs.get("pads") or [0] * (2 * rank)) if auto_pad == "NOTSET" else [0] * (2 * rank)
+    if pads[:rank] != pads[rank:] or min(pads) < 0:
+        return None
+    kwargs = {"stride": tuple(attrs.get("strides") or (1,) * rank), "padding": tuple(pads[:rank]),
+              "dilation": tuple(attrs.get("dilations") or (1,) * rank), "groups": int(attrs.get("group") or 1)}
+    has_bias = len(inputs) > 2 and inputs[2].present
+    return DirectCall(_CONV[rank], (0, 1, 2) if has_bias else (0, 1), kwargs)
+
+
 @register("ConvTranspose", *reference_versions("ConvTranspose"))
 def conv_transpose(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *, auto_pad: str = "NOTSET",
                    dilations: tuple[int, ...] | None = None, group: int = 1,
@@ -77,14 +113,15 @@ def conv_transpose(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = No
                    strides: tuple[int, ...] | None = None) -> torch.Tensor:
     """ConvTranspose: the full transposed convolution, extended by output_padding, cropped by pads."""
     rank = w.dim() - 2
-    if rank not in _CONV_T:
-        raise ValueError(f"{rank}-D transposed convolution has no torch equivalent")
     kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
     s = list(strides) if strides else [1] * rank
     d = list(dilations) if dilations else [1] * rank
     op = list(output_padding) if output_padding else [0] * rank
     begin, out_shape = _transpose_geometry(list(x.shape[2:]), kernel, s, d, op, pads, output_shape, auto_pad)
-    full = _CONV_T[rank](x, w, None, stride=s, padding=0, dilation=d, groups=group)
+    if rank in _CONV_T:
+        full = _CONV_T[rank](x, w, None, stride=s, padding=0, dilation=d, groups=group)
+    else:
+        full = _conv_transpose_taps(x, w, s, d, group)
     # output_padding (and any output_shape overhang) extends the end with zeros, then pads crop.
     need = [bg + o for bg, o in zip(begin, out_shape, strict=True)]
     extra = [max(n - f, 0) for n, f in zip(need, full.shape[2:], strict=True)]
@@ -93,6 +130,28 @@ def conv_transpose(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = No
     y = full[index]
     if b is not None:
         y = y + b.reshape(1, -1, *([1] * rank))
+    return y
+
+
+def _conv_transpose_taps(x: torch.Tensor, w: torch.Tensor, strides: Sequence[int], dilations: Sequence[int],
+                         group: int) -> torch.Tensor:
+    """The full transposed convolution of any rank (no padding): every input position's product with
+    each kernel tap added at ``position * stride + tap * dilation``."""
+    n, c = x.shape[:2]
+    spatial = list(x.shape[2:])
+    kernel = list(w.shape[2:])
+    cg, mg = c // group, w.shape[1]
+    full = [(i - 1) * s + (k - 1) * d + 1 for i, k, s, d in zip(spatial, kernel, strides, dilations, strict=True)]
+    y = torch.zeros((n, group * mg, *full), dtype=x.dtype, device=x.device)
+    xs = x.reshape(n, group, cg, -1)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        at: tuple[Any, ...] = (slice(None), slice(None), *tap)
+        taps = w[at].reshape(group, cg, mg)
+        values = torch.einsum("ngcl,gcm->ngml", xs, taps).reshape(n, group * mg, *spatial)
+        index: list[slice] = [slice(None), slice(None)]
+        for t, i, s, d in zip(tap, spatial, strides, dilations, strict=True):
+            index.append(slice(t * d, t * d + (i - 1) * s + 1, s))
+        y[tuple(index)] += values
     return y
 
 
@@ -111,16 +170,56 @@ def _padded_for(x: torch.Tensor, window: Window, value: float) -> torch.Tensor:
 def max_pool(x: torch.Tensor, *, n_outputs: int, kernel_shape: tuple[int, ...], auto_pad: str = "NOTSET",
              ceil_mode: int = 0, dilations: tuple[int, ...] | None = None, pads: tuple[int, ...] | None = None,
              storage_order: int = 0, strides: tuple[int, ...] | None = None) -> Any:
-    """MaxPool (the Indices output is not supported)."""
-    if n_outputs > 1:
-        raise ValueError("MaxPool's Indices output is not supported by the torch bridge")
+    """MaxPool, with the optional Indices output (flat indices into X, row- or column-major)."""
     rank = len(kernel_shape)
     window = _window(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     low = -math.inf if x.is_floating_point() else float(torch.iinfo(x.dtype).min)
     xp = _padded_for(x, window, low)
+    if n_outputs > 1:
+        return _max_pool_with_indices(x, xp, window, storage_order)
     y = _MAX_POOL[rank](xp, list(window.kernel), list(window.strides), 0, list(window.dilations))
     index = (slice(None), slice(None), *(slice(0, o) for o in window.out_shape))
     return y[index]
+
+
+def _tap_view(xp: torch.Tensor, tap: Sequence[int], window: Window) -> torch.Tensor:
+    index: list[slice] = [slice(None), slice(None)]
+    for i, s, d, o in zip(tap, window.strides, window.dilations, window.out_shape, strict=True):
+        index.append(slice(i * d, i * d + (o - 1) * s + 1, s))
+    return xp[tuple(index)]
+
+
+def _max_pool_with_indices(x: torch.Tensor, xp: torch.Tensor, window: Window, storage_order: int
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Values and flat indices, the window scanned tap by tap: the first maximum in scan order wins
+    (ONNX Runtime's rule, as in the reference kernel)."""
+    spatial = list(x.shape[2:])
+    rank = len(spatial)
+    order = range(rank) if storage_order == 0 else range(rank - 1, -1, -1)
+    weights = [0] * rank
+    step = 1
+    for a in reversed(list(order)):
+        weights[a] = step
+        step *= spatial[a]
+    best: torch.Tensor | None = None
+    best_index: torch.Tensor | None = None
+    for tap in window.taps:
+        view = _tap_view(xp, tap, window)
+        position = torch.zeros(window.out_shape, dtype=torch.int64, device=x.device)
+        for a, (t, s, d, pb, o) in enumerate(zip(tap, window.strides, window.dilations, window.pads_begin,
+                                                 window.out_shape, strict=True)):
+            coord = torch.arange(o, dtype=torch.int64, device=x.device) * s + t * d - pb
+            position = position + (coord * weights[a]).reshape((o,) + (1,) * (rank - 1 - a))
+        if best is None or best_index is None:
+            best, best_index = view, position.expand(view.shape)
+        else:
+            better = view > best
+            best = torch.where(better, view, best)
+            best_index = torch.where(better, position.expand(view.shape), best_index)
+    assert best is not None and best_index is not None
+    n, c = x.shape[:2]
+    plane = torch.arange(n * c, dtype=torch.int64, device=x.device).reshape(n, c, *([1] * rank)) * math.prod(spatial)
+    return best, best_index + plane
 
 
 def _window_sums(xp: torch.Tensor, window: Window) -> torch.Tensor:
@@ -183,14 +282,52 @@ def _channel(v: torch.Tensor, rank: int) -> torch.Tensor:
     return v.reshape(1, -1, *([1] * (rank - 2)))
 
 
-@register("BatchNormalization", *reference_versions("BatchNormalization"), n_outputs=True)
+def _channel_shaped(v: torch.Tensor, x: torch.Tensor, work: torch.dtype) -> torch.Tensor:
+    """A per-channel (C,) parameter as (C, 1, ..., 1); a per-activation one as X's shape without N."""
+    v = v.to(work)
+    if v.numel() == x.shape[1] and v.dim() <= 1:
+        return v.reshape(-1, *([1] * (x.dim() - 2)))
+    return v.reshape(x.shape[1:])
+
+
+def _batch_norm_inference(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor,
+                          var: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """One multiply-add per element with the per-channel factor and offset, as the reference (and
+    ONNX Runtime) fold them."""
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    eps = torch.tensor(epsilon, dtype=torch.float64).to(work)
+    factor = _channel_shaped(scale, x, work) / torch.sqrt(_channel_shaped(var, x, work) + eps)
+    offset = _channel_shaped(bias, x, work) - _channel_shaped(mean, x, work) * factor
+    return (x.to(work) * factor + offset).to(x.dtype)
+
+
+@register("BatchNormalization", *reference_versions("BatchNormalization", until=9), n_outputs=True)
+def batch_norm_v1(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
+                  *, n_outputs: int, epsilon: float = 1e-5, **_: Any) -> Any:
+    """BatchNormalization-1..9 with inference semantics: the running statistics pass through."""
+    outputs = (_batch_norm_inference(x, scale, bias, mean, var, epsilon), mean, var, mean, var)
+    return outputs[:n_outputs] if n_outputs > 1 else outputs[0]
+
+
+@register("BatchNormalization", *reference_versions("BatchNormalization", since=14), n_outputs=True)
 def batch_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, *,
-               n_outputs: int, epsilon: float = 1e-5, training_mode: int = 0, **_: Any) -> torch.Tensor:
-    """BatchNormalization in inference mode (running statistics)."""
-    if training_mode or n_outputs > 1:
-        raise ValueError("BatchNormalization in training mode is not supported by the torch bridge")
-    r = x.dim()
-    return (x - _channel(mean, r)) / torch.sqrt(_channel(var, r) + epsilon) * _channel(scale, r) + _channel(bias, r)
+               n_outputs: int, epsilon: float = 1e-5, momentum: float = 0.9, training_mode: int = 0) -> Any:
+    """BatchNormalization-14/15: inference (running statistics), or training mode: the batch's own
+    statistics (population variance) and the running ones updated with ``momentum``."""
+    if not training_mode:
+        outputs = (_batch_norm_inference(x, scale, bias, mean, var, epsilon), mean, var)
+        return outputs[:n_outputs] if n_outputs > 1 else outputs[0]
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xw = x.to(work)
+    dims = [0, *range(2, x.dim())]
+    current_mean = xw.mean(dim=dims)
+    current_var = xw.var(dim=dims, correction=0)
+    y = _batch_norm_inference(x, scale, bias, current_mean, current_var, epsilon)
+    m = torch.tensor(momentum, dtype=torch.float64).to(work)
+    running_mean = mean.to(work) * m + current_mean * (1 - m)
+    running_var = var.to(work) * m + current_var * (1 - m)
+    outputs = (y, running_mean.to(mean.dtype), running_var.to(var.dtype))
+    return outputs[:n_outputs] if n_outputs > 1 else outputs[0]
 
 
 @register("InstanceNormalization", *reference_versions("InstanceNormalization"))
@@ -207,8 +344,16 @@ def instance_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, *, e
 @register("LayerNormalization", *reference_versions("LayerNormalization"), n_outputs=True)
 def layer_norm(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None, *, n_outputs: int,
                axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> Any:
-    """LayerNormalization over the axes from ``axis`` (Mean and InvStdDev outputs included)."""
+    """LayerNormalization over the axes from ``axis`` (Mean and InvStdDev outputs included).
+
+    Y alone, of a float32/float64 input with a scale (and bias) of the normalized shape (what
+    exporters write for nn.LayerNorm), is torch's fused layer_norm: the same statistics in the
+    same precision, one kernel instead of ten."""
     a = axis + x.dim() if axis < 0 else axis
+    normalized = tuple(x.shape[a:])
+    if n_outputs == 1 and x.dtype in (torch.float32, torch.float64) and tuple(scale.shape) == normalized and \
+            scale.dtype == x.dtype and (bias is None or (tuple(bias.shape) == normalized and bias.dtype == x.dtype)):
+        return F.layer_norm(x, normalized, scale, bias, epsilon)
     dims = list(range(a, x.dim()))
     work = x.double() if x.dtype == torch.float64 else x.float()
     mean = work.mean(dim=dims, keepdim=True)
@@ -282,6 +427,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.matmul(a, b)
 
 
+@specializes("MatMul", *reference_versions("MatMul"))
+def _direct_matmul(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall:
+    """MatMul is torch.matmul itself."""
+    return DirectCall(torch.matmul, (0, 1), {})
+
+
 @register("Gemm", *reference_versions("Gemm"))
 def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, alpha: float = 1.0, beta: float = 1.0,
          transA: int = 0, transB: int = 0, **_: Any) -> torch.Tensor:
@@ -292,3 +443,27 @@ def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, alp
     if c is not None:
         y = y + (c * beta if beta != 1.0 else c)
     return y
+
+
+@register("CausalConvWithState", *reference_versions("CausalConvWithState"), n_outputs=True)
+def causal_conv_with_state(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                           past_state: torch.Tensor | None = None, *, n_outputs: int, activation: str = "none"
+                           ) -> Any:
+    """CausalConvWithState: a depthwise causal 1-D convolution over [past_state, x] (+ SiLU), and the
+    last kernel-1 steps as the new state; half-precision inputs compute in float32."""
+    if activation not in ("none", "silu", "swish"):
+        raise ValueError(f"CausalConvWithState: unknown activation {activation!r}")
+    batch, channels, _ = x.shape
+    k = weight.shape[2]
+    if past_state is None:
+        past_state = torch.zeros((batch, channels, k - 1), dtype=x.dtype, device=x.device)
+    padded = torch.cat([past_state, x], dim=2)
+    work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    y = F.conv1d(padded.to(work), weight.to(work).reshape(channels, 1, k), None, groups=channels)
+    if bias is not None:
+        y = y + bias.to(work).reshape(1, -1, 1)
+    if activation != "none":
+        y = y / (1 + torch.exp(-y))
+    present = padded[:, :, padded.shape[2] - (k - 1):]
+    outputs = (y.to(x.dtype), present)
+    return outputs[:n_outputs] if n_outputs > 1 else outputs[0]

@@ -116,6 +116,16 @@ def resize(x: torch.Tensor, roi: Any = None, scales: Any = None, sizes: Any = No
                    policy=keep_aspect_ratio_policy)
 
 
+@register("Upsample", 1)
+def upsample_1(x: torch.Tensor, *, height_scale: float | None = None, mode: str = "nearest",
+               width_scale: float | None = None) -> torch.Tensor:
+    """Upsample-1 (experimental): NCHW input, height_scale / width_scale attributes."""
+    if x.dim() != 4 or height_scale is None or width_scale is None:
+        raise ValueError("Upsample-1 takes an NCHW input and both height_scale and width_scale")
+    scales = [float(v) for v in np.array([1, 1, height_scale, width_scale], dtype=np.float32)]
+    return resize_10(x, scales, mode=mode)
+
+
 @register("Upsample", 7)
 def upsample_7(x: torch.Tensor, *, mode: str = "nearest", scales: tuple[float, ...]) -> torch.Tensor:
     """Upsample-7: scales as an attribute."""

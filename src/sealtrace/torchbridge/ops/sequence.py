@@ -6,6 +6,7 @@ interpreter). Several outputs are always a tuple, so a list is never mistaken fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -108,3 +109,19 @@ def optional_get_element(value: Any) -> Any:
     if value is None:
         raise ValueError("OptionalGetElement of an empty optional")
     return value
+
+
+@register("SequenceMap", *reference_versions("SequenceMap"), n_outputs=True, subgraphs=True)
+def sequence_map(input_sequence: list[Any], *additional_inputs: Any, n_outputs: int,
+                 body: Callable[..., list[Any]]) -> tuple[list[Any], ...]:
+    """SequenceMap: the body once per element; additional sequences are zipped, tensors shared."""
+    n = len(input_sequence)
+    for extra in additional_inputs:
+        if isinstance(extra, list) and len(extra) != n:
+            raise ValueError(f"SequenceMap: additional sequence of length {len(extra)}, expected {n}")
+    results: list[list[Any]] = [[] for _ in range(n_outputs)]
+    for i in range(n):
+        outputs = body(input_sequence[i], *(e[i] if isinstance(e, list) else e for e in additional_inputs))
+        for k, value in enumerate(outputs):
+            results[k].append(value)
+    return tuple(results)

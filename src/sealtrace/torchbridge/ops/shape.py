@@ -10,11 +10,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+import onnx
 import torch
 import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
 
 from sealtrace.torchbridge.dtypes import from_numpy, torch_dtype
-from sealtrace.torchbridge.registry import floats, ints, reference_versions, register, static_array
+from sealtrace.torchbridge.registry import (
+    DirectCall,
+    StepInput,
+    floats,
+    ints,
+    reference_versions,
+    register,
+    specializes,
+    static_array,
+)
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -81,6 +92,17 @@ def transpose(x: torch.Tensor, *, perm: tuple[int, ...] | None = None) -> torch.
     """Transpose (default: reverse the axes)."""
     order = list(perm) if perm else list(range(x.dim()))[::-1]
     return x.permute(order)
+
+
+@specializes("Transpose", *reference_versions("Transpose"))
+def _direct_transpose(attrs: dict[str, Any], inputs: list[StepInput]) -> DirectCall | None:
+    """Transpose is torch.permute with the order written into the call."""
+    perm = attrs.get("perm")
+    if not perm:
+        if inputs[0].rank is None:
+            return None
+        perm = tuple(range(inputs[0].rank))[::-1]
+    return DirectCall(torch.permute, (0,), {"dims": tuple(int(p) for p in perm)})
 
 
 def _squeeze(x: torch.Tensor, axes: list[int] | None) -> torch.Tensor:
@@ -402,7 +424,7 @@ def range_(start: Any, limit: Any, delta: Any, **_: Any) -> torch.Tensor:
     """
     # Range-27's stash_type (the precision of the accumulation) needs nothing here: every element
     # is computed directly as start + i * delta in double precision.
-    dtype = start.dtype if isinstance(start, torch.Tensor) else torch.as_tensor(static_array(start)).dtype
+    dtype = start.dtype if isinstance(start, torch.Tensor) else from_numpy(static_array(start)).dtype
     if dtype == torch.float64 and not isinstance(start, torch.Tensor):
         dtype = torch.float32
     first, last, step = (static_array(v).reshape(-1)[0].item() for v in (start, limit, delta))
@@ -412,15 +434,41 @@ def range_(start: Any, limit: Any, delta: Any, **_: Any) -> torch.Tensor:
     return (torch.arange(count, device=device, dtype=work) * step + first).to(dtype)
 
 
+# Node test cases the torch bridge does not claim, each with its reason (gathered by
+# sealtrace.torchbridge.conformance_exclusions, as the reference gathers its own).
+NO_TORCH_DTYPE = (
+    "torch has no usable 2/4-bit type: torch.int2/int4/uint2/uint4 are placeholders without conversion or "
+    "arithmetic kernels, and float4_e2m1fn_x2 packs two values per element (a different shape)"
+)
+_NARROW_TYPES = ("FLOAT4E2M1", "INT2", "INT4", "UINT2", "UINT4")
+_CAST_CASES = [
+    *(f"{source}_to_{narrow}" for source in ("FLOAT16", "FLOAT") for narrow in _NARROW_TYPES),
+    *(f"{narrow}_to_{target}" for narrow in _NARROW_TYPES
+      for target in ("FLOAT", "FLOAT16", *{"INT": ("INT8",), "UINT": ("UINT8",)}.get(narrow[:-1], ()))),
+]
+CONFORMANCE_EXCLUSIONS: dict[str, str] = {
+    **{f"test_cast_{case}": NO_TORCH_DTYPE for case in _CAST_CASES},
+    **{f"test_castlike_{case}{suffix}": NO_TORCH_DTYPE for case in _CAST_CASES for suffix in ("", "_expanded")},
+}
+
+
 @register("Cast", *reference_versions("Cast"))
-def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up", **_: Any) -> torch.Tensor:
-    """Cast to the ONNX element type ``to`` (string and 4-bit targets are not supported).
+def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up", **_: Any) -> Any:
+    """Cast to the ONNX element type ``to`` (4-bit targets have no torch dtype; a string target
+    is the reference kernel's formatting, a NumPy object array, with no gradient).
 
     float8 targets follow the spec's table: with ``saturate`` (the default) values beyond the
     type's range, infinities included, become its largest value; without it they become inf where
     the type has one, else NaN.
     """
+    if int(to) == onnx.TensorProto.STRING:
+        from sealtrace.ops.cast import _cast
+        from sealtrace.torchbridge.dtypes import to_numpy
+
+        return _cast(to_numpy(x), np.dtype(object), saturate, round_mode)
     target = torch_dtype(int(to))
+    if target == torch.float8_e8m0fnu:
+        return _to_e8m0(x, saturate, round_mode)
     if target in _FLOAT8 and x.is_floating_point():
         top = torch.finfo(target).max
         if saturate:
@@ -432,6 +480,29 @@ def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up",
             overflow = float("inf") if target == torch.float8_e5m2 else float("nan")
             x = torch.where(beyond, torch.copysign(torch.full_like(x, overflow), x), x)
     return x.to(target)
+
+
+def _to_e8m0(x: torch.Tensor, saturate: int, round_mode: str) -> torch.Tensor:
+    """float8e8m0 (a bare biased power-of-two exponent) from the float32 bits of ``x``, rounded by
+    ``round_mode`` as the spec (and the reference) does: torch's own cast rounds differently."""
+    bits = x.to(torch.float32).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    exponent = (bits >> 23) & 0xFF
+    fraction = bits & 0x7FFFFF
+    special = exponent == 0xFF
+    if round_mode == "up":
+        carry = fraction > 0
+    elif round_mode == "down":
+        carry = torch.zeros_like(special)
+    elif round_mode == "nearest":
+        carry = (fraction & 0x400000) > 0
+    else:
+        raise ValueError(f"Cast round_mode must be 'up', 'down' or 'nearest', got {round_mode!r}")
+    exponent = exponent + (carry & ~special).to(torch.int64)
+    if saturate:
+        exponent = torch.where(~special & (exponent > 0xFE), 0xFE, exponent)
+        exponent = torch.where(special & ~torch.isnan(x.to(torch.float32)), 0xFE, exponent)
+    exponent = torch.clamp(exponent, max=0xFF)
+    return exponent.to(torch.uint8).view(torch.float8_e8m0fnu)
 
 
 _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
@@ -446,12 +517,19 @@ def cast_like(x: torch.Tensor, like: torch.Tensor, *, saturate: int = 1, **_: An
 
 
 @register("Constant", *reference_versions("Constant"))
-def constant(**attrs: Any) -> torch.Tensor:
-    """Constant: whichever value attribute is set."""
+def constant(**attrs: Any) -> Any:
+    """Constant: whichever value attribute is set (strings as a NumPy object array: torch has none)."""
     for key in ("value", "sparse_value"):
         if attrs.get(key) is not None:
             v = attrs[key]
+            if isinstance(v, np.ndarray) and v.dtype.kind in "OSU":
+                return v
             return v if isinstance(v, torch.Tensor) else from_numpy(v)
+    for key in ("value_string", "value_strings"):
+        if attrs.get(key) is not None:
+            strings = np.empty(len(attrs[key]) if key == "value_strings" else (), dtype=object)
+            strings[...] = list(attrs[key]) if key == "value_strings" else attrs[key]
+            return strings
     if attrs.get("value_float") is not None:
         return torch.tensor(attrs["value_float"], dtype=torch.float32)
     if attrs.get("value_floats") is not None:
@@ -534,15 +612,53 @@ def non_zero(x: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(x).T.contiguous()
 
 
-@register("Dropout", *reference_versions("Dropout"), static=(1, 2), n_outputs=True)
-def dropout(x: torch.Tensor, ratio: Any = None, training_mode: Any = None, *, n_outputs: int, **_: Any
-            ) -> Any:
-    """Dropout in inference: the identity (and an all-true mask)."""
-    if training_mode is not None and ints(training_mode)[0]:
-        raise ValueError("Dropout with training_mode=1 is random; not supported")
-    if n_outputs > 1:
-        return x, torch.ones_like(x, dtype=torch.bool)
-    return x
+# Without a seed attribute the spec lets the runtime pick one; the reference's fixed one keeps the
+# two backends' masks identical.
+_DEFAULT_DROPOUT_SEED = 0
+
+
+def _dropout(x: torch.Tensor, ratio: float, training: bool, seed: int | None, mask_dtype: torch.dtype,
+             n_outputs: int) -> Any:
+    """Dropout: the identity in inference; in training the reference's seeded mask (NumPy's
+    RandomState, the generator ONNX's conformance data uses) applied in torch, so X's gradient flows."""
+    if not training or ratio == 0:
+        outputs: tuple[Any, ...] = (x, torch.ones(x.shape, dtype=mask_dtype, device=x.device))
+    else:
+        rng = np.random.RandomState(_DEFAULT_DROPOUT_SEED if seed is None else seed)
+        keep = torch.from_numpy(rng.uniform(0, 1.0, tuple(x.shape)) >= ratio).to(x.device)
+        compute = torch.promote_types(x.dtype, torch.float32)
+        one = torch.ones((), dtype=compute)
+        scale = one / (one - torch.tensor(ratio, dtype=torch.float64).to(compute))
+        dropped = torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+        outputs = ((dropped * scale).to(x.dtype), keep.to(mask_dtype))
+    return outputs[:n_outputs] if n_outputs > 1 else outputs[0]
+
+
+@register("Dropout", 1, 6, n_outputs=True)
+def dropout_v1(x: torch.Tensor, *, n_outputs: int, is_test: int = 0, ratio: float = 0.5, **_: Any) -> Any:
+    """Dropout-1/6: seeded random dropout unless ``is_test``; the mask has X's dtype."""
+    return _dropout(x, ratio, not is_test, None, x.dtype, n_outputs)
+
+
+@register("Dropout", 7, n_outputs=True)
+def dropout_v7(x: torch.Tensor, *, n_outputs: int, ratio: float = 0.5) -> Any:
+    """Dropout-7: the identity; a mask of ones in X's dtype."""
+    return _dropout(x, ratio, False, None, x.dtype, n_outputs)
+
+
+@register("Dropout", 10, n_outputs=True)
+def dropout_v10(x: torch.Tensor, *, n_outputs: int, ratio: float = 0.5) -> Any:
+    """Dropout-10: the identity; a bool mask of ones."""
+    return _dropout(x, ratio, False, None, torch.bool, n_outputs)
+
+
+@register("Dropout", *reference_versions("Dropout", since=12), static=(1, 2), n_outputs=True)
+def dropout(x: torch.Tensor, ratio: Any = None, training_mode: Any = None, *, n_outputs: int,
+            seed: int | None = None) -> Any:
+    """Dropout-12+: the identity unless ``training_mode``, then seeded random dropout; a bool mask."""
+    rate = 0.5 if ratio is None else floats(ratio)[0]
+    training = training_mode is not None and bool(ints(training_mode)[0])
+    return _dropout(x, rate, training, seed, torch.bool, n_outputs)
 
 
 @register("Einsum", *reference_versions("Einsum"))
@@ -595,3 +711,32 @@ def arg_min(x: torch.Tensor, *, axis: int = 0, keepdims: int = 1, select_last_in
     """ArgMin."""
     return _arg(x, axis, keepdims, select_last_index, False)
 
+
+
+@register("TensorScatter", *reference_versions("TensorScatter"))
+def tensor_scatter(past_cache: torch.Tensor, update: torch.Tensor, write_indices: torch.Tensor | None = None, *,
+                   axis: int = -2, mode: str = "linear") -> torch.Tensor:
+    """TensorScatter: ``update`` written into a copy of the cache at per-batch offsets along ``axis``
+    (``circular`` wraps around the cache length)."""
+    a = _axis(axis, past_cache.dim())
+    if a == 0:
+        raise ValueError("TensorScatter axis cannot be the batch axis")
+    if mode not in ("linear", "circular"):
+        raise ValueError(f"unknown TensorScatter mode {mode!r}")
+    batch, max_len, seq_len = past_cache.shape[0], past_cache.shape[a], update.shape[a]
+    expected = (*past_cache.shape[:a], seq_len, *past_cache.shape[a + 1:])
+    if update.dim() != past_cache.dim() or tuple(update.shape) != tuple(expected) or seq_len > max_len:
+        raise ValueError(f"update shape {tuple(update.shape)} does not fit cache shape {tuple(past_cache.shape)} "
+                         f"on axis {a}")
+    starts = torch.zeros(batch, dtype=torch.int64, device=past_cache.device) if write_indices is None \
+        else write_indices.to(torch.int64)
+    positions = starts[:, None] + torch.arange(seq_len, device=past_cache.device)
+    if mode == "circular":
+        positions = positions % max_len
+    elif seq_len and (int(positions.min()) < 0 or int(positions.max()) >= max_len):
+        raise ValueError("TensorScatter linear write runs past the cache")
+    # The sequence axis next to the batch axis: one index_put writes every row (differentiable in both).
+    target = past_cache.movedim(a, 1)
+    rows = torch.arange(batch, device=past_cache.device)[:, None].expand(batch, seq_len)
+    present = target.index_put((rows, positions), update.movedim(a, 1))
+    return present.movedim(1, a)
