@@ -32,17 +32,17 @@ import io
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from sealtrace import __version__
 from sealtrace.digest import canonical_json
 from sealtrace.errors import InputError, SealtraceError
-from sealtrace.ledger import Ledger, Receipt, RecordError, Trail, new_record
+from sealtrace.ledger import Ledger, Trail, new_record
 from sealtrace.scale.cluster import Executor, worker_name
 from sealtrace.scale.datasets import Request, iter_positions, open_dataset
-from sealtrace.scale.errors import JobError
+from sealtrace.scale.errors import JobError, JobInterrupted
+from sealtrace.scale.ordered import Appended, Outcome, append_in_order
 from sealtrace.scale.shipped import ShippedModel, ship_model
 
 JOB_FORMAT = "sealtrace.batch.job.v1"
@@ -73,16 +73,7 @@ class BatchTask:
     requests: list[Request]
 
 
-@dataclass
-class RunOutcome:
-    """What a worker made of one request: its record and trail, or why it failed."""
-
-    position: int
-    name: str
-    record: dict[str, Any] | None
-    trail: Trail | None
-    error: str | None
-    worker: str
+RunOutcome = Outcome  # what a worker made of one request: its record and trail, or why it failed
 
 
 def run_batch_task(model: ShippedModel, task: BatchTask) -> list[RunOutcome]:
@@ -242,7 +233,31 @@ def run_batch(job: BatchJob, executor: Executor, on_progress: Progress | None = 
             on_progress(0, todo, 0)
         tasks = (BatchTask(job_id, job.audit, job.principal, job.sample, dataset.read(positions))
                  for positions in iter_positions(dataset.size, held, job.task_size))
-        _append_in_order(ledger, executor, model, tasks, job.store_inputs, summary, todo, on_progress)
+        done = 0
+
+        def outcome(result: RunOutcome) -> None:
+            summary.workers[result.worker] += 1
+            if result.record is None:
+                summary.failures.append(Failure(result.position, result.name, result.error or "failed"))
+
+        def task_done(count: int) -> None:
+            nonlocal done
+            done += count
+            if on_progress is not None:
+                on_progress(done, todo, len(summary.failures))
+
+        def inputs_of(task: BatchTask) -> dict[int, Any]:
+            return {r.position: r.feeds for r in task.requests} if job.store_inputs else {}
+
+        appended = Appended()
+        try:
+            append_in_order(ledger, executor, run_batch_task, model, tasks, inputs_of=inputs_of,
+                            on_outcome=outcome, on_task=task_done, appended=appended)
+        except KeyboardInterrupt:
+            raise JobInterrupted(summary) from None
+        finally:
+            summary.recorded, summary.first_index = appended.recorded, appended.first_index
+            summary.skipped += appended.already
         ledger.sign_tree_head()
         summary.ledger_size = ledger.size
     finally:
@@ -258,64 +273,6 @@ def _recorded_positions(ledger: Ledger, job_id: str, size: int) -> set[int]:
         ids = {batch_record_id(job_id, p): p for p in range(start, min(size, start + 4096))}
         held.update(ids[record_id] for record_id in ledger.holding(ids))
     return held
-
-
-def _append_in_order(
-    ledger: Ledger, executor: Executor, model: ShippedModel, tasks: Any, store_inputs: bool,
-    summary: BatchSummary, todo: int, on_progress: Progress | None,
-) -> None:
-    """Run the tasks; append their records in task order (tasks are in position order)."""
-    feeds_of: dict[int, dict[int, Any]] = {}  # task number -> position -> feeds (to store them)
-    finished: dict[int, list[RunOutcome]] = {}
-    next_task = 0
-    done = 0
-    durable: list[tuple[RunOutcome, Future[Receipt]]] = []
-
-    def tasks_kept() -> Any:
-        for number, task in enumerate(tasks):
-            feeds_of[number] = {r.position: r.feeds for r in task.requests} if store_inputs else {}
-            yield task
-
-    try:
-        for number, outcomes in executor.run(run_batch_task, model, tasks_kept()):
-            finished[number] = outcomes
-            done += len(outcomes)
-            while next_task in finished:
-                stored = feeds_of.pop(next_task, {})
-                for outcome in finished.pop(next_task):
-                    summary.workers[outcome.worker] += 1
-                    if outcome.record is None:
-                        summary.failures.append(Failure(outcome.position, outcome.name, outcome.error or "failed"))
-                        continue
-                    future = ledger.submit(outcome.record, inputs=stored.get(outcome.position), trail=outcome.trail)
-                    durable.append((outcome, future))
-                next_task += 1
-            durable = _settle(durable, summary, wait=False)
-            if on_progress is not None:
-                on_progress(done, todo, len(summary.failures))
-    finally:
-        _settle(durable, summary, wait=True)
-
-
-def _settle(durable: list[tuple[RunOutcome, Future[Receipt]]], summary: BatchSummary,
-            wait: bool) -> list[tuple[RunOutcome, Future[Receipt]]]:
-    """Count the appends that are durable; the ones still on their way (unless ``wait``)."""
-    pending = []
-    for outcome, future in durable:
-        if not wait and not future.done():
-            pending.append((outcome, future))
-            continue
-        try:
-            receipt = future.result()
-        except RecordError as exc:
-            if "already holds a record with this id" in str(exc):
-                summary.skipped += 1  # another driver of this job appended it meanwhile
-                continue
-            raise
-        summary.recorded += 1
-        if summary.first_index is None or receipt.index < summary.first_index:
-            summary.first_index = receipt.index
-    return pending
 
 
 __all__: Sequence[str] = ["BatchJob", "BatchSummary", "BatchTask", "Failure", "RunOutcome", "batch_record_id",

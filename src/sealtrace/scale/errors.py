@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sealtrace.errors import InputError, SealtraceError
 
 
@@ -12,3 +14,11 @@ class ClusterError(SealtraceError):
 class JobError(InputError):
     """A job that cannot start as asked: its records are already in the ledger (resume it), or it
     names nothing to do (exit 2)."""
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """A job stopped by Ctrl-C (a KeyboardInterrupt still): what it had made durable is in ``summary``."""
+
+    def __init__(self, summary: Any) -> None:
+        super().__init__("interrupted")
+        self.summary = summary
