@@ -197,8 +197,11 @@ class BatchJob:
 Progress = Callable[[int, int, int], None]  # (requests done by this run, requests to do, failures)
 
 
-def run_batch(job: BatchJob, executor: Executor, on_progress: Progress | None = None) -> BatchSummary:
+def run_batch(job: BatchJob, executor: Executor, on_progress: Progress | None = None,
+              on_outcome: Callable[[RunOutcome], None] | None = None) -> BatchSummary:
     """Run ``job`` on ``executor``; every record durable in the job's ledger before this returns.
+    ``on_progress(done, to do, failed)`` is called as tasks finish; ``on_outcome`` sees each request's
+    outcome (record or failure, and the worker that ran it) in position order, before its append.
 
     Interrupted (KeyboardInterrupt, a failed task), it stops submitting, appends nothing more, and
     closes the ledger with everything already submitted durable: the ledger then holds a prefix of
@@ -236,6 +239,8 @@ def run_batch(job: BatchJob, executor: Executor, on_progress: Progress | None = 
         done = 0
 
         def outcome(result: RunOutcome) -> None:
+            if on_outcome is not None:
+                on_outcome(result)
             summary.workers[result.worker] += 1
             if result.record is None:
                 summary.failures.append(Failure(result.position, result.name, result.error or "failed"))

@@ -4,7 +4,8 @@ A dataset is an ordered list of requests; a request's *position* is its place in
 positions order the ledger's records (docs/scale.md). Readers trust nothing in the files: .npz files
 go through :mod:`sealtrace.arrayfiles` (declared sizes checked before allocating); a Parquet file's
 footer length, row counts and each row group's declared (uncompressed) size are checked against the
-memory budget before anything is read or decoded, and every value is checked against the layout.
+memory budget before anything is read or decoded (a decoded value takes at most 8 bytes; strings must
+be plain-encoded), and every value is checked against the layout.
 
 **Directory of .npz files**: every regular ``*.npz`` file directly inside it, in byte order of the file
 names; one request per file, its arrays named by the model's inputs (``np.savez(f, x=..., mask=...)``).
@@ -18,7 +19,8 @@ names; one request per file, its arrays named by the model's inputs (``np.savez(
 - column ``NAME.shape`` (optional): the tensor's shape, a list of integers; without it the model's
   declared shape is used, which must then be fixed (no dynamic axis).
 
-No nulls; other columns are ignored. ``pyarrow.table({"x": [[...], ...], "x.shape": [[1, 4], ...]})``
+No nulls; other columns are ignored; string columns written without a dictionary
+(``use_dictionary=False``: a dictionary's decoded size is not bounded by anything the file declares). ``pyarrow.table({"x": [[...], ...], "x.shape": [[1, 4], ...]})``
 written with ``pyarrow.parquet.write_table`` is such a file.
 """
 
@@ -139,8 +141,8 @@ class ParquetRequests:
         self._footer = self._read_footer(size)
         try:
             with open_regular_file(path, "Parquet file", DatasetError)[0] as f:
-                metadata = pq.ParquetFile(f, thrift_string_size_limit=1 << 26,
-                                          thrift_container_size_limit=1 << 20).metadata
+                opened = pq.ParquetFile(f, thrift_string_size_limit=1 << 26, thrift_container_size_limit=1 << 20)
+                metadata, names = opened.metadata, set(opened.schema_arrow.names)
         except SealtraceError:
             raise
         except Exception as exc:  # pyarrow's errors (ArrowInvalid, OSError ...) on a malformed file
@@ -148,7 +150,6 @@ class ParquetRequests:
         self.size = int(metadata.num_rows)
         if not 0 < self.size <= MAX_REQUESTS:
             raise DatasetError(f"{path}: {self.size} rows (a dataset needs 1 to {MAX_REQUESTS})")
-        names = set(metadata.schema.names)
         self._columns: list[str] = []
         for info in self._inputs:
             if info.name not in names:
@@ -161,14 +162,26 @@ class ParquetRequests:
                 raise DatasetError(f"{path}: input {info.name!r} has a dynamic shape ({info.describe()}): "
                                    f"give each row's shape in a column {info.name + SHAPE_SUFFIX!r}")
         # Rows of each row group, and what reading its columns declares it needs.
-        self._groups: list[tuple[int, int, int]] = []  # (first row, rows, declared bytes)
-        wanted = {name for name in self._columns}
+        self._groups: list[tuple[int, int, int]] = []  # (first row, rows, bytes its columns decode to, at most)
+        wanted = set(self._columns)
         first = 0
         for g in range(metadata.num_row_groups):
             group = metadata.row_group(g)
-            declared = sum(int(group.column(c).total_uncompressed_size) for c in range(group.num_columns)
-                           if group.column(c).path_in_schema.split(".list.")[0] in wanted
-                           or group.column(c).path_in_schema in wanted)
+            declared = 16 * int(group.num_rows)  # list offsets
+            for c in range(group.num_columns):
+                chunk = group.column(c)
+                if chunk.path_in_schema.split(".list.")[0] not in wanted and chunk.path_in_schema not in wanted:
+                    continue
+                # Encoded sizes do not bound decoded ones (a run of zeros encodes in a few bytes): a
+                # decoded value takes at most 8 bytes, a string its plain-encoded size, and strings
+                # behind a dictionary could take any multiple of it, so they are refused.
+                if chunk.physical_type == "BYTE_ARRAY":
+                    if chunk.has_dictionary_page:
+                        raise DatasetError(f"{path}: column {chunk.path_in_schema!r} is dictionary-encoded strings, "
+                                           "whose decoded size nothing bounds: write it with use_dictionary=False")
+                    declared += int(chunk.total_uncompressed_size) + 16 * int(chunk.num_values)
+                else:
+                    declared += max(int(chunk.total_uncompressed_size), 8 * int(chunk.num_values))
             self._groups.append((first, int(group.num_rows), declared))
             first += int(group.num_rows)
         if first != self.size:
@@ -232,16 +245,16 @@ class ParquetRequests:
 
         self._cached = None
         first, count, declared = self._groups[group]
-        # Decoding makes one NumPy copy beside Arrow's buffers: twice what the row group declares.
-        check_allocation(2 * declared + 16 * count, f"{self.path}: row group {group} ({count} rows)")
         try:
+            # Decoding makes one NumPy copy beside Arrow's buffers: twice what the row group may take.
+            check_allocation(2 * declared, f"{self.path}: row group {group} ({count} rows)")
             with open_regular_file(self.path, "Parquet file", DatasetError)[0] as f:
                 table = pq.ParquetFile(f, thrift_string_size_limit=1 << 26,
                                        thrift_container_size_limit=1 << 20).read_row_group(group, columns=self._columns)
             if table.num_rows != count:
                 raise DatasetError(f"{self.path}: row group {group} holds {table.num_rows} rows, its metadata says {count}")
             rows = {name: _column_rows(table.column(name), name, self.path, first) for name in self._columns}
-        except DatasetError as exc:
+        except SealtraceError as exc:
             rows = {"__error__": [str(exc)]}  # every request of the group fails, naming why
         except Exception as exc:
             rows = {"__error__": [f"{self.path}: row group {group} cannot be read ({_brief(exc)})"]}
