@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -53,9 +55,31 @@ class Executor(Protocol):
     def share(self, value: Any) -> Shared: ...
 
     def run(self, fn: Callable[[Any, Any], Any], shared: Any, tasks: Iterable[Any],
-            num_cpus: float = 1) -> Iterator[tuple[int, Any]]: ...
+            num_cpus: float = 1, stop: threading.Event | None = None) -> Iterator[tuple[int, Any]]: ...
 
     def close(self) -> None: ...
+
+
+@contextlib.contextmanager
+def graceful_interrupt() -> Iterator[threading.Event]:
+    """Ctrl-C (SIGINT) sets the event instead of raising wherever the main thread is (inside a run, a
+    KeyboardInterrupt would end it halfway): the job stops at the next task boundary. A second Ctrl-C
+    raises at once. Outside the main thread, nothing changes."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def interrupted(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class InProcess:
@@ -69,8 +93,10 @@ class InProcess:
         return Shared(value=value)
 
     def run(self, fn: Callable[[Any, Any], Any], shared: Any, tasks: Iterable[Any],
-            num_cpus: float = 1) -> Iterator[tuple[int, Any]]:
+            num_cpus: float = 1, stop: threading.Event | None = None) -> Iterator[tuple[int, Any]]:
         for number, task in enumerate(tasks):
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
             yield number, fn(shared, task)
 
     def close(self) -> None:
@@ -123,7 +149,7 @@ class RayExecutor:
         return Shared(ref=self._ray.put(value))
 
     def run(self, fn: Callable[[Any, Any], Any], shared: Any, tasks: Iterable[Any],
-            num_cpus: float = 1) -> Iterator[tuple[int, Any]]:
+            num_cpus: float = 1, stop: threading.Event | None = None) -> Iterator[tuple[int, Any]]:
         ray = self._ray
         remote = ray.remote(num_cpus=num_cpus, max_retries=self.max_retries, retry_exceptions=False)(fn)
         window = 2 * self.workers
@@ -141,7 +167,9 @@ class RayExecutor:
                     pending[remote.remote(shared, task)] = number
                 if not pending:
                     return
-                done, _ = ray.wait(list(pending), num_returns=1)
+                if stop is not None and stop.is_set():
+                    raise KeyboardInterrupt
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=0.25)  # the stop is looked at
                 for ref in done:
                     number = pending.pop(ref)
                     yield number, self._result(ref, number)

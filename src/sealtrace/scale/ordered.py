@@ -5,7 +5,8 @@ results as they finish; results that come early wait here for those before them,
 :class:`~sealtrace.ledger.Ledger` receives the records in position order, and its writer commits them
 in that order (group commits: one transaction for everything queued). At most the executor's window
 of tasks is held. An interruption stops the appends at a task boundary: the ledger then holds a
-prefix of the job (in position order), which a resumed job completes.
+prefix of the job (in position order), which a resumed job completes. Ctrl-C is taken at a task boundary
+(:func:`~sealtrace.scale.cluster.graceful_interrupt`): a run is never cut off halfway.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealtrace.ledger import Ledger, Receipt, RecordError, Trail
-from sealtrace.scale.cluster import Executor
+from sealtrace.scale.cluster import Executor, graceful_interrupt
 
 
 @dataclass
@@ -69,20 +70,21 @@ def append_in_order(
             yield task
 
     try:
-        for number, outcomes in executor.run(fn, shared, keeping(tasks)):
-            finished[number] = outcomes
-            while next_task in finished:
-                stored = kept.pop(next_task, {})
-                for outcome in finished.pop(next_task):
-                    if on_outcome is not None:
-                        on_outcome(outcome)
-                    if outcome.record is not None:
-                        in_flight.append(ledger.submit(outcome.record, inputs=stored.get(outcome.position),
-                                                       trail=outcome.trail))
-                next_task += 1
-            in_flight = _settle(in_flight, appended, wait=False)
-            if on_task is not None:
-                on_task(len(outcomes))
+        with graceful_interrupt() as stop:
+            for number, outcomes in executor.run(fn, shared, keeping(tasks), stop=stop):
+                finished[number] = outcomes
+                while next_task in finished:
+                    stored = kept.pop(next_task, {})
+                    for outcome in finished.pop(next_task):
+                        if on_outcome is not None:
+                            on_outcome(outcome)
+                        if outcome.record is not None:
+                            in_flight.append(ledger.submit(outcome.record, inputs=stored.get(outcome.position),
+                                                           trail=outcome.trail))
+                    next_task += 1
+                in_flight = _settle(in_flight, appended, wait=False)
+                if on_task is not None:
+                    on_task(len(outcomes))
     finally:
         _settle(in_flight, appended, wait=True)
     return appended
