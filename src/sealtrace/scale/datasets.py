@@ -87,6 +87,10 @@ def open_dataset(path: str | os.PathLike[str], inputs: Sequence[ValueInfo]) -> D
         magic = f.read(4)
     if magic != b"PAR1":
         raise DatasetError(f"{where}: not a Parquet file (no PAR1 magic) nor a directory of .npz files")
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise DatasetError(f"{where}: reading Parquet needs pyarrow: pip install 'sealtrace[ray]'") from None
     return ParquetRequests(where, inputs, size)
 
 
