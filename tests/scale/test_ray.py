@@ -3,6 +3,7 @@ that finish, with every record exactly once, when a worker process or a whole no
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -146,7 +147,8 @@ def test_ledger_replay_the_same_with_and_without_ray(ray_cluster: Any, material:
     verify_ok(tmp_path / "b.db", material["pub"])
 
 
-def test_falsify_sweep_the_same_results_with_and_without_ray(ray_cluster: Any, tmp_path: Path) -> None:
+def test_falsify_sweep_the_same_results_with_and_without_ray(ray_cluster: Any, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     from sealtrace.falsify import SearchSettings
     from sealtrace.falsify.instances import read_instances, run_instances
@@ -168,6 +170,12 @@ def test_falsify_sweep_the_same_results_with_and_without_ray(ray_cluster: Any, t
     assert comparable(local) == comparable(clustered)
     assert [r.result for r in clustered] == ["sat", "unknown", "error"]
     assert clustered[0].counterexample is not None and clustered[0].run_digest  # certified on the worker
+
+    from sealtrace.cli import main
+
+    assert main(["falsify-bench", str(tmp_path / "i.csv"), "--seed", "3", "--json", "--ray", ray_cluster.address]) == 1
+    table = json.loads(capsys.readouterr().out)["results"]
+    assert [(row["result"], row["certified"]) for row in table] == [("sat", "yes"), ("unknown", "no"), ("error", "no")]
 
 
 def test_batch_command_on_the_cluster(ray_cluster: Any, material: dict[str, Path], tmp_path: Path,

@@ -273,7 +273,7 @@ def replay_ledger(job: LedgerReplay, executor: Executor, on_progress: Progress |
         selected = _select(ledger, job.since, models, summary)
         for pair in models.values():  # only the backends the selected records name are opened
             pair.served = _served_models(pair.replay, {r["backend"]["name"] for _, r in selected
-                                                       if _model_key(r) == f"{pair.replay.digest}:{_plan_of(r)}"})
+                                                       if r["model"]["container_digest"] == pair.replay.digest})
         held = _replayed(ledger, job_id, selected)
         if held and not job.resume:
             raise JobError(f"{job.ledger}: {len(held)} of the {len(selected)} selected records were already replayed "
@@ -312,10 +312,6 @@ def replay_ledger(job: LedgerReplay, executor: Executor, on_progress: Progress |
         ledger.close()
         summary.seconds = time.monotonic() - started
     return summary
-
-
-def _plan_of(record: dict[str, Any]) -> str:
-    return str(record["model"]["plan_digest"])
 
 
 def _served_models(shipped: ShippedModel, names: set[str]) -> dict[str, ShippedModel]:
