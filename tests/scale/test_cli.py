@@ -102,3 +102,15 @@ def test_ctrl_c_then_resume(material: dict[str, Path], tmp_path: Path) -> None:
     job = again.stdout.split()[1].rstrip(":")
     assert [r["id"] for r in records_of(ledger)] == [batch_record_id(job, p) for p in range(300)]
     verify_ok(ledger, material["pub"])
+
+
+def test_without_ray_nothing_of_ray_is_imported(material: dict[str, Path], tmp_path: Path) -> None:
+    script = (
+        "import sys\nfrom sealtrace.cli import main\n"
+        f"assert main({_argv(material, material['tiny_data'], tmp_path / 'l.db')!r}) == 0\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OPENBLAS_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(records_of(tmp_path / "l.db")) == 12

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sealtrace.cli import main
+from sealtrace.errors import InputError
 from sealtrace.ops import registry
 from sealtrace.scale import BatchJob, InProcess, JobError, run_batch
 from sealtrace.scale import shipped as shipped_models
@@ -100,6 +101,10 @@ def test_since_and_records_of_models_not_given(material: dict[str, Path], tmp_pa
     assert (summary.selected, summary.replayed, dict(summary.unmatched)) == (16, 4, {"tiny": 12})
     future = _replay(material, tmp_path / "l.db", since="2999-01-01")
     assert (future.selected, future.replayed) == (0, 0)
+    second = records_of(tmp_path / "l.db")[20]["time"][:19] + "Z"  # 2025-01-31T12:00:00Z: that whole second on
+    assert _replay(material, tmp_path / "l.db", since=second, resume=True).selected >= 16
+    with pytest.raises(InputError, match="leaf index"):
+        _replay(material, tmp_path / "l.db", since="yesterday")
 
 
 def test_replay_command(material: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],

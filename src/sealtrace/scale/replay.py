@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -47,6 +48,7 @@ from sealtrace.scale.ordered import Appended, Outcome, append_in_order
 from sealtrace.scale.shipped import ShippedModel, ship_model
 
 REPLAY_FORMAT = "sealtrace.replay.job.v1"
+_TIME_PREFIX = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}(:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?)?Z?)?")
 RECORD_ID_TAG = b"sealtrace.replay.record.v1"
 NO_TRAIL = "(io-only record: no trail)"
 DEFAULT_TASK_SIZE = 8
@@ -338,8 +340,12 @@ def _select(ledger: Ledger, since: str | None, models: dict[str, ModelPair],
     if since is not None:
         if since.isdigit():
             start = int(since)
+        elif _TIME_PREFIX.fullmatch(since):
+            # Records' times are RFC 3339 UTC strings of one width: a prefix (without its Z) compares as a time.
+            after_time = since.removesuffix("Z")
         else:
-            after_time = since
+            raise InputError(f"--since {since[:80]!r}: give a leaf index (1200) or a UTC time (2025-01-31, "
+                             "2025-01-31T12:00:00Z)")
     selected = []
     for index, record in ledger.records(start):
         if record["kind"] != "inference" or (after_time is not None and record["time"] < after_time):

@@ -110,12 +110,13 @@ def ship_model(
 ) -> tuple[ShippedModel, Session]:
     """Read and verify the container at ``path`` here, share its bytes with the workers; the model
     to ship and this process's Session of it."""
-    from sealtrace.container import is_container
+    from sealtrace.container import is_container, open_container
     from sealtrace.signing import load_public_key
 
     where = os.fspath(path)
     if not is_container(path):
         raise InputError(f"{where}: not a sealed container (seal it first: sealtrace seal MODEL.onnx -o MODEL.seal)")
+    open_container(path).close()  # its structure checked by name, as Session("x.seal") does (a bad .seal: exit 1)
     f, size = open_regular_file(path, "container")
     with f:
         check_allocation(size, f"{where}: container")
