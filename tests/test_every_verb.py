@@ -37,6 +37,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (w / "ckpt").mkdir()
     (w / "ckpt" / "a.npy").write_bytes((w / "x.npy").read_bytes())
     (w / "adir").mkdir()
+    (w / "reqs").mkdir()
+    np.savez(w / "reqs" / "a.npz", x=np.ones((1, 2), np.float32))
     (w / "empty").write_bytes(b"")
     (w / "exists.txt").write_text("mine\n")
     for argv in (
@@ -177,8 +179,22 @@ READS: dict[str, dict[str, Argv]] = {
         "--ssl-keyfile": lambda w, b: ["serve", p(w, SEAL), *SERVE, "--ssl-certfile", p(w, PUB), "--ssl-keyfile", b],
     },
     "serve-token": {"--token-file": lambda w, b: ["serve-token", "alice", "--token-file", b]},
+    "batch": {
+        "MODEL": lambda w, b: ["batch", b, p(w, "reqs"), *BATCH],
+        "INPUTS": lambda w, b: ["batch", p(w, SEAL), b, *BATCH],
+        "--ledger": lambda w, b: ["batch", p(w, SEAL), p(w, "reqs"), "--ledger", b],
+        "--trust": lambda w, b: ["batch", p(w, SEAL), p(w, "reqs"), *BATCH, "--trust", b],
+        "--sign": lambda w, b: ["batch", p(w, SEAL), p(w, "reqs"), "--ledger", p(w, "batch.db"), "--sign", b],
+    },
+    "ledger replay": {
+        "STORE": lambda w, b: ["ledger", "replay", b, "--container", p(w, SEAL)],
+        "--container": lambda w, b: ["ledger", "replay", p(w, "ledger.db"), "--container", b],
+        "--trust": lambda w, b: ["ledger", "replay", p(w, "ledger.db"), "--container", p(w, SEAL), "--trust", b],
+        "--sign": lambda w, b: ["ledger", "replay", p(w, "ledger.db"), "--container", p(w, SEAL), "--sign", b],
+    },
 }
 SERVE = ["--port", "0", "--sign", "{key}", "--ledger", "{ledger}"]
+BATCH = ["--ledger", "{batch_ledger}", "--sign", "{key}"]
 
 # verb -> {what is written: argv with the bad path in that place}
 WRITES: dict[str, dict[str, Argv]] = {
@@ -229,11 +245,11 @@ def test_the_table_names_every_verb() -> None:
 
 
 # Where the bad kind is in fact good input: an empty TOML document is an empty tolerance table; any
-# file (an empty one too) can be bound to a container; a ledger or token file that does not exist yet
-# is created, and an empty one is an empty ledger or token table.
+# file (an empty one too) can be bound to a container; a ledger (serve, batch) or token file that does
+# not exist yet is created, and an empty one is an empty ledger or token table.
 VALID = {("parity", "--tolerance-file", "empty"), ("bind", "ARTIFACT", "empty"), ("serve", "--ledger", "missing"),
          ("serve", "--ledger", "empty"), ("serve-token", "--token-file", "missing"),
-         ("serve-token", "--token-file", "empty")}
+         ("serve-token", "--token-file", "empty"), ("batch", "--ledger", "missing"), ("batch", "--ledger", "empty")}
 
 
 def _bad_input(w: Path, kind: str, what: str) -> str:
@@ -282,7 +298,7 @@ def test_bad_input_file(
     work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, verb: str, what: str, kind: str
 ) -> None:
     _no_serving(monkeypatch)
-    argv = [a.format(key=p(work, KEY), ledger=p(work, "serve.db")) for a in READS[verb][what](work, _bad_input(work, kind, what))]
+    argv = [a.format(key=p(work, KEY), ledger=p(work, "serve.db"), batch_ledger=p(work, "batch.db")) for a in READS[verb][what](work, _bad_input(work, kind, what))]
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2, err

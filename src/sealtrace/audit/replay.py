@@ -297,3 +297,14 @@ def _compare_outputs(report: ReplayReport, logged_footer: dict[str, Any], replay
     for entry in logged_footer["outputs"]:
         if replayed.get(entry["name"]) != entry["digest"]:
             report.outputs_differing.append(entry["name"])
+
+
+def compare_runs(logged: list[dict[str, Any]], replayed: list[dict[str, Any]], where: str = "<audit log>") -> ReplayReport:
+    """Compare two runs' audit records (header, steps, footer; the logged ones verified) step by step,
+    as :func:`replay_log` does: the first step whose outputs differ, and the graph outputs that do.
+    What a ledger replay uses to say where a full-audit replay and the record's trail part."""
+    report = ReplayReport(where)
+    _compare(report, logged, replayed)
+    if logged and replayed and logged[-1].get("type") == "footer" and replayed[-1].get("type") == "footer":
+        _compare_outputs(report, logged[-1], replayed[-1])
+    return report

@@ -146,9 +146,14 @@ def falsify(
               help="Write the table to FILE: .csv (every column) or .md (Markdown with a summary); repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite existing --out files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results and summary as JSON.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Spread the instances over a Ray cluster (a Ray started here with --ray alone); each "
+                   "counterexample is certified where it was found. Needs pip install 'sealtrace[ray]'.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Instances at a time with --ray (default: the cluster's CPUs).")
 def falsify_bench(
     instances_file: str, timeout: float | None, seed: int, limit: int | None, out_paths: tuple[str, ...],
-    force: bool, as_json: bool,
+    force: bool, as_json: bool, ray_address: str | None, workers: int | None,
 ) -> None:
     """Falsify every instance of a VNN-COMP instances file (network,property,timeout[,expected]).
 
@@ -175,6 +180,13 @@ def falsify_bench(
     )
 
     instances = read_instances(instances_file)[:limit]
+    if workers is not None and ray_address is None:
+        raise InputError("--workers is for --ray (without it, the instances run in this process)")
+    executor = None
+    if ray_address is not None:
+        from sealtrace.scale import executor_for
+
+        executor = executor_for(ray_address, workers)
     found = {"sat": 0}
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -190,8 +202,18 @@ def falsify_bench(
                 found["sat"] += 1
             progress.update(task, advance=1, sat=found["sat"])
 
-        results = run_instances(instances, timeout_s=timeout, settings=SearchSettings(seed=seed),
-                                on_start=started, on_result=finished)
+        if executor is None:
+            results = run_instances(instances, timeout_s=timeout, settings=SearchSettings(seed=seed),
+                                    on_start=started, on_result=finished)
+        else:
+            from sealtrace.scale.sweep import sweep_instances
+
+            progress.update(task, description=f"falsify on {executor.description}")
+            try:
+                results = sweep_instances(instances, executor, timeout_s=timeout, settings=SearchSettings(seed=seed),
+                                          on_result=finished)
+            finally:
+                executor.close()
     summary = summarize(results)
     for out in out_paths:
         if out.endswith(".csv"):

@@ -52,6 +52,7 @@ class InstanceResult:
     rejected: int = 0
     error: str | None = None
     error_exit_code: int | None = None  # the error's CLI exit code: 2 bad input, 1 a failed check
+    counterexample: tuple[float, ...] | None = None  # the certified input, flat, as run
 
     @property
     def wrong(self) -> bool:
@@ -112,31 +113,44 @@ def run_instances(
     on_result: Callable[[InstanceResult], None] | None = None,
 ) -> list[InstanceResult]:
     """Falsify every instance; ``timeout_s`` caps each instance's own limit. Errors are recorded, not raised."""
-    import time
-
-    base = settings or SearchSettings()
     results = []
     for instance in instances:
         if on_start is not None:
             on_start(instance)
-        budget = instance.timeout_s if timeout_s is None else min(instance.timeout_s, timeout_s)
-        started = time.perf_counter()
-        try:
-            prop = load_vnnlib(instance.vnnlib)
-            run_settings = SearchSettings(**{**base.__dict__, "timeout_s": budget})
-            outcome = falsify(instance.network, prop, run_settings, cache_dir=cache_dir)
-            cex = outcome.counterexample
-            result = InstanceResult(
-                instance, outcome.status, time.perf_counter() - started, outcome.certified, budget,
-                outcome.time_to_counterexample_s, cex.run_digest if cex else None, outcome.rejected_count,
-            )
-        except SealtraceError as exc:
-            result = InstanceResult(instance, "error", time.perf_counter() - started, False, budget,
-                                    error=str(exc), error_exit_code=exc.exit_code)
+        result = run_instance(instance, timeout_s=timeout_s, settings=settings, cache_dir=cache_dir)
         results.append(result)
         if on_result is not None:
             on_result(result)
     return results
+
+
+def run_instance(
+    instance: Instance,
+    *,
+    timeout_s: float | None = None,
+    settings: SearchSettings | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> InstanceResult:
+    """Falsify one instance (its counterexample certified here); an error is the result, not raised.
+    What :func:`run_instances` does for each, and a cluster's task for one (sealtrace.scale.sweep)."""
+    import time
+
+    base = settings or SearchSettings()
+    budget = instance.timeout_s if timeout_s is None else min(instance.timeout_s, timeout_s)
+    started = time.perf_counter()
+    try:
+        prop = load_vnnlib(instance.vnnlib)
+        run_settings = SearchSettings(**{**base.__dict__, "timeout_s": budget})
+        outcome = falsify(instance.network, prop, run_settings, cache_dir=cache_dir)
+        cex = outcome.counterexample
+        return InstanceResult(
+            instance, outcome.status, time.perf_counter() - started, outcome.certified, budget,
+            outcome.time_to_counterexample_s, cex.run_digest if cex else None, outcome.rejected_count,
+            counterexample=tuple(float(v) for v in cex.x) if cex is not None and outcome.certified else None,
+        )
+    except SealtraceError as exc:
+        return InstanceResult(instance, "error", time.perf_counter() - started, False, budget,
+                              error=str(exc), error_exit_code=exc.exit_code)
 
 
 @dataclass(frozen=True)

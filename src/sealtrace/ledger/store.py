@@ -228,6 +228,11 @@ class SqlStore(ABC):
             rows = self._fetch(connection, f"SELECT idx, {_BODY} FROM records WHERE id = ?", (record_id,))
         return (int(rows[0][0]), row_bytes(rows[0][1])) if rows else None
 
+    def existing_ids(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are ids of stored records (read outside any append)."""
+        with self._reader() as connection:
+            return Transaction(self, connection).existing_ids(ids)
+
     def record_at(self, index: int) -> tuple[str, bytes] | None:
         """(id, leaf bytes) of leaf ``index``."""
         with self._reader() as connection:

@@ -32,12 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.audit.records import value_identity
 from sealtrace.errors import SealtraceError
-from sealtrace.ledger import Ledger, new_record, replay_link
-from sealtrace.ledger.records import record_leaf
+from sealtrace.ledger import Ledger
 from sealtrace.ledger.values import Trail
-from sealtrace.parity.metrics import Tolerance, compare_values
+from sealtrace.ledger.verdicts import failed_record, judge, replay_record, reproduces
+from sealtrace.parity.metrics import Tolerance
 
 log = logging.getLogger("sealtrace.serve")
 
@@ -134,12 +133,10 @@ def replay_in_worker(job: ReplayJob) -> ReplayResult:
         verdict, detail = judge(outputs, served, original, spec.tolerance)
         if note:
             detail = f"{note}; {detail}" if detail else note
-        record = new_record(
-            model_name=original["model"]["name"], plan_digest=reference.plan.digest,
-            container_digest=reference.origin.container_digest, backend="reference",
-            backend_version=str(reference.backend.version), inputs=job.feeds, outputs=outputs,
-            principal=None, audit="full", trail=recorder.run_digest, kind="replay",
-            links=[replay_link(job.record_id, verdict, _clip(detail))],
+        record = replay_record(
+            original, plan_digest=reference.plan.digest, container_digest=reference.origin.container_digest,
+            backend="reference", backend_version=str(reference.backend.version), inputs=job.feeds,
+            outputs=outputs, audit="full", trail=recorder.run_digest, verdict=verdict, detail=detail,
         )
         return ReplayResult(record, Trail.of(buffer.getvalue()), verdict)
     except SealtraceError as exc:
@@ -165,56 +162,9 @@ def _served_outputs(job: ReplayJob, spec: ReplaySpec) -> tuple[dict[str, Any] | 
         return None, "the served outputs were not kept and the serving backend cannot be re-created"
     session = _session(job.model, spec.serving_backend)
     values = dict(zip(session.plan.output_names, session.run(None, job.feeds), strict=True))
-    recorded = job.record["outputs"]
-    if all(value_identity(values[name]) == identity for name, identity in recorded.items() if name in values):
+    if reproduces(values, job.record):
         return values, None
     return values, f"re-running {spec.serving_backend} did not reproduce the served outputs' digests"
-
-
-def judge(
-    reference: Mapping[str, Any],
-    served: Mapping[str, Any] | None,
-    original: Mapping[str, Any],
-    tolerance: Tolerance,
-) -> tuple[str, str | None]:
-    """The parity verdict of a replay: ``identical`` (every output digest equals the record's),
-    ``within-tolerance``, or ``diverged`` (naming the worst output), against the served outputs."""
-    recorded = original["outputs"]
-    if set(reference) != set(recorded):
-        return "diverged", f"outputs differ: replay has {sorted(reference)}, the record {sorted(recorded)}"
-    if all(value_identity(value) == recorded[name] for name, value in reference.items()):
-        return "identical", None
-    if served is None:
-        return "failed", "outputs differ from the record's digests and the served values are not available"
-    worst: tuple[float, str] | None = None
-    with np.errstate(all="ignore"):
-        for name, value in reference.items():
-            diff = compare_values(name, value, served[name], tolerance, quiet=True)
-            if diff.exceeds:
-                reason = diff.shape_mismatch or diff.dtype_mismatch or f"max |diff| {diff.max_abs:.3g}"
-                score = float("inf") if not np.isfinite(diff.max_abs) else diff.max_abs
-                if worst is None or score > worst[0]:
-                    worst = (score, f"output {name!r}: {reason} (atol {tolerance.atol:g}, rtol {tolerance.rtol:g})")
-    if worst is not None:
-        return "diverged", worst[1]
-    return "within-tolerance", None
-
-
-def failed_record(original: Mapping[str, Any], detail: str) -> dict[str, Any]:
-    """A replay record saying the replay could not be made (inputs removed, model gone, run failed)."""
-    record = new_record(
-        model_name=original["model"]["name"], plan_digest=original["model"]["plan_digest"],
-        container_digest=original["model"]["container_digest"], backend="reference",
-        backend_version=str(original.get("sealtrace_version", "")), inputs={}, outputs={}, principal=None,
-        audit="full", kind="replay", links=[replay_link(original["id"], "failed", _clip(detail))],
-    )
-    record["inputs"] = dict(original["inputs"])  # what should have been replayed, by digest
-    record_leaf(record)
-    return record
-
-
-def _clip(detail: str | None) -> str | None:
-    return None if detail is None else detail[:1000]
 
 
 # -- the queue in the server's process --------------------------------------------------------------
