@@ -18,6 +18,7 @@ big-endian arrays, sequences) takes the general path through :func:`~sealtrace.a
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from typing import Any
 
@@ -91,8 +92,18 @@ def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
     h.update(value if kind != "b" and algorithm == SHA256 else value.reshape(-1).view(np.uint8))
     digest = h.hexdigest()
     flat = value.reshape(-1)
-    head = flat[:sample].tolist() if sample > 0 else []
-    if kind == "f":
+    if flat.size < _SMALL:
+        small = _small_stats_json(flat.tolist(), kind, dtype.itemsize)
+        if small is None:
+            return general_entry(value, sample, algorithm)  # non-finite values: rare
+        head = flat[:sample].tolist() if sample > 0 else []
+        if kind == "b":
+            sample_json = "[" + ",".join("true" if v else "false" for v in head) + "]"
+        else:
+            sample_json = repr(head).replace(" ", "")
+        stats_json = small
+    elif kind == "f":
+        head = flat[:sample].tolist() if sample > 0 else []
         stats = float_stats(flat)
         lo, hi, mean, nan, inf = stats
         if nan or inf:
@@ -102,6 +113,7 @@ def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
         )
         sample_json = repr(head).replace(" ", "")
     else:
+        head = flat[:sample].tolist() if sample > 0 else []
         if kind == "b":
             flat = flat.view(np.uint8)
             sample_json = "[" + ",".join("true" if v else "false" for v in head) + "]"
@@ -116,6 +128,37 @@ def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
         ',"sample":' + sample_json + ',"shape":' + shape_json + ',"stats":' + stats_json + "}",
         digest,
     )
+
+
+# Tensors of fewer values than this (NumPy's pairwise summation adds them one by one) get their
+# statistics in Python from one tolist(): three ufunc reductions cost some 3 us even on one value.
+_SMALL = 8
+_FLOAT32 = struct.Struct("<f")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _small_stats_json(values: list[Any], kind: str, itemsize: int) -> str | None:
+    """The stats JSON of a tensor of fewer than 8 values, bit for bit what :func:`float_stats`
+    and the integer reductions give: min and max exact, the sum from 0.0 in order, each partial
+    sum rounded to float32 when NumPy accumulates in float32 (float16 and float32 whose sum cannot
+    overflow; a float64 sum of two float32 values rounded once to float32 is the float32 sum, as
+    53 >= 2 x 24 + 2). None when a value is not finite (the general path counts those)."""
+    lo, hi = min(values), max(values)
+    total = 0.0
+    if kind == "f":
+        if not all(map(math.isfinite, values)):
+            return None
+        if itemsize == 8 or max(-lo, hi) * len(values) >= _FLOAT32_MAX:
+            for v in values:
+                total += v
+        else:
+            pack, unpack = _FLOAT32.pack, _FLOAT32.unpack
+            for v in values:
+                total = unpack(pack(total + v))[0]
+        return f'{{"inf":0,"max":{hi!r},"mean":{_number(total / len(values))},"min":{lo!r},"nan":0}}'
+    for v in values:
+        total += float(v)
+    return f'{{"inf":0,"max":{int(hi)},"mean":{_number(total / len(values))},"min":{int(lo)},"nan":0}}'
 
 
 def _json(value: Any) -> str:

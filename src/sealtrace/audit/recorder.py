@@ -322,7 +322,7 @@ class AuditRecorder(BackgroundObserver):
             raise ValueError("sample must be >= 0")
         if digest not in DIGEST_ALGORITHMS:
             raise ValueError(f"unknown digest algorithm {digest!r} (known: {', '.join(DIGEST_ALGORITHMS)})")
-        hasher(digest)  # a missing package fails here, before the run, not on the worker
+        self._new_hash = hasher(digest)  # a missing package fails here, before the run, not on the worker
         self.digest = digest
         threads = default_hash_threads() if hash_threads is None else hash_threads
         self._helpers = hash_helpers(threads) if threads > 0 else None
@@ -489,7 +489,7 @@ class AuditRecorder(BackgroundObserver):
     ) -> None:
         facts = self._facts
         assert facts is not None
-        template = facts.template(step)
+        template = facts._templates.get(id(step)) or facts.template(step)
         digests = self._digests
         if direct is None:
             inputs = ",".join(
@@ -545,7 +545,7 @@ class AuditRecorder(BackgroundObserver):
 
     def _add_line(self, body: str) -> None:
         """Chain a step record's body (its canonical JSON without its digest) and queue its line."""
-        digest = hasher(self.digest)(body.encode("ascii")).hexdigest()
+        digest = self._new_hash(body.encode("ascii")).hexdigest()
         line = '{"digest":"' + digest + '",' + body[1:] + "\n"
         self._lines.append(line)
         if self._keep:
