@@ -10,8 +10,35 @@ import (
 	"strings"
 )
 
-// AuditFormat is the only audit log version this verifier reads.
-const AuditFormat = "sealtrace.audit.v1"
+// AuditFormats are the audit log versions this verifier reads: v1 (sha256) and v2 (the header
+// names its digest algorithm).
+var AuditFormats = []string{"sealtrace.audit.v1", "sealtrace.audit.v2"}
+
+// logDigest is a log's digest algorithm applied to bytes, as lowercase hex.
+type logDigest func([]byte) string
+
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// logAlgorithms are the digest algorithms a header may name (docs/audit-log.md, "Digest algorithm").
+var logAlgorithms = map[string]logDigest{"sha256": sha256Hex, "blake3": Blake3Hex}
+
+// headerAlgorithm: the algorithm line 1 names (check 2 of "Verification"): a header's
+// digest_algorithm, sha256 when it has none or is no header; an error for a value not known.
+func headerAlgorithm(record *Value) (logDigest, error) {
+	if t, _ := record.Get("type").String(); t != "header" || !record.Has("digest_algorithm") {
+		return sha256Hex, nil
+	}
+	if name, ok := record.Get("digest_algorithm").String(); ok {
+		if digest, known := logAlgorithms[name]; known {
+			return digest, nil
+		}
+	}
+	c, _ := Canonical(record.Get("digest_algorithm"))
+	return nil, badInput("audit log digest algorithm %s is not one this verifier knows (sha256, blake3)", string(c))
+}
 
 // auditDepth: a line nests lists and objects at most this deep.
 const auditDepth = 32
@@ -99,6 +126,7 @@ func signatureByTrustedKey(sig *Value, runDigest string, trust []*TrustedKey) bo
 func checkChain(v *Verdict, data []byte) ([]logLine, error) {
 	var lines []logLine
 	prev := zeroDigest
+	digestOf := logDigest(sha256Hex)
 	footerSeen := false
 	number := 0
 	for pos := 0; pos < len(data); {
@@ -120,14 +148,18 @@ func checkChain(v *Verdict, data []byte) ([]logLine, error) {
 			v.fail("line", number, "not in canonical JSON form (the line was edited)")
 			return nil, nil
 		}
+		if number == 1 {
+			if digestOf, err = headerAlgorithm(record); err != nil {
+				return nil, err
+			}
+		}
 		digestField := "digest"
 		if t, _ := record.Get("type").String(); t == "footer" {
 			digestField = "chain_head"
 		}
 		stored, _ := record.Get(digestField).String()
 		content, _ := Canonical(record.Without(digestField, "signature"))
-		sum := sha256.Sum256(content)
-		if hex.EncodeToString(sum[:]) != stored {
+		if digestOf(content) != stored {
 			v.fail("line", number, "%s does not match the record's content (the record was edited)", digestField)
 			return nil, nil
 		}
@@ -148,9 +180,9 @@ func checkChain(v *Verdict, data []byte) ([]logLine, error) {
 				v.fail("line", number, "line 1 is not a header")
 				return nil, nil
 			}
-			// A header whose chain holds but whose format is not v1 is a log of another version:
-			// bad input, not a failed check.
-			if f, ok := record.Get("format").String(); !ok || f != AuditFormat {
+			// A header whose chain holds but whose format is not v1 or v2 is a log of another
+			// version: bad input, not a failed check.
+			if f, ok := record.Get("format").String(); !ok || (f != AuditFormats[0] && f != AuditFormats[1]) {
 				shown := "none"
 				if ok {
 					shown = quoteForMessage(f)
@@ -158,7 +190,7 @@ func checkChain(v *Verdict, data []byte) ([]logLine, error) {
 					c, _ := Canonical(record.Get("format"))
 					shown = string(c)
 				}
-				return nil, badInput("audit log format %s is not one this verifier reads (%s)", shown, AuditFormat)
+				return nil, badInput("audit log format %s is not one this verifier reads (%s)", shown, strings.Join(AuditFormats, ", "))
 			}
 		}
 		if !auditSchema().Valid(record) {

@@ -24,7 +24,7 @@ func tensorValue(name, digest string, withSample bool) map[string]interface{} {
 func buildLog(t testing.TB, signer ed25519.PrivateKey, edit func([]map[string]interface{})) []string {
 	dx, dh, dy := strings.Repeat("1", 64), strings.Repeat("2", 64), strings.Repeat("3", 64)
 	records := []map[string]interface{}{
-		{"type": "header", "format": AuditFormat, "run_id": strings.Repeat("a", 32), "started": "2025-01-01T00:00:00.000000Z",
+		{"type": "header", "format": AuditFormats[0], "run_id": strings.Repeat("a", 32), "started": "2025-01-01T00:00:00.000000Z",
 			"sealtrace_version": "test", "backend": map[string]interface{}{"name": "reference", "version": "1", "per_step": true},
 			"host": map[string]interface{}{"platform": "", "python": "", "numpy": "", "blas": map[string]interface{}{},
 				"cpu":     map[string]interface{}{"machine": "x86_64", "model": nil, "flags": []string{}},
@@ -43,6 +43,10 @@ func buildLog(t testing.TB, signer ed25519.PrivateKey, edit func([]map[string]in
 		edit(records)
 	}
 	prev := zeroDigest
+	digestOf := sha
+	if records[0]["digest_algorithm"] == "blake3" {
+		digestOf = Blake3Hex
+	}
 	var lines []string
 	for i, r := range records {
 		if _, ok := r["seq"]; !ok {
@@ -53,7 +57,7 @@ func buildLog(t testing.TB, signer ed25519.PrivateKey, edit func([]map[string]in
 		if r["type"] == "footer" {
 			field = "chain_head"
 		}
-		digest := sha(canonicalOf(t, r))
+		digest := digestOf(canonicalOf(t, r))
 		r[field] = digest
 		if field == "chain_head" && signer != nil {
 			pub := signer.Public().(ed25519.PublicKey)
@@ -140,13 +144,50 @@ func TestTheFirstBadLineIsNamed(t *testing.T) {
 			t.Errorf("%s: line %d, want %d (%+v)", name, got, c.line, v.Failures)
 		}
 	}
-	// A subgraph step's inputs are not cross-checked (the 9s above); a v2 header is bad input.
-	v2 := buildLog(t, nil, func(r []map[string]interface{}) { r[0]["format"] = "sealtrace.audit.v2" })
-	if _, err := verifyLog(t, strings.Join(v2, ""), nil); err == nil {
-		t.Error("a v2 log read as a v1 one")
+	// A subgraph step's inputs are not cross-checked (the 9s above); a v3 header is bad input,
+	// and so is a v2 header naming an algorithm not known.
+	v3 := buildLog(t, nil, func(r []map[string]interface{}) { r[0]["format"] = "sealtrace.audit.v3" })
+	if _, err := verifyLog(t, strings.Join(v3, ""), nil); err == nil {
+		t.Error("a v3 log read as a v1 one")
+	}
+	md5 := buildLog(t, nil, func(r []map[string]interface{}) {
+		r[0]["format"], r[0]["digest_algorithm"] = "sealtrace.audit.v2", "md5"
+	})
+	if _, err := verifyLog(t, strings.Join(md5, ""), nil); err == nil {
+		t.Error("a log of an unknown digest algorithm was read")
 	}
 	if _, err := verifyLog(t, "", nil); err == nil {
 		t.Error("an empty file is not an audit log")
+	}
+}
+
+// A v2 log names its digest algorithm: BLAKE3 chains verify with BLAKE3; the algorithm edited, or
+// a v1 header naming one, or a v2 header naming none, is a failed check on line 1.
+func TestBlake3Logs(t *testing.T) {
+	blake := func(r []map[string]interface{}) {
+		r[0]["format"], r[0]["digest_algorithm"] = "sealtrace.audit.v2", "blake3"
+	}
+	lines := buildLog(t, nil, blake)
+	if v, err := verifyLog(t, strings.Join(lines, ""), nil); err != nil || !v.OK {
+		t.Fatalf("%v %+v", err, v)
+	}
+	edited := strings.Replace(lines[0], `"blake3"`, `"sha256"`, 1) + strings.Join(lines[1:], "")
+	cases := map[string]string{
+		"edited":     edited,
+		"v1 names":   strings.Join(buildLog(t, nil, func(r []map[string]interface{}) { r[0]["digest_algorithm"] = "sha256" }), ""),
+		"v2 no name": strings.Join(buildLog(t, nil, func(r []map[string]interface{}) { r[0]["format"] = "sealtrace.audit.v2" }), ""),
+	}
+	for name, text := range cases {
+		v, err := verifyLog(t, text, nil)
+		if got := failedLine(t, v, err); got != 1 {
+			t.Errorf("%s: line %d, want 1", name, got)
+		}
+	}
+	v2sha := buildLog(t, nil, func(r []map[string]interface{}) {
+		r[0]["format"], r[0]["digest_algorithm"] = "sealtrace.audit.v2", "sha256"
+	})
+	if v, err := verifyLog(t, strings.Join(v2sha, ""), nil); err != nil || !v.OK {
+		t.Errorf("v2 sha256: %v %+v", err, v)
 	}
 }
 

@@ -3,6 +3,9 @@
 A tensor digest is sha256 over a canonical encoding: a domain tag, the dtype as a little-endian
 NumPy type string, the shape, then the C-order little-endian bytes. The same array therefore has
 the same digest whatever its memory layout or the host's byte order.
+
+Audit logs may name another digest algorithm (docs/audit-log.md, "Digest algorithm"): BLAKE3 over the
+very same bytes. Everything else (containers, manifests, bindings, Plans, ledgers) is sha256.
 """
 
 from __future__ import annotations
@@ -10,11 +13,28 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 TENSOR_DIGEST_TAG = b"sealtrace.tensor.v1\0"
+SHA256 = "sha256"
+BLAKE3 = "blake3"
+DIGEST_ALGORITHMS = (SHA256, BLAKE3)
+
+
+def hasher(algorithm: str = SHA256) -> Callable[..., Any]:
+    """The constructor of ``algorithm``'s hash objects (``hashlib.sha256`` or ``blake3.blake3``):
+    called with optional bytes, it returns an object with update, copy, digest and hexdigest."""
+    if algorithm == SHA256:
+        return hashlib.sha256
+    if algorithm == BLAKE3:
+        # Imported on first use: only logs that ask for BLAKE3 need the package.
+        from blake3 import blake3
+
+        return blake3
+    raise ValueError(f"unknown digest algorithm {algorithm!r} (known: {', '.join(DIGEST_ALGORITHMS)})")
 
 
 def canonical_dtype(dtype: np.dtype[Any]) -> str:
@@ -59,10 +79,10 @@ def tensor_digest_prefix(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
     )
 
 
-def tensor_digest(array: np.ndarray) -> str:
-    """Hex sha256 of the canonical encoding of ``array`` (dtype, shape, C-order LE bytes)."""
+def tensor_digest(array: np.ndarray, algorithm: str = SHA256) -> str:
+    """Hex sha256 (or ``algorithm``) of the canonical encoding of ``array`` (dtype, shape, C-order LE bytes)."""
     array = np.asarray(array)
-    h = hashlib.sha256(tensor_digest_prefix(array.dtype, array.shape))
+    h = hasher(algorithm)(tensor_digest_prefix(array.dtype, array.shape))
     h.update(tensor_bytes(array))
     return h.hexdigest()
 

@@ -209,13 +209,15 @@ class Session:
         sample: int | None = None,
         sign_key: Any = None,
         capture: Any = None,
+        digest: str | None = None,
     ) -> list[Any]:
         """Run the Plan; return the requested outputs (all graph outputs when None) in order.
 
         ``audit`` (a log path or an AuditRecorder) records the run as a hash-chained audit log,
         showing the first ``sample`` values of each tensor and signed with ``sign_key`` (a PEM
         path) if given; ``capture`` (a directory or a CaptureStore) stores every intermediate
-        tensor. See sealtrace.audit and docs/audit-log.md.
+        tensor. ``digest`` names the digest algorithm of both ("sha256", the default, or
+        "blake3"). See sealtrace.audit and docs/audit-log.md.
         """
         if output_names:
             wanted = list(output_names)
@@ -229,10 +231,10 @@ class Session:
             wanted = self.plan.output_names
         checked = check_feeds(self.plan, feeds)
         recording: list[Any] = []
-        if audit is not None or capture is not None or sample is not None or sign_key is not None:
+        if audit is not None or capture is not None or sample is not None or sign_key is not None or digest is not None:
             from sealtrace.audit.attach import observers_for_run
 
-            recording = observers_for_run(self.origin, audit, sample, sign_key, capture)
+            recording = observers_for_run(self.origin, audit, sample, sign_key, capture, digest)
         try:
             results = self.backend.run(self.plan, checked, [*observers, *recording])
         finally:

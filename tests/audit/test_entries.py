@@ -217,3 +217,27 @@ def test_sealed_records_are_canonical_json_with_the_digest_spliced_in() -> None:
         assert canonical_json(parsed) == line
         own = "chain_head" if record["type"] == "footer" else "digest"
         assert parsed[own] == record_digest(parsed)
+
+
+def test_small_tensor_stats_in_python_equal_the_reductions() -> None:
+    # Fewer than 8 values: stats from tolist() in Python, bit for bit the NumPy reductions' (the
+    # general path), -0.0, float16, float32 sums near overflow and huge integers included.
+    rng = np.random.default_rng(16)
+    finfo = np.finfo(np.float32)
+    cases: list[np.ndarray] = [
+        np.array([-0.0], np.float32), np.array([-0.0, -0.0], np.float64), np.array([finfo.max, finfo.max / 4], np.float32),
+        np.array([2**63 - 1, 2**63 - 2], np.int64), np.array([2**64 - 1], np.uint64), np.array([True, False]),
+        np.array([1e308, 1e308]), np.array([65504.0, 65504.0], np.float16),
+    ]
+    for trial in range(600):
+        n = int(rng.integers(1, 8))
+        dtype = [np.float32, np.float16, np.float64, np.int64, np.int8, np.uint16][trial % 6]
+        if np.dtype(dtype).kind == "f":
+            cases.append((rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30)).astype(dtype))
+        else:
+            info = np.iinfo(dtype)
+            cases.append(rng.integers(info.min, info.max, size=n, dtype=dtype, endpoint=True))
+    with np.errstate(over="ignore"):
+        for value in cases:
+            for sample in (0, 3, 8):
+                assert entry_text(value, sample) == reference_text(value, sample), value

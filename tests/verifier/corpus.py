@@ -196,8 +196,16 @@ def make_material(root: Path) -> Material:
           "--sample", "0")
     _must("run", str(containers["branch"]), "--input", f"x={root / 'bx.npy'}", "--audit", str(logs["branch"]),
           "--sign-log", str(key), "--sample", "1")
+    # A BLAKE3 log (format v2, issue 16), signed; and the v1 logs of tests/fixtures/v1, written before v2.
+    logs["blake3"] = root / "mlp-blake3.jsonl"
+    _must("run", str(containers["signed"]), "--input", f"x={root / 'x.npy'}", "--audit", str(logs["blake3"]),
+          "--sign-log", str(key), "--sample", "2", "--digest", "blake3")
     for name in logs.values():  # the host facts make logs large; the cases flip every byte
         _shrink_host(name)
+    fixtures = ROOT / "tests" / "fixtures" / "v1"
+    for name in ("mlp-onnx.jsonl", "mlp-seal-signed.jsonl", "loop.jsonl", "ext-seal.jsonl"):
+        shutil.copyfile(fixtures / name, root / f"v1-{name}")
+        logs[f"v1-{name.removesuffix('.jsonl')}"] = root / f"v1-{name}"
     artifacts = {"file": root / "mlp.engine", "onnx": root / "mlp.ort.onnx"}
     artifacts["file"].write_bytes(bytes(random.Random(7).randrange(256) for _ in range(300)))
     _must("bind", str(artifacts["file"]), "--to", str(containers["signed"]), "--sign", str(key))
@@ -276,8 +284,19 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def redigest(records: list[dict[str, Any]]) -> list[str]:
-    """Audit log lines with every digest and prev recomputed (a forger's consistent chain)."""
+def blake3_hex(data: bytes) -> str:
+    from blake3 import blake3
+
+    return blake3(data).hexdigest()
+
+
+def redigest(records: list[dict[str, Any]], algorithm: str | None = None) -> list[str]:
+    """Audit log lines with every digest and prev recomputed (a forger's consistent chain), with
+    ``algorithm`` (default: BLAKE3 when the header names it, else sha256)."""
+    if algorithm is None:
+        named = records[0].get("digest_algorithm") if records and isinstance(records[0], dict) else None
+        algorithm = "blake3" if named == "blake3" else "sha256"
+    digest_of = blake3_hex if algorithm == "blake3" else sha256_hex
     lines, prev = [], "0" * 64
     for record in records:
         record = dict(record)
@@ -285,7 +304,7 @@ def redigest(records: list[dict[str, Any]]) -> list[str]:
         key = "chain_head" if record.get("type") == "footer" else "digest"
         record.pop(key, None)
         signature = record.pop("signature", None)
-        digest = sha256_hex(canonical(record).encode())
+        digest = digest_of(canonical(record).encode())
         record[key] = digest
         if signature is not None:
             record["signature"] = signature
@@ -544,6 +563,59 @@ def audit_cases(cm: CaseMaker) -> None:
         cm.add("audit-truncate", "audit", f"{n:05d}", const(signed[:n]), [], ".jsonl")
     lines = signed.decode().splitlines(keepends=True)
     edit_log_cases(cm, lines, trust)
+    blake3_log_cases(cm)
+
+
+def blake3_log_cases(cm: CaseMaker) -> None:
+    """BLAKE3 logs (v2): every byte flipped, truncations, edits re-digested with either algorithm; the
+    v1 logs written before v2 existed, valid, linked and flipped."""
+    m = cm.m
+    trust = ["--trust", str(m.pub)]
+    log = m.logs["blake3"].read_bytes()
+    cm.add("audit-blake3", "audit", "link", None, ["--container", str(m.containers["signed"]), *trust], "",
+           subject=m.logs["blake3"])
+    for i in range(len(log)):
+        cm.add("audit-blake3-flip", "audit", f"{i:05d}", flip(log, i, 0x02), trust, ".jsonl")
+    for n in sorted({*range(0, len(log), 37), *[i + 1 for i, c in enumerate(log) if c == 10]}):
+        cm.add("audit-blake3-truncate", "audit", f"{n:05d}", const(log[:n]), [], ".jsonl")
+    records = [json.loads(line) for line in log.decode().splitlines()]
+    head, footer = 0, len(records) - 1
+
+    def forged(name: str, edit: Callable[[list[dict[str, Any]]], Any], algorithm: str | None = None,
+               options: list[str] | None = None) -> None:
+        recs = copy.deepcopy(records)
+        edit(recs)
+        text = "".join(line + "\n" for line in redigest(recs, algorithm))
+        cm.add("audit-blake3-forged", "audit", f"{name}-{algorithm or 'own'}", const(text.encode()), options or [],
+               ".jsonl")
+
+    for algorithm in (None, "sha256", "blake3"):
+        forged("identity", lambda r: None, algorithm, trust)
+        forged("algorithm-sha256", lambda r: r[head].update(digest_algorithm="sha256"), algorithm)
+        forged("algorithm-unknown", lambda r: r[head].update(digest_algorithm="md5"), algorithm)
+        forged("algorithm-upper", lambda r: r[head].update(digest_algorithm="BLAKE3"), algorithm)
+        forged("algorithm-number", lambda r: r[head].update(digest_algorithm=3), algorithm)
+        forged("algorithm-null", lambda r: r[head].update(digest_algorithm=None), algorithm)
+        forged("algorithm-missing", lambda r: r[head].pop("digest_algorithm"), algorithm)
+        forged("format-v1", lambda r: r[head].update(format="sealtrace.audit.v1"), algorithm)
+        forged("format-v1-no-algorithm", lambda r: (r[head].update(format="sealtrace.audit.v1"),
+                                                    r[head].pop("digest_algorithm")), algorithm)
+        forged("format-v3", lambda r: r[head].update(format="sealtrace.audit.v3"), algorithm)
+        forged("algorithm-in-step", lambda r: r[1].update(digest_algorithm="blake3"), algorithm)
+        forged("steps-wrong", lambda r: r[footer].update(steps=r[footer]["steps"] + 1), algorithm)
+        forged("step-input-digest", lambda r: r[2]["inputs"][0].update(digest="3" * 64), algorithm)
+        forged("not-header-first", lambda r: r[head].update(type="step"), algorithm)
+    for name, path in m.logs.items():
+        if not name.startswith("v1-"):
+            continue
+        fixtures = ROOT / "tests" / "fixtures" / "v1"
+        model = {"v1-mlp-onnx": "mlp.onnx", "v1-mlp-seal-signed": "mlp.seal", "v1-loop": "loop.onnx",
+                 "v1-ext-seal": "ext.seal"}[name]
+        cm.add("audit-v1", "audit", f"{name}-link", None, ["--container", str(fixtures / model)], "", subject=path)
+        cm.add("audit-v1", "audit", f"{name}-trust", None, ["--trust", str(fixtures / "key.pub")], "", subject=path)
+        blob = path.read_bytes()
+        for i in range(0, len(blob), 11):
+            cm.add("audit-v1-flip", "audit", f"{name}-{i:05d}", flip(blob, i, 0x08), [], ".jsonl")
 
 
 def edit_log_cases(cm: CaseMaker, lines: list[str], trust: list[str]) -> None:

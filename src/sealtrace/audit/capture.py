@@ -56,14 +56,15 @@ from sealtrace.audit.pipeline import (
 )
 from sealtrace.audit.records import sequence_digest, value_digest
 from sealtrace.backends.base import Backend, StepEvent
-from sealtrace.digest import canonical_dtype, tensor_digest
+from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_dtype, tensor_digest
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.limits import memory_budget, read_regular_file
 from sealtrace.plan.model import Plan
 
 CAPTURE_FORMAT = "sealtrace.capture.v1"
 CAPTURE_FORMAT_V2 = "sealtrace.capture.v2"  # v1 plus per-file "encodings"
-CAPTURE_FORMATS = (CAPTURE_FORMAT, CAPTURE_FORMAT_V2)
+CAPTURE_FORMAT_V3 = "sealtrace.capture.v3"  # v2 plus "digest_algorithm" (a BLAKE3 run's capture)
+CAPTURE_FORMATS = (CAPTURE_FORMAT, CAPTURE_FORMAT_V2, CAPTURE_FORMAT_V3)
 INDEX_FILE = "index.json"
 STAGING_PREFIX = ".capture-staging-"
 KINDS = ("tensor", "sequence", "map", "none")
@@ -165,6 +166,7 @@ class CaptureStore(BackgroundObserver):
 
     The directory is created; an existing non-empty one is refused unless ``overwrite``, which
     replaces the capture it holds (the files its index lists) and leaves every other file alone.
+    ``digest`` is the digest algorithm of the index (the audit log's, when both record one run).
     """
 
     what = "capture"
@@ -176,8 +178,12 @@ class CaptureStore(BackgroundObserver):
         overwrite: bool = False,
         max_pending_bytes: int = DEFAULT_PENDING_BYTES,
         max_pending_steps: int = DEFAULT_PENDING_ITEMS,
+        digest: str = SHA256,
     ) -> None:
         super().__init__(max_pending_bytes, max_pending_steps)
+        if digest not in DIGEST_ALGORITHMS:
+            raise ValueError(f"unknown digest algorithm {digest!r} (known: {', '.join(DIGEST_ALGORITHMS)})")
+        self.digest = digest
         self.directory = Path(directory)
         if self.directory.exists():
             if not self.directory.is_dir():
@@ -233,11 +239,13 @@ class CaptureStore(BackgroundObserver):
             entry.update(kind="none", files=[])
         elif isinstance(value, list):
             files = [self._save(f"{key}[{i}]", element, encodings) for i, element in enumerate(value)]
-            digests = [value_digest(element) for element in value]
+            digests = [value_digest(element, self.digest) for element in value]
             # Element digests name the file that differs when a sequence does not re-hash.
-            entry.update(kind="sequence", files=files, digest=sequence_digest(digests), element_digests=digests)
+            entry.update(
+                kind="sequence", files=files, digest=sequence_digest(digests, self.digest), element_digests=digests
+            )
         elif isinstance(value, Mapping):
-            entry.update(kind="map", files=[self._save(key, value, encodings)], digest=value_digest(value))
+            entry.update(kind="map", files=[self._save(key, value, encodings)], digest=value_digest(value, self.digest))
         else:
             array = np.asarray(value)
             entry.update(
@@ -245,7 +253,7 @@ class CaptureStore(BackgroundObserver):
                 files=[self._save(key, array, encodings)],
                 dtype=canonical_dtype(array.dtype),
                 shape=list(array.shape),
-                digest=value_digest(array),
+                digest=value_digest(array, self.digest),
             )
         if encodings:
             entry["encodings"] = encodings
@@ -301,11 +309,13 @@ class CaptureStore(BackgroundObserver):
             return
         # A worker that failed (disk full, a file in the way) leaves a capture that is not complete.
         complete = finished and self._error is None
-        index = {
+        index: dict[str, Any] = {
             "format": CAPTURE_FORMAT_V2 if self._encoded else CAPTURE_FORMAT,
             "complete": complete,
             "values": self.entries,
         }
+        if self.digest != SHA256:  # v1 and v2 are sha256; only v3 names another algorithm
+            index.update(format=CAPTURE_FORMAT_V3, digest_algorithm=self.digest)
         self._move_into_place(json.dumps(index, indent=1, sort_keys=True))
 
     def _move_into_place(self, index: str) -> None:
@@ -367,6 +377,7 @@ class CapturedRun:
     directory: Path
     entries: dict[str, dict[str, Any]]
     complete: bool
+    digest_algorithm: str = SHA256
 
     @classmethod
     def open(cls, directory: str | os.PathLike[str]) -> CapturedRun:
@@ -383,7 +394,7 @@ class CapturedRun:
             reason = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())[:120]
             raise CaptureIndexError(f"{path}: unreadable capture index (not valid JSON: {reason})") from None
         entries, complete = _checked_index(index, path)
-        return cls(Path(directory), entries, complete)
+        return cls(Path(directory), entries, complete, index.get("digest_algorithm", SHA256))
 
     def keys(self) -> list[str]:
         """Keys of the captured values, in the order the run produced them."""
@@ -409,7 +420,7 @@ class CapturedRun:
             for name in entry["files"]
         ]
         value = parts if entry["kind"] == "sequence" else parts[0]
-        if _digest(value) != entry["digest"]:
+        if _digest(value, self.digest_algorithm) != entry["digest"]:
             raise CaptureIntegrityError(
                 f"{self._culprit(entry, parts)}: value {key!r} does not match the digest its capture index "
                 f"records (the file was altered or replaced since the capture was written)"
@@ -422,7 +433,7 @@ class CapturedRun:
         recorded = entry.get("element_digests")
         if entry["kind"] == "sequence" and isinstance(recorded, list) and len(recorded) == len(files):
             for name, part, digest in zip(files, parts, recorded, strict=True):
-                if _digest(part) != digest:
+                if _digest(part, self.digest_algorithm) != digest:
                     return str(self.directory / name)
         if len(files) == 1:
             return str(self.directory / files[0])
@@ -513,16 +524,16 @@ def _legacy_extension(array: np.ndarray) -> np.ndarray:
     return array.view(candidates[0]) if len(candidates) == 1 else array
 
 
-def _digest(value: Any) -> str | None:
+def _digest(value: Any, algorithm: str) -> str | None:
     """:func:`value_digest`, with raw void arrays (see :func:`_legacy_extension`) hashed as the
     ml_dtypes type of their width that the digest names."""
     if isinstance(value, list):
-        return sequence_digest([_digest(v) for v in value])
+        return sequence_digest([_digest(v, algorithm) for v in value], algorithm)
     if isinstance(value, np.ndarray) and value.dtype.kind == "V" and value.dtype.names is None:
         candidates = _widths().get(value.dtype.itemsize)
         if candidates:
-            return value_digest(value.view(candidates[0]))
-    return value_digest(value)
+            return value_digest(value.view(candidates[0]), algorithm)
+    return value_digest(value, algorithm)
 
 
 def _checked_index(index: Any, path: Path) -> tuple[dict[str, dict[str, Any]], bool]:
@@ -532,6 +543,13 @@ def _checked_index(index: Any, path: Path) -> tuple[dict[str, dict[str, Any]], b
         found = index.get("format") if isinstance(index, dict) else type(index).__name__
         raise CaptureIndexError(f"{path}: not a capture index ({', '.join(CAPTURE_FORMATS)}; found {found!r:.80})")
     complete, values = index.get("complete"), index.get("values")
+    algorithm = index.get("digest_algorithm")
+    if (index["format"] == CAPTURE_FORMAT_V3) != ("digest_algorithm" in index) or (
+        algorithm is not None and algorithm not in DIGEST_ALGORITHMS
+    ):
+        raise CaptureIndexError(
+            f"{path}: 'digest_algorithm' must be one of {', '.join(DIGEST_ALGORITHMS)} in a v3 index, and only there"
+        )
     if not isinstance(complete, bool):
         raise CaptureIndexError(f"{path}: 'complete' must be true or false")
     if not isinstance(values, list):

@@ -17,15 +17,15 @@ big-endian arrays, sequences) takes the general path through :func:`~sealtrace.a
 
 from __future__ import annotations
 
-import hashlib
 import math
+import struct
 import sys
 from typing import Any
 
 import numpy as np
 
 from sealtrace.audit.records import float_stats, value_summary
-from sealtrace.digest import canonical_dtype, canonical_json, tensor_digest_prefix
+from sealtrace.digest import SHA256, canonical_dtype, canonical_json, hasher, tensor_digest_prefix
 from sealtrace.plan.model import Step
 
 # An output entry is HEAD + the output's name as JSON + TAIL: "name" sorts between "kind" and
@@ -37,17 +37,17 @@ _NAME_SPLIT = '"name":""'
 
 # Per dtype: the JSON of its canonical name.
 _DTYPE_JSON: dict[np.dtype[Any], str] = {}
-# Per (dtype, shape): the shape's JSON and a sha256 that has hashed the encoding's prefix.
-_PREFIXES: dict[tuple[np.dtype[Any], tuple[int, ...]], tuple[str, Any]] = {}
+# Per (dtype, shape, algorithm): the shape's JSON and a hash object that has hashed the encoding's prefix.
+_PREFIXES: dict[tuple[np.dtype[Any], tuple[int, ...], str], tuple[str, Any]] = {}
 
 
-def _prefix(dtype: np.dtype[Any], shape: tuple[int, ...]) -> tuple[str, Any]:
-    key = (dtype, shape)
+def _prefix(dtype: np.dtype[Any], shape: tuple[int, ...], algorithm: str) -> tuple[str, Any]:
+    key = (dtype, shape, algorithm)
     found = _PREFIXES.get(key)
     if found is None:
         if dtype not in _DTYPE_JSON:
             _DTYPE_JSON[dtype] = '"' + canonical_dtype(dtype) + '"'
-        h = hashlib.sha256(tensor_digest_prefix(dtype, shape))
+        h = hasher(algorithm)(tensor_digest_prefix(dtype, shape))
         shape_json = "[" + ",".join(str(int(d)) for d in shape) + "]"
         found = (shape_json, h)
         if len(_PREFIXES) < 4096:  # shapes vary with inputs; keep the cache from growing without end
@@ -62,18 +62,19 @@ def _number(value: float) -> str:
     return '"nan"' if math.isnan(value) else ('"inf"' if value > 0 else '"-inf"')
 
 
-def general_entry(value: Any, sample: int) -> Entry:
+def general_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
     """The entry of any value, through the dict form (the reference the fast path must equal)."""
-    summary = value_summary(value, sample)
+    summary = value_summary(value, sample, algorithm)
     text = canonical_json({**summary, "name": ""}).decode("ascii")
     at = text.index(_NAME_SPLIT)  # the first: no value before "name" can hold the quoted text
     return text[:at] + '"name":', text[at + len(_NAME_SPLIT) :], summary["digest"]
 
 
-def tensor_entry(value: Any, sample: int) -> Entry:
-    """The canonical JSON of a value's record entry, split around its name, and its digest."""
+def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
+    """The canonical JSON of a value's record entry, split around its name, and its digest
+    (made with ``algorithm``, the log's digest algorithm)."""
     if type(value) is not np.ndarray:
-        return general_entry(value, sample)
+        return general_entry(value, sample, algorithm)
     dtype = value.dtype
     kind = dtype.kind
     if (
@@ -84,23 +85,35 @@ def tensor_entry(value: Any, sample: int) -> Entry:
         or dtype.byteorder == ">"
         or value.ndim > 32
     ):
-        return general_entry(value, sample)
-    shape_json, prefix = _prefix(dtype, value.shape)
+        return general_entry(value, sample, algorithm)
+    shape_json, prefix = _prefix(dtype, value.shape, algorithm)
     h = prefix.copy()
-    h.update(value if kind != "b" else value.view(np.uint8))  # C-contiguous: its bytes are the payload
+    # C-contiguous: its bytes are the payload (blake3 takes byte buffers only: a uint8 view)
+    h.update(value if kind != "b" and algorithm == SHA256 else value.reshape(-1).view(np.uint8))
     digest = h.hexdigest()
     flat = value.reshape(-1)
-    head = flat[:sample].tolist() if sample > 0 else []
-    if kind == "f":
+    if flat.size < _SMALL:
+        small = _small_stats_json(flat.tolist(), kind, dtype.itemsize)
+        if small is None:
+            return general_entry(value, sample, algorithm)  # non-finite values: rare
+        head = flat[:sample].tolist() if sample > 0 else []
+        if kind == "b":
+            sample_json = "[" + ",".join("true" if v else "false" for v in head) + "]"
+        else:
+            sample_json = repr(head).replace(" ", "")
+        stats_json = small
+    elif kind == "f":
+        head = flat[:sample].tolist() if sample > 0 else []
         stats = float_stats(flat)
         lo, hi, mean, nan, inf = stats
         if nan or inf:
-            return general_entry(value, sample)  # a sample may hold non-finite values: rare
+            return general_entry(value, sample, algorithm)  # a sample may hold non-finite values: rare
         stats_json = (
             f'{{"inf":0,"max":{float(hi)!r},"mean":{_number(mean)},"min":{float(lo)!r},"nan":0}}'  # type: ignore[arg-type]
         )
         sample_json = repr(head).replace(" ", "")
     else:
+        head = flat[:sample].tolist() if sample > 0 else []
         if kind == "b":
             flat = flat.view(np.uint8)
             sample_json = "[" + ",".join("true" if v else "false" for v in head) + "]"
@@ -115,6 +128,37 @@ def tensor_entry(value: Any, sample: int) -> Entry:
         ',"sample":' + sample_json + ',"shape":' + shape_json + ',"stats":' + stats_json + "}",
         digest,
     )
+
+
+# Tensors of fewer values than this (NumPy's pairwise summation adds them one by one) get their
+# statistics in Python from one tolist(): three ufunc reductions cost some 3 us even on one value.
+_SMALL = 8
+_FLOAT32 = struct.Struct("<f")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _small_stats_json(values: list[Any], kind: str, itemsize: int) -> str | None:
+    """The stats JSON of a tensor of fewer than 8 values, bit for bit what :func:`float_stats`
+    and the integer reductions give: min and max exact, the sum from 0.0 in order, each partial
+    sum rounded to float32 when NumPy accumulates in float32 (float16 and float32 whose sum cannot
+    overflow; a float64 sum of two float32 values rounded once to float32 is the float32 sum, as
+    53 >= 2 x 24 + 2). None when a value is not finite (the general path counts those)."""
+    lo, hi = min(values), max(values)
+    total = 0.0
+    if kind == "f":
+        if not all(map(math.isfinite, values)):
+            return None
+        if itemsize == 8 or max(-lo, hi) * len(values) >= _FLOAT32_MAX:
+            for v in values:
+                total += v
+        else:
+            pack, unpack = _FLOAT32.pack, _FLOAT32.unpack
+            for v in values:
+                total = unpack(pack(total + v))[0]
+        return f'{{"inf":0,"max":{hi!r},"mean":{_number(total / len(values))},"min":{lo!r},"nan":0}}'
+    for v in values:
+        total += float(v)
+    return f'{{"inf":0,"max":{int(hi)},"mean":{_number(total / len(values))},"min":{int(lo)},"nan":0}}'
 
 
 def _json(value: Any) -> str:

@@ -22,7 +22,6 @@ entries are made once and found again by identity.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -49,17 +48,17 @@ from sealtrace.audit.pipeline import (
     nbytes_of,
 )
 from sealtrace.audit.records import (
-    AUDIT_FORMAT,
     DEFAULT_SAMPLE,
     GENESIS,
     digest_field,
+    format_for,
     seal_record,
     value_digest,
     value_identity,
     value_summary,
 )
 from sealtrace.backends.base import Backend, StepEvent
-from sealtrace.digest import canonical_json
+from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_json, hasher
 from sealtrace.plan.model import Plan, Step
 from sealtrace.signing import load_private_key, sign_digest
 
@@ -97,7 +96,7 @@ class _PlanFacts:
             )
             if positions:
                 self.direct_inputs[id(step)] = positions
-        self._weight_digests: dict[str, str | None] | None = None
+        self._weight_digests: dict[str, dict[str, str | None]] = {}  # per digest algorithm
         self._lock = threading.Lock()
         # Arrays the Plan owns (weights, constant attributes), by identity: a read-only view of
         # one (what a Constant step returns) has the same bytes in every run, like the weights.
@@ -113,11 +112,13 @@ class _PlanFacts:
         self._owned_entries: dict[tuple[Any, ...], Entry] = {}
         # Entries of constant steps' outputs, by the array's identity; a weak reference tells
         # whether the id still names that array (the backend owns it; the cache keeps it not alive).
-        self._constant_entries: dict[tuple[int, int], tuple[weakref.ref[Any], Entry]] = {}
+        self._constant_entries: dict[tuple[int, int, str], tuple[weakref.ref[Any], Entry]] = {}
         self._templates: dict[int, StepTemplate] = {}
-        # Per constant step: (inputs JSON, sample size, weak references to its outputs, its record's
+        # Per constant step: (inputs JSON, (sample size, digest algorithm), weak references to its outputs, its record's
         # text up to its outputs (path, prev, seq and the template's rest follow), its digests).
-        self.constant_records: dict[int, tuple[str, int, tuple[Any, ...], str, tuple[tuple[str, str | None], ...]]] = {}
+        self.constant_records: dict[
+            int, tuple[str, tuple[int, str], tuple[Any, ...], str, tuple[tuple[str, str | None], ...]]
+        ] = {}
 
     def template(self, step: Step) -> StepTemplate:
         """The step's record template (made once per Plan; the Plan keeps its steps alive)."""
@@ -126,42 +127,45 @@ class _PlanFacts:
             template = self._templates[id(step)] = StepTemplate(step)
         return template
 
-    def owned_entry(self, value: np.ndarray, sample: int) -> Entry | None:
+    def owned_entry(self, value: np.ndarray, sample: int, algorithm: str = SHA256) -> Entry | None:
         """The entry of a read-only view of an array the Plan owns, made once per Plan; None for
         any other array (fresh outputs are always hashed)."""
         base = value.base
         if base is None or self.owned.get(id(base)) is not base:
             return None
-        key = (id(base), value.__array_interface__["data"][0], value.shape, value.strides, value.dtype.str, sample)
+        key = (id(base), value.__array_interface__["data"][0], value.shape, value.strides, value.dtype.str, sample, algorithm)
         entry = self._owned_entries.get(key)
         if entry is None:
-            entry = self._owned_entries[key] = tensor_entry(value, sample)
+            entry = self._owned_entries[key] = tensor_entry(value, sample, algorithm)
         return entry
 
-    def constant_entry(self, value: Any, sample: int) -> Entry:
+    def constant_entry(self, value: Any, sample: int, algorithm: str = SHA256) -> Entry:
         """The entry of an output of a constant step: the same object, with the same bytes, on
         every run of the backend that made it, so its entry is made once."""
         if type(value) is not np.ndarray or value.flags.writeable:
-            return tensor_entry(value, sample)  # not the read-only array the contract promises
-        key = (id(value), sample)
+            return tensor_entry(value, sample, algorithm)  # not the read-only array the contract promises
+        key = (id(value), sample, algorithm)
         found = self._constant_entries.get(key)
         if found is not None and found[0]() is value:
             return found[1]
-        entry = tensor_entry(value, sample)
+        entry = tensor_entry(value, sample, algorithm)
         entries = self._constant_entries
 
-        def forget(_: Any, key: tuple[int, int] = key) -> None:
+        def forget(_: Any, key: tuple[int, int, str] = key) -> None:
             entries.pop(key, None)
 
         entries[key] = (weakref.ref(value, forget), entry)
         return entry
 
-    def weight_digests(self) -> dict[str, str | None]:
-        """Digests of every initializer (subgraphs' included), computed once per Plan."""
+    def weight_digests(self, algorithm: str = SHA256) -> dict[str, str | None]:
+        """Digests of every initializer (subgraphs' included), computed once per Plan and algorithm."""
         with self._lock:
-            if self._weight_digests is None:
-                self._weight_digests = {k: value_digest(v) for k, v in self.initializers.items()}
-            return self._weight_digests
+            found = self._weight_digests.get(algorithm)
+            if found is None:
+                found = self._weight_digests[algorithm] = {
+                    k: value_digest(v, algorithm) for k, v in self.initializers.items()
+                }
+            return found
 
 
 # Outputs at least this large go to the helper threads when the worker is AHEAD_BYTES behind
@@ -188,11 +192,12 @@ def _no_ref() -> None:
 class _Job:
     """One large output handed to the helpers; the worker takes it back if none has started it."""
 
-    __slots__ = ("done", "entry", "error", "sample", "value")
+    __slots__ = ("algorithm", "done", "entry", "error", "sample", "value")
 
-    def __init__(self, value: np.ndarray, sample: int) -> None:
+    def __init__(self, value: np.ndarray, sample: int, algorithm: str) -> None:
         self.value: np.ndarray | None = value
         self.sample = sample
+        self.algorithm = algorithm
         self.entry: Entry | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -223,7 +228,7 @@ class _Helpers:
             job.done.wait()
         else:
             value, job.value = job.value, None
-            return tensor_entry(value, job.sample)
+            return tensor_entry(value, job.sample, job.algorithm)
         if job.error is not None:
             raise job.error
         assert job.entry is not None
@@ -242,7 +247,7 @@ class _Helpers:
                     self._idle -= 1
                 continue
             try:
-                job.entry = tensor_entry(job.value, job.sample)
+                job.entry = tensor_entry(job.value, job.sample, job.algorithm)
             except BaseException as exc:
                 job.error = exc
             job.value = None
@@ -281,7 +286,9 @@ class AuditRecorder(BackgroundObserver):
     file object, or None to keep the records in memory only (``records``). ``sample`` is how many
     leading values of each tensor the log shows; ``sign_key`` (a PEM path or key) signs the run
     digest; ``origin`` is the Session's ModelOrigin, which links the log to the container or file
-    (``Session.run(audit=...)`` fills it in). One recorder records one run.
+    (``Session.run(audit=...)`` fills it in). ``digest`` is the log's digest algorithm: "sha256"
+    (the default, FIPS 180-4; a v1 log) or "blake3" (a v2 log naming it; docs/audit-log.md). One
+    recorder records one run.
 
     Memory: the recorder holds at most ``max_pending_bytes`` of tensors (and ``max_pending_steps``
     steps) not yet hashed; past that, the run waits for it. ``hash_threads`` helper threads
@@ -302,6 +309,7 @@ class AuditRecorder(BackgroundObserver):
         max_pending_bytes: int = DEFAULT_PENDING_BYTES,
         max_pending_steps: int = DEFAULT_PENDING_ITEMS,
         hash_threads: int | None = None,
+        digest: str = SHA256,
     ) -> None:
         # The worker is woken when the pipe is half full, at the end, or every 50 ms, not for every
         # few steps: what it does besides claiming the helpers' results is mostly Python, which on
@@ -312,6 +320,10 @@ class AuditRecorder(BackgroundObserver):
         )
         if sample < 0:
             raise ValueError("sample must be >= 0")
+        if digest not in DIGEST_ALGORITHMS:
+            raise ValueError(f"unknown digest algorithm {digest!r} (known: {', '.join(DIGEST_ALGORITHMS)})")
+        self._new_hash = hasher(digest)  # a missing package fails here, before the run, not on the worker
+        self.digest = digest
         threads = default_hash_threads() if hash_threads is None else hash_threads
         self._helpers = hash_helpers(threads) if threads > 0 else None
         self.path: Path | None = None
@@ -389,7 +401,7 @@ class AuditRecorder(BackgroundObserver):
             jobs = []
             for value in outputs:
                 if type(value) is np.ndarray and value.nbytes >= PARALLEL_MIN_BYTES and value.flags.writeable:
-                    job = _Job(value, self.sample)
+                    job = _Job(value, self.sample, self.digest)
                     helpers.submit(job)
                     jobs.append(job)
                 else:
@@ -445,15 +457,17 @@ class AuditRecorder(BackgroundObserver):
     ) -> dict[str, Any]:
         assert self._facts is not None
         self._open()
-        self._digests.update(self._facts.weight_digests())
+        self._digests.update(self._facts.weight_digests(self.digest))
         inputs = []
         for name, value in feeds.items():
-            summary = value_summary(value, self.sample)
+            summary = value_summary(value, self.sample, self.digest)
             self._digests[name] = summary["digest"]
             inputs.append({"name": name, **summary})
+        header: dict[str, Any] = {"type": "header", "format": format_for(self.digest)}
+        if self.digest != SHA256:
+            header["digest_algorithm"] = self.digest
         return {
-            "type": "header",
-            "format": AUDIT_FORMAT,
+            **header,
             "run_id": uuid.uuid4().hex,
             "started": started,
             "sealtrace_version": __version__,
@@ -475,7 +489,7 @@ class AuditRecorder(BackgroundObserver):
     ) -> None:
         facts = self._facts
         assert facts is not None
-        template = facts.template(step)
+        template = facts._templates.get(id(step)) or facts.template(step)
         digests = self._digests
         if direct is None:
             inputs = ",".join(
@@ -484,10 +498,12 @@ class AuditRecorder(BackgroundObserver):
         else:
             parts = []
             for i, (name, rest, null) in enumerate(template.inputs):
-                d = value_digest(direct[i]) if i in direct else digests.get(name)
+                d = value_digest(direct[i], self.digest) if i in direct else digests.get(name)
                 parts.append(null if d is None else '{"digest":"' + d + rest)
             inputs = ",".join(parts)
         sample = self.sample
+        algorithm = self.digest
+        style = (sample, algorithm)
         where = self._paths.get(path)
         if where is None:
             where = self._paths[path] = canonical_json(list(path)).decode("ascii")
@@ -497,7 +513,7 @@ class AuditRecorder(BackgroundObserver):
             if (
                 cached is not None
                 and cached[0] == inputs
-                and cached[1] == sample
+                and cached[1] == style
                 and all(ref() is value for ref, value in zip(cached[2], outputs, strict=True))
             ):
                 digests.update(cached[4])
@@ -506,14 +522,16 @@ class AuditRecorder(BackgroundObserver):
         entries = []
         for (name, name_json), value in zip(template.outputs, outputs, strict=True):
             if constant:
-                head, tail, digest = facts.constant_entry(value, sample)
+                head, tail, digest = facts.constant_entry(value, sample, algorithm)
             elif type(value) is _Job:
                 assert self._helpers is not None
                 head, tail, digest = self._helpers.claim(value)
             elif type(value) is np.ndarray and not value.flags.writeable:
-                head, tail, digest = facts.owned_entry(value, sample) or tensor_entry(value, sample)
+                head, tail, digest = facts.owned_entry(value, sample, algorithm) or tensor_entry(
+                    value, sample, algorithm
+                )
             else:
-                head, tail, digest = tensor_entry(value, sample)
+                head, tail, digest = tensor_entry(value, sample, algorithm)
             if name:
                 digests[name] = digest
             entries.append(head + name_json + tail)
@@ -522,12 +540,12 @@ class AuditRecorder(BackgroundObserver):
             known = template.head % (inputs, outputs_json)
             refs = tuple(_no_ref if v is None else weakref.ref(v) for v in outputs)
             produced = tuple((name, digests[name]) for name, _ in template.outputs if name)
-            facts.constant_records[id(step)] = (inputs, sample, refs, known, produced)
+            facts.constant_records[id(step)] = (inputs, style, refs, known, produced)
         self._add_line(template.fmt % (inputs, outputs_json, where, self._prev, self._seq))
 
     def _add_line(self, body: str) -> None:
         """Chain a step record's body (its canonical JSON without its digest) and queue its line."""
-        digest = hashlib.sha256(body.encode("ascii")).hexdigest()
+        digest = self._new_hash(body.encode("ascii")).hexdigest()
         line = '{"digest":"' + digest + '",' + body[1:] + "\n"
         self._lines.append(line)
         if self._keep:
@@ -539,11 +557,11 @@ class AuditRecorder(BackgroundObserver):
     def _footer_record(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
         described = []
         for name, value in outputs.items():
-            described.append({"name": name, **value_identity(value)})
+            described.append({"name": name, **value_identity(value, self.digest)})
         return {"type": "footer", "finished": utc_now(), "steps": self._steps, "outputs": described}
 
     def _emit(self, record: dict[str, Any]) -> None:
-        line = seal_record(record, self._seq, self._prev)
+        line = seal_record(record, self._seq, self._prev, self.digest)
         digest = record[digest_field(record)]
         if record["type"] == "footer":
             self.run_digest = digest

@@ -7,23 +7,24 @@ its canonical JSON (:func:`sealtrace.digest.canonical_json`) and carries
 - ``prev``: the digest of the record before it (:data:`GENESIS` for the header),
 - its own digest: ``digest`` in header and step records, ``chain_head`` in the footer.
 
-A record's digest is sha256 over the canonical JSON of the record without its digest field and
-without ``signature``. Because each record commits to the one before it, the footer's digest, the
+A record's digest is the log's digest algorithm (sha256, or BLAKE3 in a v2 log that names it) over
+the canonical JSON of the record without its digest field and without ``signature``. Because each record commits to the one before it, the footer's digest, the
 chain head, commits to the whole run: it is the run digest, and the optional signature covers it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from sealtrace.digest import canonical_dtype, canonical_json, tensor_digest
+from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_dtype, canonical_json, hasher, tensor_digest
 
-AUDIT_FORMAT = "sealtrace.audit.v1"
+AUDIT_FORMAT = "sealtrace.audit.v1"  # sha256 only: what a sha256 log is written as
+AUDIT_FORMAT_V2 = "sealtrace.audit.v2"  # names its digest algorithm in the header
+AUDIT_FORMATS = (AUDIT_FORMAT, AUDIT_FORMAT_V2)
 GENESIS = "0" * 64
 DEFAULT_SAMPLE = 8
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -38,13 +39,27 @@ def digest_field(record: Mapping[str, Any]) -> str:
     return "chain_head" if record.get("type") == "footer" else "digest"
 
 
-def record_digest(record: Mapping[str, Any]) -> str:
-    """sha256 over the canonical JSON of ``record`` without its digest field and signature."""
+def format_for(algorithm: str) -> str:
+    """The format a log of ``algorithm`` is written as: v1 for sha256 (readable by every reader), v2 else."""
+    return AUDIT_FORMAT if algorithm == SHA256 else AUDIT_FORMAT_V2
+
+
+def header_algorithm(record: Any) -> str | None:
+    """The digest algorithm line 1 names (docs/audit-log.md, check 2): a header's
+    ``digest_algorithm``, sha256 when it has none or is no header; None for a value not known."""
+    if not isinstance(record, dict) or record.get("type") != "header" or "digest_algorithm" not in record:
+        return SHA256
+    named = record["digest_algorithm"]
+    return named if isinstance(named, str) and named in DIGEST_ALGORITHMS else None
+
+
+def record_digest(record: Mapping[str, Any], algorithm: str = SHA256) -> str:
+    """The digest (sha256 or ``algorithm``) over the canonical JSON of ``record`` without its digest field and signature."""
     body = {k: v for k, v in record.items() if k not in _UNHASHED}
-    return hashlib.sha256(canonical_json(body)).hexdigest()
+    return hasher(algorithm)(canonical_json(body)).hexdigest()
 
 
-def seal_record(record: dict[str, Any], seq: int, prev: str) -> bytes:
+def seal_record(record: dict[str, Any], seq: int, prev: str, algorithm: str = SHA256) -> bytes:
     """Give ``record`` its place in the chain (seq, prev) and its own digest; return its line.
 
     The line is the record's canonical JSON: the hashed body with the digest spliced in at its
@@ -54,7 +69,7 @@ def seal_record(record: dict[str, Any], seq: int, prev: str) -> bytes:
     record["prev"] = prev
     own = digest_field(record)
     body = canonical_json({k: v for k, v in record.items() if k not in _UNHASHED})
-    digest = hashlib.sha256(body).hexdigest()
+    digest = hasher(algorithm)(body).hexdigest()
     record[own] = digest
     if "signature" in record or not any(k > own for k in record):
         return canonical_json(record)
@@ -157,53 +172,54 @@ def stats_of(array: np.ndarray) -> dict[str, Any] | None:
     return {"min": int(lo), "max": int(hi), "mean": json_number(mean), "nan": 0, "inf": 0}
 
 
-def sequence_digest(digests: list[str | None]) -> str:
-    """Digest of a sequence value: sha256 over the canonical JSON list of its elements' digests."""
-    return hashlib.sha256(canonical_json({"sequence": digests})).hexdigest()
+def sequence_digest(digests: list[str | None], algorithm: str = SHA256) -> str:
+    """Digest of a sequence value: sha256 (or ``algorithm``) over the canonical JSON list of its elements' digests."""
+    return hasher(algorithm)(canonical_json({"sequence": digests})).hexdigest()
 
 
-def map_digest(value: Mapping[Any, Any]) -> str:
+def map_digest(value: Mapping[Any, Any], algorithm: str = SHA256) -> str:
     """Digest of a map value: sha256 over the canonical JSON list of its (key, value) pairs in key
     order. Keys and values are tagged with their kind (["i", int], ["s", str], ["f", float.hex()],
     ["tensor", digest]), so that equal maps give equal digests whatever their order, floats count
     exactly, and no value of one kind can pass for another."""
-    pairs = sorted((_map_item(k), _map_item(v)) for k, v in value.items())
-    return hashlib.sha256(canonical_json({"map": [[k, v] for k, v in pairs]})).hexdigest()
+    pairs = sorted((_map_item(k, algorithm), _map_item(v, algorithm)) for k, v in value.items())
+    document = canonical_json({"map": [[k, v] for k, v in pairs]})
+    return hasher(algorithm)(document).hexdigest()
 
 
-def _map_item(item: Any) -> tuple[str, Any]:
+def _map_item(item: Any, algorithm: str) -> tuple[str, Any]:
     if isinstance(item, str):
         return ("s", item)
     if isinstance(item, np.ndarray):
-        return ("tensor", tensor_digest(item))
+        return ("tensor", tensor_digest(item, algorithm))
     if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
         return ("i", int(item))
     return ("f", float(item).hex())
 
 
-def value_identity(value: Any) -> dict[str, Any]:
+def value_identity(value: Any, algorithm: str = SHA256) -> dict[str, Any]:
     """What identifies one value: kind, dtype, shape and digest (no sample, no stats)."""
     if value is None:
         return {"kind": "none", "digest": None}
     if isinstance(value, list):
-        return {"kind": "sequence", "length": len(value), "digest": value_digest(value)}
+        return {"kind": "sequence", "length": len(value), "digest": value_digest(value, algorithm)}
     if isinstance(value, Mapping):
-        return {"kind": "map", "size": len(value), "digest": map_digest(value)}
+        return {"kind": "map", "size": len(value), "digest": map_digest(value, algorithm)}
     array = np.asarray(value)
     return {
         "kind": "tensor",
         "dtype": canonical_dtype(array.dtype),
         "shape": [int(d) for d in array.shape],
-        "digest": tensor_digest(array),
+        "digest": tensor_digest(array, algorithm),
     }
 
 
-def value_summary(value: Any, sample: int) -> dict[str, Any]:
+def value_summary(value: Any, sample: int, algorithm: str = SHA256) -> dict[str, Any]:
     """What a step record says of one value: its identity, a sample and stats.
 
     Tensors are hashed in full with :func:`sealtrace.digest.tensor_digest`: nothing is elided.
     """
-    summary = value_identity(value)
+    summary = value_identity(value, algorithm)
     if summary["kind"] == "tensor":
         array = np.asarray(value)
         summary["sample"] = sample_of(array, sample)
@@ -211,12 +227,12 @@ def value_summary(value: Any, sample: int) -> dict[str, Any]:
     return summary
 
 
-def value_digest(value: Any) -> str | None:
+def value_digest(value: Any, algorithm: str = SHA256) -> str | None:
     """The digest a record gives ``value`` (tensor, sequence or map digest, or None)."""
     if value is None:
         return None
     if isinstance(value, list):
-        return sequence_digest([value_digest(v) for v in value])
+        return sequence_digest([value_digest(v, algorithm) for v in value], algorithm)
     if isinstance(value, Mapping):
-        return map_digest(value)
-    return tensor_digest(np.asarray(value))
+        return map_digest(value, algorithm)
+    return tensor_digest(np.asarray(value), algorithm)

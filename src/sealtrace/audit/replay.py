@@ -130,8 +130,10 @@ def replay_log(
     session = Session(model, backend="reference", **session_options)
     report.model_origin = session.origin
     _note_linkage(report, header, session)
-    feeds = _replay_feeds(header, dict(inputs or {}), report)
-    recorder = AuditRecorder(None, sample=int(header["sample_size"]), origin=session.origin)
+    algorithm = verification.digest_algorithm
+    feeds = _replay_feeds(header, dict(inputs or {}), report, algorithm)
+    # Re-recorded with the logged digest algorithm, so that digests compare with digests.
+    recorder = AuditRecorder(None, sample=int(header["sample_size"]), origin=session.origin, digest=algorithm)
     session.run(None, feeds, audit=recorder)
     report.replayed_records = recorder.records
     _compare(report, verification.records, recorder.records)
@@ -160,18 +162,21 @@ def _note_linkage(report: ReplayReport, header: dict[str, Any], session: Any) ->
         )
 
 
-def _replay_feeds(header: dict[str, Any], given: dict[str, Any], report: ReplayReport) -> dict[str, Any]:
+def _replay_feeds(
+    header: dict[str, Any], given: dict[str, Any], report: ReplayReport, algorithm: str
+) -> dict[str, Any]:
     feeds: dict[str, Any] = {}
     for entry in header["inputs"]:
         name = entry["name"]
         if name in given:
             value = given.pop(name)
-            if value_digest(value if isinstance(value, (list, Mapping)) else np.asarray(value)) != entry["digest"]:
+            logged = entry["digest"]
+            if value_digest(value if isinstance(value, (list, Mapping)) else np.asarray(value), algorithm) != logged:
                 report.notes.append(f"input {name!r} is not the logged input (its digest differs)")
                 report.not_logged.append(f"input {name!r}")
             feeds[name] = value
             continue
-        rebuilt = _from_sample(entry)
+        rebuilt = _from_sample(entry, algorithm)
         if rebuilt is None:
             raise InputError(
                 f"input {name!r}: the log's sample does not hold the whole tensor; give it with --input"
@@ -182,7 +187,7 @@ def _replay_feeds(header: dict[str, Any], given: dict[str, Any], report: ReplayR
     return feeds
 
 
-def _from_sample(entry: dict[str, Any]) -> np.ndarray | None:
+def _from_sample(entry: dict[str, Any], algorithm: str) -> np.ndarray | None:
     """The logged input rebuilt from its sample when the sample is the whole tensor, checked by digest."""
     if entry.get("kind") != "tensor" or entry["dtype"] == "str":
         return None
@@ -195,7 +200,7 @@ def _from_sample(entry: dict[str, Any]) -> np.ndarray | None:
     except (TypeError, ValueError):
         return None
     array = array.reshape(shape)
-    return array if value_digest(array) == entry["digest"] else None
+    return array if value_digest(array, algorithm) == entry["digest"] else None
 
 
 def _step_key(record: dict[str, Any]) -> tuple[Any, ...]:

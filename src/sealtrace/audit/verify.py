@@ -22,8 +22,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sealtrace.audit.errors import AuditCheckError, AuditFormatError
 from sealtrace.audit.linkage import identify_model, logged_model_identities
 from sealtrace.audit.log import LogLine, read_lines, schema_problem
-from sealtrace.audit.records import AUDIT_FORMAT, GENESIS, digest_field, record_digest, value_digest
-from sealtrace.digest import canonical_json
+from sealtrace.audit.records import (
+    AUDIT_FORMATS,
+    GENESIS,
+    digest_field,
+    header_algorithm,
+    record_digest,
+    value_digest,
+)
+from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_json
 from sealtrace.errors import SealtraceError
 from sealtrace.signing import Signature, load_public_key, verify_signature
 
@@ -51,6 +58,7 @@ class AuditVerification:
     run_digest: str | None = None
     signed_by: str | None = None  # key id of the signature, when the log carries one
     signature_valid: bool | None = None  # None: not checked
+    digest_algorithm: str = SHA256  # what line 1 names (docs/audit-log.md, "Digest algorithm")
 
     @property
     def ok(self) -> bool:
@@ -115,7 +123,7 @@ def verify_lines(
     if model is not None:
         result.problems.extend(_check_model(result.records[0], Path(model)))
     if inputs is not None:
-        result.problems.extend(_check_inputs(result.records[0], inputs))
+        result.problems.extend(_check_inputs(result.records[0], inputs, result.digest_algorithm))
     result.problems.extend(_check_signature(footer, len(result.records), trust, result))
     return result
 
@@ -131,8 +139,16 @@ def _check_chain(lines: Sequence[LogLine], result: AuditVerification) -> LogProb
             return LogProblem(number, f"{line.error}")
         if canonical_json(record) != line.raw:
             return LogProblem(number, "not in canonical JSON form (the line was edited)")
+        if index == 0:
+            algorithm = header_algorithm(record)
+            if algorithm is None:
+                raise AuditFormatError(
+                    f"{result.path}: audit log digest algorithm {record.get('digest_algorithm')!r} is not one "
+                    f"this sealtrace knows ({', '.join(DIGEST_ALGORITHMS)})"
+                )
+            result.digest_algorithm = algorithm
         own = digest_field(record)
-        if record.get(own) != record_digest(record):
+        if record.get(own) != record_digest(record, result.digest_algorithm):
             return LogProblem(number, f"{own} does not match the record's content (the record was edited)")
         seq = record.get("seq")
         if seq != index:
@@ -151,10 +167,10 @@ def _check_chain(lines: Sequence[LogLine], result: AuditVerification) -> LogProb
         if index == 0:
             if kind != "header":
                 return LogProblem(number, f"the first record must be a header, found {kind!r}")
-            if record.get("format") != AUDIT_FORMAT:
+            if record.get("format") not in AUDIT_FORMATS:
                 raise AuditFormatError(
                     f"{result.path}: audit log format {record.get('format')!r} is not one this "
-                    f"sealtrace reads ({AUDIT_FORMAT})"
+                    f"sealtrace reads ({', '.join(AUDIT_FORMATS)})"
                 )
         elif kind == "header":
             return LogProblem(number, "a second header inside the log")
@@ -249,7 +265,7 @@ def _check_model(header: dict[str, Any], model: Path) -> list[LogProblem]:
     return []
 
 
-def _check_inputs(header: dict[str, Any], inputs: Mapping[str, Any]) -> list[LogProblem]:
+def _check_inputs(header: dict[str, Any], inputs: Mapping[str, Any], algorithm: str) -> list[LogProblem]:
     problems = []
     logged = {entry["name"]: entry for entry in header["inputs"]}
     for name, value in inputs.items():
@@ -257,7 +273,7 @@ def _check_inputs(header: dict[str, Any], inputs: Mapping[str, Any]) -> list[Log
         if entry is None:
             problems.append(LogProblem(1, f"input {name!r} is not an input of the logged run ({', '.join(logged)})"))
             continue
-        digest = value_digest(value if isinstance(value, (list, Mapping)) else np.asarray(value))
+        digest = value_digest(value if isinstance(value, (list, Mapping)) else np.asarray(value), algorithm)
         if digest != entry["digest"]:
             problems.append(
                 LogProblem(1, f"input {name!r}: the given value (digest {str(digest)[:16]}) is not the one logged "

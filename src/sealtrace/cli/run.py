@@ -66,6 +66,9 @@ def _check_run_outputs(out_path: str | None, audit_path: str | None, capture_dir
 @click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N", help="Values of each tensor the audit log shows (default 8).")
 @click.option("--sign-log", "sign_log", type=click.Path(dir_okay=False), metavar="KEY.pem", help="Sign the audit log's run digest with this key.")
 @click.option("--capture", "capture_dir", type=click.Path(), metavar="DIR", help="Store every intermediate tensor in DIR (.npy files).")
+@click.option("--digest", type=click.Choice(["sha256", "blake3"]), default=None,
+              help="Digest algorithm of the audit log and capture (default sha256, FIPS 180-4; blake3 is faster, "
+                   "docs/audit-log.md).")
 @click.option("--trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
               help="Run only what one of these keys signed: a sealed MODEL (or, with --container, the binding) "
                    "without a valid signature by one of them is refused (exit 1), and so is a plain ONNX MODEL.")
@@ -94,6 +97,7 @@ def run(
     sample: int | None,
     sign_log: str | None,
     capture_dir: str | None,
+    digest: str | None,
     trust: tuple[str, ...],
     require_signature: bool,
     source_container: str | None,
@@ -110,6 +114,8 @@ def run(
     """
     if (sample is not None or sign_log) and not audit_path:
         raise InputError("--sample and --sign-log need --audit LOG.jsonl")
+    if digest and not (audit_path or capture_dir):
+        raise InputError("--digest needs --audit LOG.jsonl or --capture DIR")
     if out_path and Path(out_path).suffix != ".npz":
         raise InputError(f"--out {out_path}: the file name must end in .npz")
     if ledger_key and not ledger_store:
@@ -139,9 +145,9 @@ def run(
 
         if audit_path:
             sample = DEFAULT_SAMPLE if sample is None else sample
-            audit = AuditRecorder(audit_path, sample=sample, sign_key=sign_log, overwrite=force)
+            audit = AuditRecorder(audit_path, sample=sample, sign_key=sign_log, overwrite=force, digest=digest or "sha256")
         if capture_dir:
-            capture = CaptureStore(capture_dir, overwrite=force)
+            capture = CaptureStore(capture_dir, overwrite=force, digest=digest or "sha256")
     outputs = session.run(None, feeds, audit=audit, capture=capture)
     table = Table(title=f"{Path(model).name} on {backend}", title_justify="left")
     for column in ("output", "dtype", "shape", "values"):

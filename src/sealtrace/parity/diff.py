@@ -81,6 +81,7 @@ class RecordedRun:
     kind: str
     values: list[RecordedValue]
     complete: bool = True
+    digest_algorithm: str = "sha256"  # the log's or capture's (docs/audit-log.md, "Digest algorithm")
 
 
 @dataclass
@@ -148,7 +149,8 @@ def load_recorded(path: str | os.PathLike[str]) -> RecordedRun:
         raise InputError(f"{source}: no such capture directory or audit log")
     if source.is_dir():
         return _from_capture(source)
-    return RecordedRun("audit", _from_audit_log(source))  # read as a regular file only (no device, no FIFO)
+    values, algorithm = _from_audit_log(source)  # read as a regular file only (no device, no FIFO)
+    return RecordedRun("audit", values, digest_algorithm=algorithm)
 
 
 def _from_capture(directory: Path) -> RecordedRun:
@@ -161,10 +163,10 @@ def _from_capture(directory: Path) -> RecordedRun:
                       load=functools.partial(run.load, key))
         for key, entry in run.entries.items()
     ]
-    return RecordedRun("capture", values, run.complete)
+    return RecordedRun("capture", values, run.complete, run.digest_algorithm)
 
 
-def _from_audit_log(path: Path) -> list[RecordedValue]:
+def _from_audit_log(path: Path) -> tuple[list[RecordedValue], str]:
     from sealtrace.audit.log import read_lines
     from sealtrace.audit.verify import verify_lines
 
@@ -187,7 +189,7 @@ def _from_audit_log(path: Path) -> list[RecordedValue]:
             if count:
                 key = f"{key}#{count}"
             values.append(_logged_value(key, record.get("name", ""), record.get("op_type", ""), output))
-    return values
+    return values, verification.digest_algorithm
 
 
 def _logged_value(key: str, step: str, op_type: str, entry: dict[str, Any]) -> RecordedValue:
@@ -209,6 +211,12 @@ def diff_runs(
     """Compare two recorded runs; see the module docstring."""
     tolerance = tolerance or ToleranceTable(Tolerance())
     run_a, run_b = load_recorded(a), load_recorded(b)
+    if run_a.digest_algorithm != run_b.digest_algorithm:
+        # Digests of two algorithms never match: every value would read as differing.
+        raise InputError(
+            f"{a} has {run_a.digest_algorithm} digests and {b} has {run_b.digest_algorithm} digests, which cannot "
+            "be compared: record both runs with the same --digest"
+        )
     by_key_b = {v.key: v for v in run_b.values}
     report = DiffReport((run_a.kind, run_b.kind), (str(a), str(b)), tolerance)
     report.incomplete = [str(source) for source, run in ((a, run_a), (b, run_b)) if not run.complete]
