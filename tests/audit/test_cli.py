@@ -178,3 +178,36 @@ def test_names_that_look_like_markup_are_printed_as_text(tmp_path: Path, capsys:
     assert main(["diff", str(tmp_path / "cap_a"), str(tmp_path / "cap_b")]) == 1
     captured = capsys.readouterr()
     assert "h[/b]" in captured.out and "internal error" not in captured.err
+
+
+def test_trust_covers_the_log_in_replay_and_takes_several_keys(
+    mlp_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--trust means "refuse anything not signed by these keys": in replay the log as well as the model."""
+    model_key, model_pub = generate_keypair(tmp_path / "model.pem")
+    log_key, log_pub = generate_keypair(tmp_path / "log.pem")
+    _, stranger_pub = generate_keypair(tmp_path / "stranger.pem")
+    sealed = tmp_path / "mlp.seal"
+    seal_model(mlp_path, sealed, sign_with=model_key)
+    np.save(tmp_path / "x.npy", MLP_INPUT["x"])
+    x = f"x={tmp_path / 'x.npy'}"
+    signed, unsigned = tmp_path / "signed.jsonl", tmp_path / "unsigned.jsonl"
+    assert main(["run", str(sealed), "--input", x, "--audit", str(signed), "--sign-log", str(log_key)]) == 0
+    assert main(["run", str(sealed), "--input", x, "--audit", str(unsigned)]) == 0
+    capsys.readouterr()
+
+    replay = ["replay", "--container", str(sealed), "--input", x, "--trust", str(model_pub)]
+    assert main([*replay, str(unsigned)]) == 1
+    assert "not signed, but a trusted key was given" in capsys.readouterr().err
+    assert main([*replay, str(signed)]) == 1  # signed, but by a key not given
+    assert "not valid for the trusted key" in capsys.readouterr().err
+    assert main([*replay, "--trust", str(log_pub), str(signed)]) == 0
+    assert "bit-identical" in capsys.readouterr().out
+    assert main(["replay", str(unsigned), "--container", str(sealed), "--input", x]) == 0  # no --trust: no demand
+
+    verify = ["audit", "verify", str(signed), "--trust", str(stranger_pub)]
+    assert main(verify) == 1
+    assert "any of the" not in capsys.readouterr().err
+    assert main([*verify, "--trust", str(log_pub)]) == 0
+    assert main(["audit", "verify", str(signed), "--trust", str(stranger_pub), "--trust", str(model_pub)]) == 1
+    assert "not valid for any of the 2 trusted keys" in capsys.readouterr().err

@@ -119,11 +119,14 @@ def replay_log(
     ``inputs`` default to the logged ones where the log's sample holds a whole input. A model or
     input other than the logged one is noted and the replay goes on, so that the comparison shows
     where the runs part; the report then does not pass (``not_logged`` names what differs).
-    ``session_options`` go to :class:`sealtrace.session.Session` (trust=...).
+    ``session_options`` go to :class:`sealtrace.session.Session` (trust=...). Trusted keys
+    (``trust=``) apply to the log as well as to the model: a log not signed by one of them is refused,
+    as ``--trust`` means everywhere.
     """
     from sealtrace.session import Session
 
-    verification = verify_lines(read_lines(log), str(log))
+    trust = session_options.get("trust")
+    verification = verify_lines(read_lines(log), str(log), trust=trust or None)
     verification.raise_if_failed()
     header, footer = verification.records[0], verification.records[-1]
     report = ReplayReport(str(log))

@@ -85,6 +85,8 @@ class AuditVerification:
 
 
 PublicKey = str | os.PathLike[str] | Ed25519PublicKey
+# One trusted key, or several (the CLI's repeated --trust): the log must be signed by one of them.
+TrustedKeys = PublicKey | Sequence[PublicKey]
 
 
 def verify_log(
@@ -92,10 +94,11 @@ def verify_log(
     *,
     model: str | os.PathLike[str] | None = None,
     inputs: Mapping[str, Any] | None = None,
-    trust: PublicKey | None = None,
+    trust: TrustedKeys | None = None,
 ) -> AuditVerification:
     """Verify the log at ``path``; optionally its link to ``model`` (a container or ONNX file),
-    to ``inputs`` (name -> array) and its signature by ``trust`` (a public key or PEM path)."""
+    to ``inputs`` (name -> array) and its signature by ``trust`` (a public key or PEM path, or a
+    sequence of them: then a valid signature by any one of them)."""
     return verify_lines(read_lines(path), str(path), model=model, inputs=inputs, trust=trust)
 
 
@@ -105,7 +108,7 @@ def verify_lines(
     *,
     model: str | os.PathLike[str] | None = None,
     inputs: Mapping[str, Any] | None = None,
-    trust: PublicKey | None = None,
+    trust: TrustedKeys | None = None,
 ) -> AuditVerification:
     """:func:`verify_log` on lines already read (see :func:`sealtrace.audit.log.parse_lines`)."""
     if not lines:
@@ -282,8 +285,14 @@ def _check_inputs(header: dict[str, Any], inputs: Mapping[str, Any], algorithm: 
     return problems
 
 
+def _trusted_keys(trust: TrustedKeys) -> list[Ed25519PublicKey]:
+    if isinstance(trust, (str, os.PathLike, Ed25519PublicKey)):
+        trust = [trust]
+    return [key if isinstance(key, Ed25519PublicKey) else load_public_key(key) for key in trust]
+
+
 def _check_signature(
-    footer: dict[str, Any], footer_line: int, trust: PublicKey | None, result: AuditVerification
+    footer: dict[str, Any], footer_line: int, trust: TrustedKeys | None, result: AuditVerification
 ) -> list[LogProblem]:
     raw = footer.get("signature")
     signature = Signature.from_json(raw) if raw is not None else None
@@ -293,15 +302,20 @@ def _check_signature(
         if signature is not None:
             result.notes.append(f"signed by key {signature.key_id}; not checked (give --trust KEY.pub)")
         return []
-    key = trust if isinstance(trust, Ed25519PublicKey) else load_public_key(trust)
+    keys = _trusted_keys(trust)
     if signature is None:
         result.signature_valid = False
         return [LogProblem(footer_line, "the log is not signed, but a trusted key was given")]
-    try:
-        valid = verify_signature(key, footer["chain_head"], signature)
-    except SealtraceError:
-        valid = False
+    valid = False
+    for key in keys:
+        try:
+            valid = verify_signature(key, footer["chain_head"], signature)
+        except SealtraceError:
+            valid = False
+        if valid:
+            break
     result.signature_valid = valid
     if not valid:
-        return [LogProblem(footer_line, f"the signature over the run digest is not valid for the trusted key (signed by key {signature.key_id})")]
+        which = "the trusted key" if len(keys) == 1 else f"any of the {len(keys)} trusted keys"
+        return [LogProblem(footer_line, f"the signature over the run digest is not valid for {which} (signed by key {signature.key_id})")]
     return []

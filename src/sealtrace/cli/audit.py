@@ -43,10 +43,13 @@ def audit() -> None:
 @_model
 @_input
 @_inputs
-@click.option("--trust", type=click.Path(dir_okay=False), metavar="KEY.pub", help="Require a valid signature by this key.")
+@click.option(
+    "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
+    help="A trusted public key; repeat for several. Refuses (exit 1) a log not validly signed by one of them.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON (docs/cli.md, 'Verdicts').")
 def verify(
-    log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: str | None,
+    log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Check LOG's hash chain and schema, and its link to a container, inputs and signer.
@@ -57,7 +60,7 @@ def verify(
     from sealtrace.verdict import audit_verdict
 
     feeds = _read_inputs(input_files, npz_files)
-    result = verify_log(log, model=model, inputs=feeds or None, trust=trust)
+    result = verify_log(log, model=model, inputs=feeds or None, trust=list(trust) or None)
     if as_json:
         first = result.problems[0] if result.problems else None
         shared = audit_verdict(
@@ -145,7 +148,7 @@ def show(log: str, limit: int | None) -> None:
 @_inputs
 @click.option(
     "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
-    help="A trusted public key; repeat for several. Refuses (exit 1) a model not validly signed by one of them.",
+    help="A trusted public key; repeat for several. Refuses (exit 1) a model or a log not validly signed by one of them.",
 )  # fmt: skip
 def replay(
     log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: tuple[str, ...]
