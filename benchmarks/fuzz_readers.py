@@ -47,6 +47,7 @@ def child(reader_name: str, examples: int, seed: int, out: Path) -> None:
     started = time.perf_counter()
     outcomes: dict[str, int] = {}
     violations: list[dict[str, str]] = []
+    generator_errors: list[str] = []
     peak = 0
     with tempfile.TemporaryDirectory(prefix=f"sealtrace-fuzz-{reader_name}-") as tmp:
         material = build_material(Path(tmp))
@@ -54,7 +55,12 @@ def child(reader_name: str, examples: int, seed: int, out: Path) -> None:
         done = 0
         while done < examples:
             n = min(CHUNK, examples - done)
-            tally = fuzz(reader, material, n, random_seed=seed * 1_000_003 + done)
+            try:
+                tally = fuzz(reader, material, n, random_seed=seed * 1_000_003 + done)
+            except Exception as exc:  # the generator's own failure (hypothesis), not the reader's
+                generator_errors.append(f"inputs {done}-{done + n}: {type(exc).__name__}: {str(exc)[:300]}")
+                done += n
+                continue
             for outcome, count in tally.outcomes.items():
                 outcomes[outcome] = outcomes.get(outcome, 0) + count
             peak = max(peak, tally.peak_growth)
@@ -62,7 +68,8 @@ def child(reader_name: str, examples: int, seed: int, out: Path) -> None:
                 violations.append({"problem": v.problem, "kept": str(v.save().relative_to(ROOT))})
             done += n
     out.write_text(json.dumps({"reader": reader_name, "outcomes": outcomes, "violations": violations,
-                               "peak_growth": peak, "seconds": time.perf_counter() - started}))
+                               "generator_errors": generator_errors, "peak_growth": peak,
+                               "seconds": time.perf_counter() - started}))
 
 
 def _limit() -> None:
@@ -78,6 +85,7 @@ def run_child(reader: str, examples: int, seed: int, tmp: Path, record: bool) ->
     )
     if proc.returncode != 0 or not out.is_file():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        print(f"{reader}: the fuzz process failed (exit {proc.returncode}): {tail}", flush=True)
         return {"reader": reader, "outcomes": {}, "violations": [{"problem": f"fuzz process failed: {tail}"}],
                 "peak_growth": 0, "seconds": 0.0}
     result: dict[str, object] = json.loads(out.read_text())
@@ -132,6 +140,9 @@ def report(results: list[dict[str, object]]) -> str:
     for r in results:
         for v in r["violations"][:5]:  # type: ignore[index]
             lines.append(f"- {r['reader']}: {v['problem'][:200]} ({v.get('kept', '')})")
+    for r in results:
+        for error in r.get("generator_errors", []):  # type: ignore[attr-defined]
+            lines.append(f"- {r['reader']}: the input generator failed, those inputs were not run: {error[:200]}")
     return "\n".join(lines) + "\n"
 
 

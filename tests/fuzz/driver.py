@@ -106,10 +106,14 @@ def _time_limit(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def run_reader(reader: Reader, material: Material, data: bytes) -> Result:
-    """Feed ``data`` to ``reader`` as its target file and check the invariant."""
+def run_reader(reader: Reader, material: Material, data: bytes, seed: bytes | None = None) -> Result:
+    """Feed ``data`` to ``reader`` as its target file and check the invariant.
+
+    ``seed`` is the pristine target the mutation was made from: the file is put back to it afterwards
+    and "a mutation was accepted" means accepted bytes other than it. Without it, the file as found.
+    """
     target = reader.target(material)
-    original = target.read_bytes()
+    original = target.read_bytes() if seed is None else seed
     measure = _reset_peak()
     before = _rss_kib("VmRSS")
     try:
@@ -150,14 +154,14 @@ def fuzz(reader: Reader, material: Material, examples: int, random_seed: int = 0
     original = reader.target(material).read_bytes()
     # One untallied run of the seed first: imports and caches it loads once (torch behind the
     # falsify package, ORT's first session) are not memory that an input made the reader take.
-    run_reader(reader, material, original)
+    run_reader(reader, material, original, seed=original)
 
     @seed(random_seed)
     @settings(max_examples=examples, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(reader.mutations(original))
     def one(data: bytes) -> None:
-        result = run_reader(reader, material, data)
+        result = run_reader(reader, material, data, seed=original)
         tally.outcomes[result.outcome] += 1
         tally.peak_growth = max(tally.peak_growth, result.peak_growth)
         if result.problem is not None:
