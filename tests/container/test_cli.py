@@ -97,16 +97,18 @@ def test_expect_digest_that_is_not_a_digest_is_bad_usage(signed_seal: dict[str, 
 def test_trust_refuses_an_unsigned_or_otherwise_signed_container(signed_seal: dict[str, Path], tmp_path: Path,
                                                                  verb: str, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     """--trust without --require-signature refuses what the trusted keys did not sign (it only
-    labelled signatures before)."""
-    log = tmp_path / "run.jsonl"
-    assert main(["run", str(signed_seal["seal"]), "--random-inputs", "--audit", str(log)]) == 0
+    labelled signatures before). replay's --trust covers the log too: it is signed by a third key,
+    trusted in every call, so that what is refused here is the container."""
+    log, log_key = tmp_path / "run.jsonl", tmp_path / "log.pem"
+    assert main(["keygen", "-o", str(log_key)]) == 0
+    assert main(["run", str(signed_seal["seal"]), "--random-inputs", "--audit", str(log), "--sign-log", str(log_key)]) == 0
 
     def call(container: Path, key: Path) -> int:
         args = {
             "verify": ["verify", str(container)],
             "run": ["run", str(container), "--random-inputs"],
             "unseal": ["unseal", str(container), "-o", str(tmp_path / "out.onnx"), "--force"],
-            "replay": ["replay", str(log), "--container", str(container)],
+            "replay": ["replay", str(log), "--container", str(container), "--trust", str(log_key.with_suffix(".pub"))],
         }[verb]
         return main([*args, "--trust", str(key)])
 
