@@ -155,3 +155,21 @@ def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
     bad.write_bytes(b"\xff\xfe(")
     with pytest.raises(PropertyError, match="not UTF-8"):
         load_vnnlib(bad)
+
+
+def test_reading_a_property_does_not_import_torch() -> None:
+    """The search and the certifier need torch (over a second to import); reading VNNLIB does not."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom sealtrace.falsify import parse_vnnlib\n"
+        "parse_vnnlib('(declare-const X_0 Real)\\n(declare-const Y_0 Real)\\n(assert (<= X_0 1))\\n"
+        "(assert (>= X_0 0))\\n(assert (<= Y_0 0))\\n')\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "from sealtrace.falsify import Certifier\nassert 'torch' in sys.modules\n"
+    )
+    src = Path(__file__).resolve().parents[2] / "src"
+    done = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(src)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
