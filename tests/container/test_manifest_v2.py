@@ -235,6 +235,9 @@ def test_both_format_versions_verify_sign_and_name_tensors(
     if version == 1:
         assert records["blob.bin"]["sha256"] == hashlib.sha256((shards / "blob.bin").read_bytes()).hexdigest()
     assert verify_manifest(shards, out, trust=[keys["alice.pub"]], require_signature=True).ok
+    from sealtrace.jsonschemas import load_schema, validator
+
+    validator(load_schema("container-manifest.schema.json")).validate(json.loads(out.read_text()))
     assert main(["manifest", "verify", str(shards), str(out), "--trust", str(keys["mallory.pub"])]) == 1
     assert "signature" in capsys.readouterr().err
     path = shards / "model-0.safetensors"
