@@ -10,8 +10,9 @@ and `verifying.Config().use_elliptic_key_verifier`, as `model_signing sign key` 
 in this process, from a warm page cache (one untimed round first). Rounds alternate the order of the
 tools; each figure is the median over the rounds. All tools hash sha256 on the same number of threads:
 sealtrace's pool size, passed to model-signing as `max_workers`. model-signing is a benchmark-only
-reference, not a dependency: without it (`pip install model-signing==1.1.1`) its columns cannot be
-measured and results/manifest.md is left as it is.
+reference, not a dependency: without it (`pip install model-signing==1.1.1 pyopenssl`; 1.1.1 imports
+OpenSSL without declaring it) its columns cannot be measured, and the script exits as skipped, leaving
+results/manifest.md as it is (benchmarks/material.py: results are only rewritten from measurements).
 """
 
 from __future__ import annotations
@@ -124,8 +125,10 @@ def main() -> None:
     args = parser.parse_args()
     try:
         import model_signing  # noqa: F401
-    except ImportError:
-        skip("bench_manifest.py", RESULTS, {"model-signing": "the reference it is compared with: pip install model-signing==1.1.1"})
+    except ImportError as exc:  # 1.1.1 also imports OpenSSL (pyOpenSSL) without declaring it
+        skip("bench_manifest.py", RESULTS, {
+            "model-signing": f"the reference it is compared with ({exc}): pip install model-signing==1.1.1 pyopenssl"
+        })  # fmt: skip
     threads = default_workers()
     work = Path(tempfile.mkdtemp(prefix="bench-manifest-", dir=args.dir))
     try:
