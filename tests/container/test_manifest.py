@@ -280,7 +280,8 @@ def _old_tensor_digest(array: np.ndarray | bytes) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).tobytes() if array.size else b"").hexdigest()
 
 
-def test_streamed_tensor_digests_keep_the_definition(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_streamed_tensor_digests_keep_the_definition(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
     from sealtrace.container import manifest as manifests
 
     monkeypatch.setattr(manifests, "_BLOCK", 64)  # many small blocks and parts
@@ -305,14 +306,16 @@ def test_streamed_tensor_digests_keep_the_definition(tmp_path: Path, monkeypatch
         archive.writestr("notes.txt", b"hello")
         archive.writestr("empty.bin", b"")
     out = tmp_path / "m.json"
-    create_manifest(root, out)
+    create_manifest(root, out, format_version=version)
+    key = manifests.digest_key(version)  # format 2: the same digest for tensors of at most CHUNK_SIZE
     files = {f["path"]: f for f in json.loads(out.read_text())["manifest"]["files"]}
     for name in arrays:
         (tensor,) = files[f"{name}.npy"]["tensors"]
-        assert tensor["sha256"] == _old_tensor_digest(np.load(root / f"{name}.npy")), name
+        assert tensor[key] == _old_tensor_digest(np.load(root / f"{name}.npy")), name
     with np.load(root / "all.npz") as archive:
-        expected = [{"name": n, "sha256": _old_tensor_digest(archive[n])} for n in sorted(archive.files)]
-    assert files["all.npz"]["format"] == "npz" and files["all.npz"]["tensors"] == expected
+        expected = [{"name": n, key: _old_tensor_digest(archive[n])} for n in sorted(archive.files)]
+    tensors = [{"name": t["name"], key: t[key]} for t in files["all.npz"]["tensors"]]
+    assert files["all.npz"]["format"] == "npz" and tensors == expected
 
 
 def _forged_npy(path: Path, shape: tuple[int, ...]) -> None:
@@ -322,7 +325,10 @@ def _forged_npy(path: Path, shape: tuple[int, ...]) -> None:
         f.write(b"\0" * 16)
 
 
-def test_tensor_digests_stream_forged_and_bomb_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_tensor_digests_stream_forged_and_bomb_files(tmp_path: Path, version: int) -> None:
+    from sealtrace.container.manifest import digest_key
+
     root = tmp_path / "ckpt"
     root.mkdir()
     _forged_npy(root / "forged.npy", (10**6, 10**6))  # 10^12 elements in 144 bytes
@@ -332,15 +338,16 @@ def test_tensor_digests_stream_forged_and_bomb_files(tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     tracemalloc.start()
     try:
-        create_manifest(root, out)
+        create_manifest(root, out, format_version=version)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert peak < 32 << 20  # blocks of 4 MiB per worker; np.load made a 64 MiB copy of each before
     files = {f["path"]: f for f in json.loads(out.read_text())["manifest"]["files"]}
     assert files["forged.npy"]["format"] is None and files["forged.npy"]["tensors"] == []
-    assert files["big.npy"]["tensors"][0]["sha256"] == hashlib.sha256(bytes(64 << 20)).hexdigest()
-    assert files["bomb.npz"]["tensors"] == [{"name": "z", "sha256": hashlib.sha256(bytes(64 << 20)).hexdigest()}]
+    key = digest_key(version)  # 64 MiB is one chunk of format 2: its digest is the plain sha256
+    assert files["big.npy"]["tensors"][0][key] == hashlib.sha256(bytes(64 << 20)).hexdigest()
+    assert [(t["name"], t[key]) for t in files["bomb.npz"]["tensors"]] == [("z", hashlib.sha256(bytes(64 << 20)).hexdigest())]
 
 
 def test_a_fortran_array_over_the_budget(

@@ -1,26 +1,33 @@
 """Directory manifests: the seal for checkpoint directories (orbax, safetensors shards, .npz ...).
 
-A manifest records every regular file of a directory by relative path with its size and sha256,
-and for formats sealtrace can read (safetensors, .npy, .npz, ONNX external data) the sha256 of
+A manifest records every regular file of a directory by relative path with its size and digest,
+and for formats sealtrace can read (safetensors, .npy, .npz, ONNX external data) the digest of
 each tensor's bytes, so a verification failure names the changed tensor, not just the file.
 Verification reports changed, missing and extra files. Paths are relative, may not escape the
 directory, and symbolic links are refused unless asked for (and even then must stay inside).
 
-Format (canonical JSON; digest = sha256 of the canonical "manifest" object)::
+Format version 2 (written today; docs/container-format.md#directory-manifests) hashes each byte
+once: a file is cut into segments (each tensor whose byte range is known, and the bytes between
+them), each segment into chunks of :data:`CHUNK_SIZE`, and every chunk is hashed once, on every
+core; tensor digests and the file digest are composed from those chunk digests. Version 1 (the
+sha256 of the whole file, then of each tensor again) is still read and verified::
 
-    {"manifest": {"format": "sealtrace.manifest", "format_version": 1, "sealtrace_version": "...",
-                  "files": [{"path", "size", "sha256", "format", "tensors": [{"name", "sha256"}]}]},
+    {"manifest": {"format": "sealtrace.manifest", "format_version": 2, "sealtrace_version": "...",
+                  "files": [{"path", "size", "digest", "format",
+                             "tensors": [{"name", "digest", "range": [start, end] | null}]}]},
      "signatures": [...]}
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
 import stat
 import struct
+import threading
 import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
@@ -34,7 +41,7 @@ from onnx import ModelProto, TensorProto
 
 from sealtrace import __version__
 from sealtrace.arrayfiles import NPY_MAGIC, ArrayFileError, NpyHeader, read_npy_header
-from sealtrace.container.chunks import default_workers
+from sealtrace.container.chunks import chunk_ranges, default_workers
 from sealtrace.container.errors import ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.container.format import parse_canonical_json, parse_signatures
 from sealtrace.container.signatures import (
@@ -52,7 +59,14 @@ from sealtrace.limits import BudgetExceededError, check_allocation, open_regular
 from sealtrace.outputs import atomic_output, check_output
 
 FORMAT_NAME = "sealtrace.manifest"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what create_manifest writes; 1 is still read and verified
+SUPPORTED_VERSIONS = (1, 2)
+# Format 2 hashes in chunks of this many bytes: a byte string of at most one chunk has as digest its
+# plain sha256 (so a small file's digest is what sha256sum prints); a longer one, the sha256 of the
+# chunks' digests (see chunked_digest). Part of the format: changing it is a new format version.
+CHUNK_SIZE = 64 << 20
+# Bytes read per pread: one buffer per hashing thread, so memory stays flat whatever the file size.
+_READ_BLOCK = 1 << 20
 MAX_MANIFEST_SIZE = 256 << 20
 # safetensors bounds its own header to 100 MB; so do we when reading one.
 MAX_SAFETENSORS_HEADER = 100_000_000
@@ -184,9 +198,16 @@ def file_format(rel: str) -> str | None:
 
 
 def _safetensors_tensors(path: Path) -> list[dict[str, str]]:
-    """sha256 of each tensor's bytes in a safetensors file (header bounded, offsets checked)."""
+    """Format 1: sha256 of each tensor's bytes in a safetensors file (header bounded, offsets checked)."""
     with path.open("rb") as f:
-        size = os.fstat(f.fileno()).st_size
+        return [{"name": name, "sha256": _range_sha256(f, start, end - start)} for name, start, end in _safetensors_ranges(path)]
+
+
+def _safetensors_ranges(path: Path) -> list[tuple[str, int, int]]:
+    """(name, start, end) of each tensor's bytes in a safetensors file, as file offsets, sorted by
+    name (header bounded, offsets checked against the file)."""
+    f, size = open_regular_file(path, "safetensors file", ManifestPathError)
+    with f:
         head = f.read(8)
         if len(head) != 8:
             raise ValueError("too short for a safetensors file")
@@ -204,7 +225,7 @@ def _safetensors_tensors(path: Path) -> list[dict[str, str]]:
             start, end = info["data_offsets"]
             if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= size - 8 - n):
                 raise ValueError(f"tensor {name!r} offsets out of range")
-            found.append({"name": str(name), "sha256": _range_sha256(f, 8 + n + start, end - start)})
+            found.append((str(name), 8 + n + start, 8 + n + end))
         return found
 
 
@@ -225,7 +246,9 @@ def _npy_tensors(path: Path, rel: str) -> list[dict[str, str]]:
     return [{"name": rel.rsplit("/", 1)[-1], "sha256": digest}]
 
 
-def _npz_tensors(path: Path, rel: str) -> list[dict[str, str]]:
+def _npz_tensors(path: Path, rel: str, new_hash: Any = hashlib.sha256, key: str = "sha256") -> list[dict[str, Any]]:
+    """The digest of each member of an .npz archive (``new_hash``: the digest of the format
+    version written, under ``key``); each member is decompressed as a stream, never whole."""
     f, _size = open_regular_file(path, ".npz archive", ArrayFileError)
     with f, zipfile.ZipFile(f) as archive:
         found = []
@@ -233,31 +256,32 @@ def _npz_tensors(path: Path, rel: str) -> list[dict[str, str]]:
             name = info.filename[: -len(".npy")] if info.filename.endswith(".npy") else info.filename
             with archive.open(info) as member:
                 if member.read(len(NPY_MAGIC)) != NPY_MAGIC:
-                    digest = _raw_member_sha256(archive, info)
+                    digest = _raw_member_sha256(archive, info, new_hash)
                 else:
                     member.seek(0)
                     where = f"{rel}: array {name[:80]!r}"
                     header = read_npy_header(member, where)
                     if header.data_offset + header.nbytes > info.file_size:
                         raise ArrayFileError(f"{where}: header declares more data than the member holds")
-                    digest = _data_sha256(member, header, where)
-            found.append({"name": name, "sha256": digest})
+                    digest = _data_sha256(member, header, where, new_hash)
+            found.append({"name": name, key: digest})
         return sorted(found, key=lambda t: t["name"])
 
 
-def _raw_member_sha256(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
-    """A member that is not a .npy array (NumPy's loader returns its bytes): sha256 of those bytes."""
-    digest = hashlib.sha256()
+def _raw_member_sha256(archive: zipfile.ZipFile, info: zipfile.ZipInfo, new_hash: Any = hashlib.sha256) -> str:
+    """A member that is not a .npy array (NumPy's loader returns its bytes): the digest of those bytes."""
+    digest = new_hash()
     with archive.open(info) as member:
         while block := member.read(_BLOCK):
             digest.update(block)
     return digest.hexdigest()
 
 
-def _data_sha256(stream: Any, header: NpyHeader, where: str) -> str:
-    """sha256 of the C-order bytes of the array whose checked header was just read from ``stream``."""
+def _data_sha256(stream: Any, header: NpyHeader, where: str, new_hash: Any = hashlib.sha256) -> str:
+    """The digest (``new_hash``: sha256, or format 2's :class:`ChunkedSha256`) of the C-order bytes
+    of the array whose checked header was just read from ``stream``."""
     nbytes = header.nbytes
-    digest = hashlib.sha256()
+    digest = new_hash()
     if nbytes == 0:
         return digest.hexdigest()
     if header.fortran_order and sum(d > 1 for d in header.shape) > 1:
@@ -307,12 +331,13 @@ def _c_order_parts(array: np.ndarray) -> Iterator[bytes]:
             yield sub[start : start + step].tobytes()  # tobytes() is C order whatever the layout
 
 
-def _external_data_tensors(files: dict[str, Path], verifying: bool = False) -> dict[str, list[dict[str, str]]]:
-    """Per-tensor digests of ONNX external data files, found through the .onnx files that name them.
+def _external_data_ranges(files: dict[str, Path], verifying: bool = False) -> dict[str, list[tuple[str, int, int]]]:
+    """(tensor name, offset, length) of each tensor stored in ONNX external data files, by data
+    file, found through the .onnx files of the directory that name them.
 
     Each .onnx file is read whole to parse it, within the memory budget: over it, creating a
     manifest is refused and verifying goes on without that file's tensor names."""
-    found: dict[str, list[dict[str, str]]] = {}
+    found: dict[str, list[tuple[str, int, int]]] = {}
     for rel, path in files.items():
         if not rel.lower().endswith(".onnx"):
             continue
@@ -341,13 +366,25 @@ def _external_data_tensors(files: dict[str, Path], verifying: bool = False) -> d
             try:
                 offset = int(info.get("offset", 0) or 0)
                 length = int(info["length"]) if info.get("length") else files[location].stat().st_size - offset
-                if offset < 0 or length < 0:
-                    continue
-                with files[location].open("rb") as f:
-                    digest = _range_sha256(f, offset, length)
             except (ValueError, OSError):
                 continue  # a malformed reference: the data file is still hashed as a whole
-            found.setdefault(location, []).append({"name": scope_name, "sha256": digest})
+            if offset < 0 or length < 0:
+                continue
+            found.setdefault(location, []).append((scope_name, offset, length))
+    return found
+
+
+def _external_data_tensors(files: dict[str, Path], verifying: bool = False) -> dict[str, list[dict[str, str]]]:
+    """Format 1: the sha256 of each ONNX external data tensor's range, by data file."""
+    found: dict[str, list[dict[str, str]]] = {}
+    for location, tensors in _external_data_ranges(files, verifying).items():
+        for name, offset, length in tensors:
+            try:
+                with files[location].open("rb") as f:
+                    digest = _range_sha256(f, offset, length)
+            except OSError:
+                continue
+            found.setdefault(location, []).append({"name": name, "sha256": digest})
     return found
 
 
@@ -395,6 +432,315 @@ def _describe_file(
     return record
 
 
+# ---- Format 2: each byte hashed once, in chunks spread over every core ----------------------------
+
+
+def chunked_digest(length: int, chunk_digests: Sequence[bytes]) -> str:
+    """Format 2's digest of ``length`` bytes from the raw sha256 of each of their chunks of
+    :data:`CHUNK_SIZE` (the last one shorter; one empty chunk for no bytes): the plain sha256 when
+    there is one chunk, else sha256 over a domain tag, the chunk size, the length and the chunk digests."""
+    if length <= CHUNK_SIZE:
+        return chunk_digests[0].hex()
+    head = b"sealtrace.chunked-sha256\0" + struct.pack("<QQ", CHUNK_SIZE, length)
+    return hashlib.sha256(head + b"".join(chunk_digests)).hexdigest()
+
+
+def file_digest(size: int, segments: Sequence[tuple[int, str]]) -> str:
+    """Format 2's digest of a file of ``size`` bytes cut into ``segments`` ((length, chunked digest)
+    in file order, covering it): the one segment's digest when there is one (a file without tensor
+    ranges), else sha256 over a domain tag, the size, the count and each segment's length and digest."""
+    if len(segments) == 1:
+        return segments[0][1]
+    digest = hashlib.sha256(b"sealtrace.file-segments\0" + struct.pack("<QQ", size, len(segments)))
+    for length, hexdigest in segments:
+        digest.update(struct.pack("<Q", length) + bytes.fromhex(hexdigest))
+    return digest.hexdigest()
+
+
+class ChunkedSha256:
+    """Format 2's digest of a byte stream fed in parts (a decompressed .npz member, the C order of a
+    Fortran array): the same value :func:`chunked_digest` gives over the stream's chunks."""
+
+    def __init__(self) -> None:
+        self._done: list[bytes] = []
+        self._current = hashlib.sha256()
+        self._filled = 0
+        self._length = 0
+
+    def update(self, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        while len(view):
+            take = min(len(view), CHUNK_SIZE - self._filled)
+            self._current.update(view[:take])
+            self._filled += take
+            self._length += take
+            view = view[take:]
+            if self._filled == CHUNK_SIZE:
+                self._done.append(self._current.digest())
+                self._current, self._filled = hashlib.sha256(), 0
+
+    def hexdigest(self) -> str:
+        chunks = self._done + ([self._current.digest()] if self._filled or not self._done else [])
+        return chunked_digest(self._length, chunks)
+
+
+def file_segments(size: int, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The segments of a file of ``size`` bytes: each of ``ranges`` (sorted, not overlapping, inside
+    the file) and each non-empty run of bytes between them; the whole file when there are none."""
+    if not ranges:
+        return [(0, size)]
+    segments: list[tuple[int, int]] = []
+    position = 0
+    for start, end in ranges:
+        if start > position:
+            segments.append((position, start))
+        segments.append((start, end))
+        position = end
+    if position < size:
+        segments.append((position, size))
+    return segments
+
+
+@dataclass
+class _Plan:
+    """How one file is hashed in format 2, and what its record holds besides the digests."""
+
+    rel: str
+    path: Path
+    size: int
+    kind: str | None
+    ranged: list[tuple[str, int, int]]  # tensors whose ranges are segments: (name, start, end)
+    extra: list[tuple[str, int, int]] = field(default_factory=list)  # ranges overlapping a segment: hashed apart
+    streamed: list[dict[str, Any]] = field(default_factory=list)  # digests already computed (npz, Fortran)
+    skipped: str | None = None
+    recorded: dict[str, Any] | None = None  # verifying against this entry's own ranges
+
+
+@dataclass(frozen=True)
+class _Job:
+    """Contiguous chunks of one file, hashed by one thread with one open file and one read pass."""
+
+    rel: str
+    path: Path
+    size: int
+    chunks: list[tuple[int, int]]
+
+
+def _split_overlaps(tensors: list[tuple[str, int, int]]) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]:
+    """Tensors whose ranges become segments (in file order, none overlapping the one before) and
+    the rest (ranges that overlap: two tensors sharing bytes), whose bytes are hashed apart."""
+    segments: list[tuple[str, int, int]] = []
+    others: list[tuple[str, int, int]] = []
+    position = 0
+    for name, start, end in sorted(tensors, key=lambda t: (t[1], t[2], t[0])):
+        (segments if start >= position else others).append((name, start, end))
+        if start >= position:
+            position = end
+    return segments, others
+
+
+def _plan_file(
+    rel: str, path: Path, external: list[tuple[str, int, int]] | None, verifying: bool
+) -> _Plan:
+    """Read what a file's format says about its layout (never its tensor data, but for an .npz
+    member or a Fortran-order array, whose digests are computed here from a stream)."""
+    f, size = open_regular_file(path, "file", ManifestPathError)  # swapped for a FIFO: refused
+    f.close()
+    kind = file_format(rel)
+    tensors: list[tuple[str, int, int]] = []
+    streamed: list[dict[str, Any]] = []
+    skipped: str | None = None
+    try:
+        if kind == "safetensors":
+            tensors = _safetensors_ranges(path)
+        elif kind == "npy":
+            tensors, streamed = _npy_layout(path, rel)
+        elif kind == "npz":
+            streamed = [{**t, "range": None} for t in _npz_tensors(path, rel, ChunkedSha256, "digest")]
+    except BudgetExceededError as exc:
+        if not verifying:
+            raise
+        kind, tensors, streamed, skipped = None, [], [], str(exc)
+    except (OSError, ValueError, KeyError, TypeError, EOFError, RecursionError, ArrayFileError, zipfile.BadZipFile,
+            zipfile.LargeZipFile, zlib.error, NotImplementedError, RuntimeError, struct.error):
+        kind, tensors, streamed = None, [], []  # unreadable as that format: recorded as a plain file
+    if external:
+        kind, streamed = "onnx-external-data", []
+        # A range past the end hashes the bytes there are (as format 1 did), so it ends at the end.
+        tensors = [(name, min(offset, size), min(offset + length, size)) for name, offset, length in external]
+    ranged, extra = _split_overlaps(tensors)
+    return _Plan(rel, path, size, kind, ranged, extra, streamed, skipped)
+
+
+def _npy_layout(path: Path, rel: str) -> tuple[list[tuple[str, int, int]], list[dict[str, Any]]]:
+    """An .npy file's array: its data range when the file holds its C-order bytes, else (a
+    Fortran-order array) its digest computed from the C order, within the memory budget."""
+    f, size = open_regular_file(path, ".npy file", ArrayFileError)
+    name = rel.rsplit("/", 1)[-1]
+    with f:
+        header = read_npy_header(f, rel)
+        if header.data_offset + header.nbytes > size:
+            raise ArrayFileError(f"{rel}: header declares {header.nbytes} bytes of data, the file holds fewer")
+        if header.fortran_order and sum(d > 1 for d in header.shape) > 1:
+            return [], [{"name": name, "digest": _data_sha256(f, header, rel, ChunkedSha256), "range": None}]
+    return [(name, header.data_offset, header.data_offset + header.nbytes)], []
+
+
+def _recorded_plan(rel: str, path: Path, entry: dict[str, Any]) -> _Plan:
+    """Verifying a file of the recorded size: hash it along the recorded ranges, parse nothing."""
+    ranged = [(t["name"], *t["range"]) for t in entry["tensors"] if t["range"] is not None]
+    ranged.sort(key=lambda t: (t[1], t[2], t[0]))
+    return _Plan(rel, path, entry["size"], entry["format"], ranged, recorded=entry)
+
+
+def _jobs(rel: str, path: Path, size: int, chunks: list[tuple[int, int]]) -> list[_Job]:
+    """Consecutive chunks packed into jobs of at most :data:`CHUNK_SIZE` bytes (a job per chunk of
+    a large tensor; many small tensors of one file in one job, one open and one read pass)."""
+    jobs: list[_Job] = []
+    batch: list[tuple[int, int]] = []
+    filled = 0
+    for chunk in chunks:
+        length = chunk[1] - chunk[0]
+        if batch and (filled + length > CHUNK_SIZE or chunk[0] != batch[-1][1]):
+            jobs.append(_Job(rel, path, size, batch))
+            batch, filled = [], 0
+        batch.append(chunk)
+        filled += length
+    if batch:
+        jobs.append(_Job(rel, path, size, batch))
+    return jobs
+
+
+def _chunks(start: int, end: int) -> list[tuple[int, int]]:
+    return chunk_ranges(start, end - start, CHUNK_SIZE)
+
+
+_buffers = threading.local()
+
+
+def _hash_job(job: _Job) -> list[bytes]:
+    """The raw sha256 of each chunk of ``job``: one pass of pread into this thread's buffer (pread
+    and sha256 release the GIL, so jobs run on every core; no memory map, so a file truncated
+    meanwhile is an error, not a SIGBUS)."""
+    f, size = open_regular_file(job.path, "file", ManifestPathError)
+    with f:
+        if size != job.size:
+            raise ManifestPathError(f"{job.rel!r}: changed while it was read ({job.size} bytes, then {size})")
+        buffer = getattr(_buffers, "buffer", None)
+        if buffer is None:
+            buffer = _buffers.buffer = memoryview(bytearray(_READ_BLOCK))
+        fd = f.fileno()
+        digests: list[bytes] = []
+        chunks = job.chunks
+        index, digest = 0, hashlib.sha256()
+        position, end = chunks[0][0], chunks[-1][1]
+        while True:
+            while index < len(chunks) and chunks[index][1] == position:  # chunks that end here
+                digests.append(digest.digest())
+                digest = hashlib.sha256()
+                index += 1
+            if position >= end:
+                return digests
+            got = os.preadv(fd, [buffer[: min(_READ_BLOCK, end - position)]], position)
+            if got <= 0:
+                raise ManifestPathError(f"{job.rel!r}: changed while it was read (ends at byte {position})")
+            offset = 0
+            while offset < got:
+                take = min(got - offset, chunks[index][1] - position)
+                digest.update(buffer[offset : offset + take])
+                offset += take
+                position += take
+                while index < len(chunks) and chunks[index][1] == position:
+                    digests.append(digest.digest())
+                    digest = hashlib.sha256()
+                    index += 1
+
+
+def _hash_plans(plans: list[_Plan], pool: ThreadPoolExecutor) -> list[dict[str, Any]]:
+    """Hash every chunk of every planned file once, all files' chunks on one pool; the records."""
+    jobs: list[_Job] = []
+    layout: list[tuple[list[tuple[int, int]], int, list[int]]] = []  # segments, jobs, jobs per extra range
+    for plan in plans:
+        segments = file_segments(plan.size, [(s, e) for _, s, e in plan.ranged])
+        own = _jobs(plan.rel, plan.path, plan.size, [c for s, e in segments for c in _chunks(s, e)])
+        extra_jobs = [_jobs(plan.rel, plan.path, plan.size, _chunks(s, e)) for _, s, e in plan.extra]
+        layout.append((segments, len(own), [len(j) for j in extra_jobs]))
+        jobs += own
+        for group in extra_jobs:
+            jobs += group
+    results = iter(pool.map(_hash_job, jobs))
+    records = []
+    for plan, (segments, own_jobs, extra_counts) in zip(plans, layout, strict=True):
+        chunk_digests = [d for _ in range(own_jobs) for d in next(results)]
+        position = 0
+        by_range: dict[tuple[int, int], str] = {}
+        summary = []
+        for start, end in segments:
+            count = len(_chunks(start, end))
+            by_range[(start, end)] = chunked_digest(end - start, chunk_digests[position : position + count])
+            summary.append((end - start, by_range[(start, end)]))
+            position += count
+        tensors: list[dict[str, Any]] = [{"name": n, "digest": by_range[(s, e)], "range": [s, e]} for n, s, e in plan.ranged]
+        for (name, start, end), count in zip(plan.extra, extra_counts, strict=True):
+            digests = [d for _ in range(count) for d in next(results)]
+            tensors.append({"name": name, "digest": chunked_digest(end - start, digests), "range": None})
+        record: dict[str, Any] = {"path": plan.rel, "size": plan.size, "digest": file_digest(plan.size, summary)}
+        if plan.recorded is not None:
+            record.update(format=plan.recorded["format"], tensors=plan.recorded["tensors"])
+        else:
+            tensors += plan.streamed
+            record.update(format=plan.kind, tensors=sorted(tensors, key=_tensor_order))
+            if plan.skipped is not None:
+                record["tensors_skipped"] = plan.skipped
+        records.append(record)
+    return records
+
+
+def _tensor_order(tensor: dict[str, Any]) -> tuple[str, list[int]]:
+    return tensor["name"], tensor["range"] or []
+
+
+def _scan_v2(
+    found: list[tuple[str, Path]],
+    recorded: dict[str, dict[str, Any]] | None,
+) -> list[dict[str, Any]]:
+    """Format 2 records of ``found``. Verifying (``recorded`` given), a file of its recorded size is
+    hashed along its recorded ranges, and only a file whose digest then differs, or that has no
+    entry or another size, is parsed for its own tensors (and so, when changed, read twice)."""
+    files = dict(found)
+    verifying = recorded is not None
+    external: dict[str, list[tuple[str, int, int]]] = {}
+
+    def fresh(item: tuple[str, Path]) -> _Plan:
+        rel, path = item
+        return _plan_file(rel, path, external.get(rel), verifying)
+
+    with ThreadPoolExecutor(max_workers=default_workers(), thread_name_prefix="sealtrace-manifest") as pool:
+        if not verifying:
+            external.update(_external_data_ranges(files, verifying))
+            return _hash_plans(list(pool.map(fresh, found)), pool)
+        assert recorded is not None
+        first: list[_Plan] = []
+        unrecorded: list[tuple[str, Path]] = []
+        for rel, path in found:
+            entry = recorded.get(rel)
+            try:
+                size = path.stat().st_size
+            except OSError:
+                size = -1  # gone meanwhile: planning it afresh names it
+            if entry is not None and entry["size"] == size:
+                first.append(_recorded_plan(rel, path, entry))
+            else:
+                unrecorded.append((rel, path))
+        records = {r["path"]: r for r in _hash_plans(first, pool)}
+        changed = [(rel, files[rel]) for rel, r in records.items() if r["digest"] != recorded[rel]["digest"]]
+        again = changed + unrecorded
+        if again:  # parse the .onnx files only now: an unchanged directory needs none of them
+            external.update(_external_data_ranges(files, verifying))
+            records.update((r["path"], r) for r in _hash_plans(list(pool.map(fresh, again)), pool))
+        return [records[rel] for rel, _ in found]
+
+
 def _exclusions(root: Path, paths: Sequence[str | os.PathLike[str]]) -> set[str]:
     real_root = root.resolve()
     found = set()
@@ -406,13 +752,20 @@ def _exclusions(root: Path, paths: Sequence[str | os.PathLike[str]]) -> set[str]
 
 
 def scan_directory(
-    directory: str | os.PathLike[str], follow_symlinks: bool = False, exclude: Sequence[str | os.PathLike[str]] = ()
+    directory: str | os.PathLike[str],
+    follow_symlinks: bool = False,
+    exclude: Sequence[str | os.PathLike[str]] = (),
+    format_version: int = FORMAT_VERSION,
 ) -> list[dict[str, Any]]:
-    """File records (path, size, sha256, format, tensors) for every file of ``directory``.
+    """File records (path, size, digest, format, tensors; in format 1 the digest key is "sha256")
+    for every file of ``directory``.
 
     Anything that cannot be recorded (see :class:`RefusedEntry`) is refused with a
     :class:`ManifestPathError` naming it."""
-    records, refused = _scan(directory, follow_symlinks, exclude)
+    return _refuse_unrecordable(*_scan(directory, follow_symlinks, exclude, format_version=format_version))
+
+
+def _refuse_unrecordable(records: list[dict[str, Any]], refused: list[RefusedEntry]) -> list[dict[str, Any]]:
     if refused:
         first = refused[0]
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
@@ -425,11 +778,14 @@ def _scan(
     follow_symlinks: bool,
     exclude: Sequence[str | os.PathLike[str]],
     recorded: dict[str, dict[str, Any]] | None = None,
+    format_version: int = FORMAT_VERSION,
 ) -> tuple[list[dict[str, Any]], list[RefusedEntry]]:
     """File records and refused entries of ``directory``; ``recorded`` (a manifest's entries by path)
-    means verifying (see :func:`_describe_file`)."""
+    means verifying (see :func:`_describe_file` and :func:`_scan_v2`)."""
     root = Path(directory)
     found, refused = _walk(root, follow_symlinks, _exclusions(root, exclude))
+    if format_version == 2:
+        return _scan_v2(found, recorded), refused
     files = dict(found)
     verifying = recorded is not None
     external = _external_data_tensors(files, verifying)
@@ -462,13 +818,19 @@ def create_manifest(
     sign_with: Sequence[KeySource] = (),
     follow_symlinks: bool = False,
     force: bool = False,
+    format_version: int = FORMAT_VERSION,
 ) -> ManifestInfo:
-    """Write a manifest of ``directory`` to ``out_path`` (atomically; existing file kept unless ``force``)."""
+    """Write a manifest of ``directory`` to ``out_path`` (atomically; existing file kept unless ``force``).
+
+    ``format_version`` 1 writes the former format (whole-file sha256, each byte hashed twice), for
+    readers that know no other."""
+    if format_version not in SUPPORTED_VERSIONS:
+        raise InputError(f"manifest format_version {format_version} is not supported (one of {SUPPORTED_VERSIONS})")
     check_output(out_path, force, "manifest")  # before the directory is hashed, which may take long
-    files = scan_directory(directory, follow_symlinks, exclude=[out_path])
+    files = _refuse_unrecordable(*_scan(directory, follow_symlinks, [out_path], format_version=format_version))
     body = {
         "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version,
         "sealtrace_version": __version__,
         "files": files,
     }
@@ -492,32 +854,62 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[An
         raise ContainerFormatError(f"{where}: malformed manifest object")
     if body["format"] != FORMAT_NAME:
         raise ContainerFormatError(f"{where}: not a sealtrace manifest")
-    if body["format_version"] != FORMAT_VERSION or isinstance(body["format_version"], bool):
-        raise ContainerFormatError(f"{where}: manifest format_version {str(body['format_version'])[:20]} is not supported")
+    version = body["format_version"]
+    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
+        raise ContainerFormatError(f"{where}: manifest format_version {str(version)[:20]} is not supported")
     if not isinstance(body["files"], list):
         raise ContainerFormatError(f"{where}: 'files' must be a list")
+    key = digest_key(version)
+    tensor_keys = {"name", "sha256"} if version == 1 else {"name", "digest", "range"}
     seen: set[str] = set()
     for item in body["files"]:
-        if not isinstance(item, dict) or set(item) != {"path", "size", "sha256", "format", "tensors"}:
+        if not isinstance(item, dict) or set(item) != {"path", "size", key, "format", "tensors"}:
             raise ContainerFormatError(f"{where}: malformed file entry")
         rel = check_relative_path(item["path"])
         if rel in seen:
             raise ContainerFormatError(f"{where}: {rel!r} listed twice")
         seen.add(rel)
-        if not isinstance(item["sha256"], str) or not _HEX64.match(item["sha256"]):
-            raise ContainerFormatError(f"{where}: {rel!r}: malformed sha256")
+        if not isinstance(item[key], str) or not _HEX64.match(item[key]):
+            raise ContainerFormatError(f"{where}: {rel!r}: malformed {key}")
         if isinstance(item["size"], bool) or not isinstance(item["size"], int) or item["size"] < 0:
             raise ContainerFormatError(f"{where}: {rel!r}: malformed size")
         if item["format"] not in (None, "safetensors", "npy", "npz", "onnx-external-data"):
             raise ContainerFormatError(f"{where}: {rel!r}: unknown format")
         if not isinstance(item["tensors"], list) or not all(
-            isinstance(t, dict) and set(t) == {"name", "sha256"} and isinstance(t["name"], str)
-            and isinstance(t["sha256"], str) and _HEX64.match(t["sha256"])
+            isinstance(t, dict) and set(t) == tensor_keys and isinstance(t["name"], str)
+            and isinstance(t[key], str) and _HEX64.match(t[key])
             for t in item["tensors"]
         ):  # fmt: skip
             raise ContainerFormatError(f"{where}: {rel!r}: malformed tensor list")
+        if version == 2:
+            _check_ranges(item, f"{where}: {rel!r}")
     signatures = parse_signatures(document["signatures"], where)
     return body, signatures, json_digest(body)
+
+
+def digest_key(format_version: int) -> str:
+    """The key of a file's and a tensor's digest in a manifest of this format version."""
+    return "sha256" if format_version == 1 else "digest"
+
+
+def _check_ranges(item: dict[str, Any], where: str) -> None:
+    """Format 2: tensor ranges are [start, end] inside the file, and the ranged ones do not overlap
+    (they are the segments a verifier hashes the file along)."""
+    ranges = []
+    for tensor in item["tensors"]:
+        span = tensor["range"]
+        if span is None:
+            continue
+        if not (
+            isinstance(span, list) and len(span) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+            and 0 <= span[0] <= span[1] <= item["size"]
+        ):  # fmt: skip
+            raise ContainerFormatError(f"{where}: malformed tensor range")
+        ranges.append((span[0], span[1]))
+    ranges.sort()
+    if any(after[0] < before[1] for before, after in itertools.pairwise(ranges)):
+        raise ContainerFormatError(f"{where}: tensor ranges overlap")
 
 
 @dataclass
@@ -564,40 +956,44 @@ def verify_manifest(
     report.signatures = checks
     report.mismatches.extend(problems)
     expected = {item["path"]: item for item in body["files"]}
+    version = body["format_version"]
+    key = digest_key(version)
     # A missing DIRECTORY is bad input (ManifestPathError, exit 2); what cannot be recorded inside
     # it is reported entry by entry, and every other file is still compared.
-    records, refused = _scan(directory, follow_symlinks, exclude=[manifest_path], recorded=expected)
+    records, refused = _scan(
+        directory, follow_symlinks, exclude=[manifest_path], recorded=expected, format_version=version
+    )
     actual = {item["path"]: item for item in records}
     report.files = len(actual)
     refused_at = {entry.path: entry for entry in refused}
     for rel in sorted(set(expected) | set(actual) | set(refused_at)):
         want, got = expected.get(rel), actual.get(rel)
         if rel in refused_at:
-            recorded = f"sha256 {want['sha256']}" if want else "no such file (not in the manifest)"
+            recorded = f"{key} {want[key]}" if want else "no such file (not in the manifest)"
             report.mismatches.append(Mismatch("file", rel, recorded, refused_at[rel].reason))
             continue
         if got is None:
-            report.mismatches.append(Mismatch("file", rel, f"sha256 {want['sha256'] if want else '?'}", "missing"))
+            report.mismatches.append(Mismatch("file", rel, f"{key} {want[key] if want else '?'}", "missing"))
             continue
         if want is None:
-            report.mismatches.append(Mismatch("file", rel, "no such file (not in the manifest)", f"extra file, sha256 {got['sha256']}"))
+            report.mismatches.append(Mismatch("file", rel, "no such file (not in the manifest)", f"extra file, {key} {got[key]}"))
             continue
-        if want["sha256"] == got["sha256"] and want["size"] == got["size"]:
+        if want[key] == got[key] and want["size"] == got["size"]:
             continue
-        found = f"sha256 {got['sha256']} ({got['size']} bytes)"
+        found = f"{key} {got[key]} ({got['size']} bytes)"
         if "tensors_skipped" in got:
             report.mismatches.append(
-                Mismatch("file", rel, f"sha256 {want['sha256']} ({want['size']} bytes)",
+                Mismatch("file", rel, f"{key} {want[key]} ({want['size']} bytes)",
                          f"{found}; its tensors are not listed: {got['tensors_skipped']}")
             )  # fmt: skip
             continue
-        report.mismatches.append(Mismatch("file", rel, f"sha256 {want['sha256']} ({want['size']} bytes)", found))
-        before = {t["name"]: t["sha256"] for t in want["tensors"]}
-        after = {t["name"]: t["sha256"] for t in got["tensors"]}
+        report.mismatches.append(Mismatch("file", rel, f"{key} {want[key]} ({want['size']} bytes)", found))
+        before = {t["name"]: t[key] for t in want["tensors"]}
+        after = {t["name"]: t[key] for t in got["tensors"]}
         for name in sorted(set(before) | set(after)):
             if before.get(name) != after.get(name):
                 report.mismatches.append(
-                    Mismatch("tensor", f"{rel}:{name}", f"sha256 {before.get(name, 'absent')}", f"sha256 {after.get(name, 'absent')}")
+                    Mismatch("tensor", f"{rel}:{name}", f"{key} {before.get(name, 'absent')}", f"{key} {after.get(name, 'absent')}")
                 )
     if raise_on_failure and report.mismatches:
         raise IntegrityError(os.fspath(directory), report.mismatches)
