@@ -16,7 +16,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from material import SKIPPED  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
 
-ORDER = ("reference", "container", "audit", "parity", "torch", "falsify")
+ORDER = ("reference", "container", "audit", "parity", "parity-scale", "torch", "falsify")
 
 INTRO = """# Benchmarks
 

@@ -18,7 +18,9 @@ Two modes:
   than copies of their own, so the weights are in memory once for them and the reference backend.
   But ORT prepacks constant MatMul weights (a packed copy each, kept by its session): on a model of
   large weights (LARGE_WEIGHTS bytes and more), each segment's session is built as the segment is
-  reached and dropped once it has run, so that the packed copies of one segment are alive at a time.
+  reached and dropped once it has run, so that the packed copies of one segment are alive at a time;
+  its large weights are then declared without bytes and handed over from the Plan's arrays
+  (add_external_initializers: ORT copies them, for that segment only, with no serialized copy).
 By default the mode follows the observers: per-op when a run has observers, optimized otherwise.
 Models over 2 GB are handed to ORT through a temporary file with external data.
 """
