@@ -140,3 +140,21 @@ def test_parity_report_is_the_same_with_dropped_sessions() -> None:
     assert len(kept.steps) == len(plan.steps) and all(s.status != "not-compared" for s in dropped.steps)
     worst = [max(r.steps, key=lambda s: s.worst.max_abs if s.worst else -1.0).name for r in (kept, dropped)]
     assert worst[0] == worst[1]
+
+
+def test_sessions_keep_no_serialized_model() -> None:
+    # onnxruntime's wrapper would keep every session's serialized model (a second copy of its
+    # embedded weights and repeated Constants) for the session's life; the backend lets it go, and
+    # the sessions still run (optimized and per-op).
+    plan = build_plan(dense_stack())
+    feeds = feeds_for()
+    backend = OnnxRuntimeBackend(per_op=True, keep_sessions=True)
+    values, _ = stream_values(backend, plan, feeds)
+    segments = backend._segments[id(plan)].segments
+    assert all(getattr(s.session, "_model_bytes", None) is None for s in segments)
+    optimized = OnnxRuntimeBackend(per_op=False)
+    outputs = optimized.run(plan, feeds)
+    assert getattr(optimized.session_for(plan), "_model_bytes", None) is None
+    last = plan.output_names[0]
+    np.testing.assert_allclose(outputs[last], np.frombuffer(values[last], np.float32).reshape(4, WIDTH), rtol=1e-5,
+                               atol=1e-6)

@@ -152,9 +152,11 @@ class OnnxRuntimeBackend:
             # spinning after a segment would take the cores from the next one and from the caller.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            return ort.InferenceSession(self._loadable(model), options, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(self._loadable(model), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own exception types
             raise BackendError(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
+        _release_model_bytes(session)
+        return session
 
     def _loadable(self, model: onnx.ModelProto) -> bytes | str:
         if model.ByteSize() < _PROTOBUF_LIMIT:
@@ -236,11 +238,13 @@ class OnnxRuntimeBackend:
         """
         shared = self._shared_weights(plan, segment)
         if transient:
-            large = {name for name in shared if plan.initializers[name].nbytes >= _STUB_BYTES}
+            large = {
+                name for name in segment.weights if name in shared and plan.initializers[name].nbytes >= _STUB_BYTES
+            }
             if large:
                 with contextlib.suppress(BackendError):
-                    return self._session(_segment_model(plan, segment, types, large), True, shared, large)
-        return self._session(_segment_model(plan, segment, types), True, shared)
+                    return self._session(_segment_model(plan, segment, types, large, shared), True, shared, large)
+        return self._session(_segment_model(plan, segment, types, (), shared), True, shared)
 
     def _shared_weights(self, plan: Plan, segment: _Segment) -> dict[str, Any]:
         """The Plan's own arrays of the weights ``segment`` reads, as OrtValues that its session
@@ -269,6 +273,18 @@ class OnnxRuntimeBackend:
                     continue
                 value = values[name] = ort.OrtValue.ortvalue_from_numpy(array)
             found[name] = value
+        for position in segment.constants:
+            # An earlier Constant this segment reads: an initializer over the Plan's array of its value
+            # (ORT turns a Constant node into an initializer anyway), not a copy in every segment.
+            step = plan.steps[position]
+            name = step.outputs[0] if step.outputs else ""
+            array = _constant_value(step)
+            if not name or array is None:
+                continue
+            value = values.get(name)
+            if value is None:
+                value = values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+            found[name] = value
         segment.shared = found  # held as long as the session (ORT reads the arrays, never owns them)
         return found
 
@@ -277,6 +293,16 @@ class OnnxRuntimeBackend:
             return list(session.run(list(names), dict(feeds)))
         except Exception as exc:  # ORT raises its own exception types
             raise BackendError(f"onnxruntime failed: {_first_line(exc)}") from None
+
+
+def _release_model_bytes(session: ort.InferenceSession) -> None:
+    """Let go of the serialized model a session built from bytes keeps (onnxruntime's Python
+    wrapper holds it for the life of the session, only to rebuild the session when a provider
+    fails over, which a CPU-only session never does): on a per-op segment that repeats the Constant
+    nodes it reads, or a model of embedded weights, that is a second copy of those bytes."""
+    session.disable_fallback()
+    if getattr(session, "_model_bytes", None) is not None:
+        session._model_bytes = None
 
 
 _ARENA: list[bool] = []
@@ -441,14 +467,25 @@ class StepStream:
 
 
 def _segment_model(
-    plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeProto], without_bytes: Collection[str] = ()
+    plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeProto], without_bytes: Collection[str] = (),
+    shared: Collection[str] = (),
 ) -> onnx.ModelProto:
     """A model of the segment's nodes: the live values at its cut as inputs (element types only),
     the weights it reads as initializers, every value it produces as an output. The weights named in
-    ``without_bytes`` are declared as external data without their bytes (the session is handed them)."""
+    ``without_bytes`` are declared as external data without their bytes (the session is handed them);
+    the earlier Constants it reads whose values are in ``shared`` become initializers of those names
+    (the session is handed the Plan's arrays), the others are repeated as nodes."""
     source = plan.source
     graph = onnx.GraphProto(name=f"{source.graph.name}_steps_{segment.start}_{segment.stop}")
-    graph.node.extend(plan.steps[i].node for i in segment.constants)
+    for i in segment.constants:
+        node = plan.steps[i].node
+        if node.output and node.output[0] in shared:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(next(a.t for a in node.attribute if a.name == "value"))
+            tensor.name = node.output[0]
+            graph.initializer.append(tensor)
+        else:
+            graph.node.append(node)
     graph.node.extend(plan.steps[i].node for i in range(segment.start, segment.stop))
     wanted = set(segment.weights)
     for tensor in source.graph.initializer:
@@ -481,6 +518,22 @@ def _weight_without_bytes(name: str, array: np.ndarray) -> onnx.TensorProto:
         entry.key = key
         entry.value = value
     return tensor
+
+
+def _constant_value(step: Any) -> np.ndarray | None:
+    """The array of a Constant step given by its ``value`` tensor, if ORT can read it in place."""
+    attributes = step.attributes
+    array = attributes.get("value")
+    if (
+        type(array) is not np.ndarray
+        or any(v is not None for k, v in attributes.items() if k != "value")
+        or array.dtype.kind not in "biuf"
+        or not array.dtype.isnative
+        or not array.flags.c_contiguous
+        or not any(a.name == "value" and a.type == onnx.AttributeProto.TENSOR for a in step.node.attribute)
+    ):
+        return None
+    return array
 
 
 def _static_types(plan: Plan, feeds: Mapping[str, Any]) -> dict[str, onnx.TypeProto]:
