@@ -73,6 +73,13 @@ ppocr-det and ppocr-rec, 34 cosines of values compared in chunks differ in their
 taken in float64: 0.99999998 where the float32 one rounded to 1.0); summaries, statuses, verdicts, worst steps and
 every other figure are identical.
 
+Why the memory target is not met on three models (silero-vad-ifless, magika, ppocr-cls, 1.2-1.4x): their
+plain peaks are small (13-23 MB), and ORT per-op mode's own state is not: about 0.7-1 MB per segment session
+(ppocr-cls: 17 sessions, 13 MB, as much as ORT's whole optimized peak) and its values without memory planning
+(magika: ORT per-op alone 47 MB against ORT optimized's 23 MB). Larger segments (fewer sessions) were tried and
+are worse (ppocr-cls 43 MB, magika 66 MB with 64 steps per segment: more values alive at once); no arena and
+plain malloc is worse too.
+
 Why the time target is not met: above the floor is the comparison itself, not ORT or the reference run. Each
 compared value costs about 10-15 us of NumPy calls and Python (two comparisons per step: output and local),
 which dominates models of many small values (ppocr-cls: 374 of its 566 values have 1,000 elements or fewer), and
