@@ -16,7 +16,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from material import SKIPPED  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
 
-ORDER = ("reference", "container", "manifest", "audit", "parity", "torch", "falsify")
+ORDER = ("reference", "container", "manifest", "audit", "parity", "parity-scale", "torch", "tvm", "falsify",
+         "serve", "ledger", "scale", "verifier", "fuzz")
 
 INTRO = """# Benchmarks
 

@@ -157,6 +157,8 @@ def test_segment_sessions_read_the_plans_weight_arrays() -> None:
     sum(1 for _ in backend.stream(plan, feeds))
     segments = backend._segments[id(plan)][1]
     shared = {name: value for s in segments for name, value in (s.shared or {}).items()}
-    assert set(shared) == {"w", "c"}
+    # "k": the Constant read three segments later, an initializer over the Plan's array of its value.
+    assert set(shared) == {"w", "c", "k"}
+    arrays = {**plan.initializers, "k": next(s for s in plan.steps if s.name == "k").attributes["value"]}
     for name, value in shared.items():
-        assert value.data_ptr() == plan.initializers[name].ctypes.data
+        assert value.data_ptr() == arrays[name].ctypes.data

@@ -190,3 +190,64 @@ def test_ulp_distance_follows_the_definition(pair: tuple[np.ndarray, np.ndarray]
     finite = (np.isfinite(a) & np.isfinite(b)).reshape(-1)
     expected = _ulp_oracle(a.reshape(-1)[finite], b.reshape(-1)[finite]) if finite.any() else 0
     assert ulp_distance(a, b) == expected
+
+
+def _figures_apart_from_sums(d: ValueDiff) -> str:
+    return repr(tuple(getattr(d, f.name) for f in dataclasses.fields(d) if f.name not in ("mean_abs", "cosine")))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chunked_values_match_the_rule(dtype: type[np.floating[Any]]) -> None:
+    # Over CHUNK elements, a value is compared a chunk at a time (temporaries of one chunk): the
+    # maxima, the tolerance test and the ULP distance are the rule's exactly; the float64 sums of the
+    # mean and the cosine are added chunk by chunk (last bits only).
+    from sealtrace.parity.metrics import CHUNK
+
+    size = 3 * CHUNK + 5
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(size).astype(dtype)
+    noisy = (a * (1 + rng.standard_normal(size) * 1e-6)).astype(dtype)
+    far = (a + rng.standard_normal(size) * 1e-2).astype(dtype)
+    flipped = a.copy()
+    flipped[::97] *= -1
+    signed = a.copy()
+    signed[::50] = 0.0
+    signed[::100] = -0.0
+    zero_chunk = a.copy()  # a whole chunk of 0 vs 0 (0/0: NaN relative errors only) beside others
+    zero_chunk[:CHUNK] = 0.0
+    noisy_zero = noisy.copy()
+    noisy_zero[:CHUNK] = 0.0
+    beyond = a.copy()  # one element over tolerance, in the last chunk only
+    beyond[-2] += 1.0
+    special = a.copy()
+    special[::1000] = np.nan  # the general path decides
+    cases = [(a, a.copy()), (a, noisy), (a, far), (a, -a), (a, flipped), (a, signed), (signed, a),
+             (zero_chunk, noisy_zero), (a, beyond), (a, special)]
+    for x, y in cases:
+        for tol in (Tolerance(), Tolerance(0.0, 0.0), Tolerance(1e-3, 0.5)):
+            with np.errstate(all="ignore"):
+                expected = _rule(x, y, tol)
+                got = compare_values("v", x, y, tol)
+            assert _figures_apart_from_sums(got) == _figures_apart_from_sums(expected)
+            assert got.mean_abs == pytest.approx(expected.mean_abs, rel=1e-12, abs=0.0)
+            assert got.cosine == pytest.approx(expected.cosine, rel=1e-6)
+
+
+def test_chunked_comparison_holds_one_chunk_of_temporaries() -> None:
+    # The temporaries of a comparison are one chunk's, not twice the value: tracemalloc sees NumPy's
+    # allocations.
+    import tracemalloc
+
+    from sealtrace.parity.metrics import CHUNK
+
+    size = 16 * CHUNK
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal(size).astype(np.float32)
+    b = (a + rng.standard_normal(size).astype(np.float32) * np.float32(1e-3)).astype(np.float32)
+    tracemalloc.start()
+    try:
+        compare_values("v", a, b, Tolerance(1e-4, 1e-3))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < a.nbytes / 2, f"{peak} bytes of temporaries for a value of {a.nbytes}"

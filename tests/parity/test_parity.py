@@ -357,7 +357,7 @@ report = check_parity(plan, feeds, [ReferenceBackend(), ort])
 with open("/proc/self/status") as status:
     peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 growth = peak - before
-print(len(report.steps), report.passed, growth, len(ort._segments[id(plan)][1]), sealtrace.__file__)
+print(len(report.steps), report.passed, growth, len(ort._segments[id(plan)].segments), sealtrace.__file__)
 """
 
 

@@ -16,6 +16,11 @@ Two modes:
   still runs on its own ORT kernel with its own inputs, so the values are those of one session.
   The segment sessions read the Plan's own weight arrays (SessionOptions.add_initializer) rather
   than copies of their own, so the weights are in memory once for them and the reference backend.
+  But ORT prepacks constant MatMul weights (a packed copy each, kept by its session): on a model of
+  large weights (LARGE_WEIGHTS bytes and more), each segment's session is built as the segment is
+  reached and dropped once it has run, so that the packed copies of one segment are alive at a time;
+  its large weights are then declared without bytes and handed over from the Plan's arrays
+  (add_external_initializers: ORT copies them, for that segment only, with no serialized copy).
 By default the mode follows the observers: per-op when a run has observers, optimized otherwise.
 Models over 2 GB are handed to ORT through a temporary file with external data.
 """
@@ -25,10 +30,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -42,6 +47,10 @@ _PROTOBUF_LIMIT = 2_000_000_000
 # Steps per per-op segment (Constant nodes not counted): bounds how many intermediate values ORT
 # hands back at once, while keeping the number of session.run calls (tens of microseconds each) small.
 SEGMENT_STEPS = 16
+# From this many bytes of weights on, segment sessions are built per run and dropped after their
+# segment (see the module docstring): rebuilding costs set-up time on every run, keeping them all
+# costs a prepacked copy of every MatMul weight.
+LARGE_WEIGHTS = 256 << 20
 _LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -57,15 +66,22 @@ class OnnxRuntimeBackend:
     # ORT executes the ONNX model itself: steps without a NumPy kernel (com.microsoft ops) are fine.
     needs_kernels = False
 
-    def __init__(self, threads: int | None = None, optimization: str = "all", per_op: bool | None = None) -> None:
+    def __init__(
+        self, threads: int | None = None, optimization: str = "all", per_op: bool | None = None,
+        keep_sessions: bool | None = None,
+    ) -> None:
+        """``keep_sessions``: whether per-op segment sessions are kept from run to run (None: unless
+        the Plan's weights are LARGE_WEIGHTS bytes or more; see the module docstring)."""
         if optimization not in _LEVELS:
             raise BackendError(f"unknown optimization level {optimization!r}; choose one of {', '.join(_LEVELS)}")
         self.threads = threads
         self.optimization = optimization
         self.per_op = per_op
+        self.keep_sessions = keep_sessions
         self._sessions: dict[tuple[int, bool], tuple[Plan, ort.InferenceSession]] = {}
-        # Per Plan: its segments and, per step, the values to drop after it (graph outputs kept).
-        self._segments: dict[int, tuple[Plan, list[_Segment], tuple[tuple[str, ...], ...]]] = {}
+        # Per Plan: its segments, per step the values to drop after it (graph outputs kept), the
+        # element types segment models are built with, and whether the segments' sessions are kept.
+        self._segments: dict[int, _Segments] = {}
         self._tmp: list[tempfile.TemporaryDirectory[str]] = []
         # Per Plan: its weights as OrtValues over the Plan's arrays, and its sparse initializers' names.
         self._weights: dict[int, tuple[Plan, dict[str, Any], set[str]]] = {}
@@ -106,12 +122,20 @@ class OnnxRuntimeBackend:
         return session
 
     def _session(
-        self, model: onnx.ModelProto, per_op: bool, shared: Mapping[str, Any] | None = None
+        self, model: onnx.ModelProto, per_op: bool, shared: Mapping[str, Any] | None = None,
+        without_bytes: Collection[str] = (),
     ) -> ort.InferenceSession:
         options = ort.SessionOptions()
+        bare = [name for name in without_bytes if shared and name in shared]
+        if bare:
+            # Declared without bytes in the model (_segment_model): ORT copies these from the Plan's
+            # arrays once (no serialized copy, no parsed copy); a transient session's copy goes with it.
+            assert shared is not None
+            options.add_external_initializers(bare, [shared[name] for name in bare])
         for name, value in (shared or {}).items():
-            # Used in place of the model's initializer of that name, without a copy.
-            options.add_initializer(name, value)
+            if name not in without_bytes:
+                # Used in place of the model's initializer of that name, without a copy.
+                options.add_initializer(name, value)
         if self.threads:
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
@@ -128,9 +152,11 @@ class OnnxRuntimeBackend:
             # spinning after a segment would take the cores from the next one and from the caller.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            return ort.InferenceSession(self._loadable(model), options, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(self._loadable(model), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own exception types
             raise BackendError(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
+        _release_model_bytes(session)
+        return session
 
     def _loadable(self, model: onnx.ModelProto) -> bytes | str:
         if model.ByteSize() < _PROTOBUF_LIMIT:
@@ -173,23 +199,52 @@ class OnnxRuntimeBackend:
             raise BackendError("the onnxruntime backend needs a Plan built from an ONNX model")
         self._running_per_op = True
         cached = self._segments.get(id(plan))
-        if cached is None or cached[0] is not plan:
+        if cached is None or cached.plan is not plan:
             segments = _cut(plan, SEGMENT_STEPS)
-            # Every session is built here, before the first segment runs (set-up, not run time),
-            # typed by shape inference's element types; shapes stay free (dynamic axes).
+            # Segment models are typed by shape inference's element types; shapes stay free
+            # (dynamic axes).
             types = _static_types(plan, feeds)
-            for segment in segments:
-                # Types ORT rejects leave the segment to be built from the values at run time.
-                if all(name in types for name in segment.inputs):
-                    with contextlib.suppress(BackendError):
-                        segment.session = self._session(
-                            _segment_model(plan, segment, types), True, self._shared_weights(plan, segment)
-                        )
+            keep_sessions = self.keep_sessions
+            if keep_sessions is None:
+                keep_sessions = sum(getattr(w, "nbytes", 0) for w in plan.initializers.values()) < LARGE_WEIGHTS
+            if keep_sessions:
+                # Every session is built here, before the first segment runs (set-up, not run time).
+                for segment in segments:
+                    self._build_segment(plan, segment, types)
             keep = set(plan.output_names)
             release = tuple(tuple(name for name in names if name not in keep) for names in plan.release_after)
-            cached = (plan, segments, release)
+            cached = _Segments(plan, segments, release, types, keep_sessions)
             self._segments[id(plan)] = cached
-        return StepStream(self, plan, cached[1], feeds, cached[2], inputs)
+        return StepStream(self, plan, cached.segments, feeds, cached.release, inputs, cached)
+
+    def _build_segment(
+        self, plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeProto], transient: bool = False
+    ) -> None:
+        """The segment's session from static element types; types ORT rejects (or that shape
+        inference did not find) leave it to be built from the values at run time."""
+        if all(name in types for name in segment.inputs):
+            with contextlib.suppress(BackendError):
+                segment.session = self._segment_session(plan, segment, types, transient)
+
+    def _segment_session(
+        self, plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeProto], transient: bool = False
+    ) -> ort.InferenceSession:
+        """The session of one segment, reading the Plan's weight arrays in place (add_initializer).
+
+        ``transient`` (a session dropped after its segment has run): its large weights are declared
+        without bytes and copied by ORT from the Plan's arrays, one copy alive while the segment
+        runs instead of three while the session is built (the model's, its serialized bytes and ORT's
+        parse); where ORT refuses that (shape inference reading such a weight), the usual session.
+        """
+        shared = self._shared_weights(plan, segment)
+        if transient:
+            large = {
+                name for name in segment.weights if name in shared and plan.initializers[name].nbytes >= _STUB_BYTES
+            }
+            if large:
+                with contextlib.suppress(BackendError):
+                    return self._session(_segment_model(plan, segment, types, large, shared), True, shared, large)
+        return self._session(_segment_model(plan, segment, types, (), shared), True, shared)
 
     def _shared_weights(self, plan: Plan, segment: _Segment) -> dict[str, Any]:
         """The Plan's own arrays of the weights ``segment`` reads, as OrtValues that its session
@@ -218,6 +273,18 @@ class OnnxRuntimeBackend:
                     continue
                 value = values[name] = ort.OrtValue.ortvalue_from_numpy(array)
             found[name] = value
+        for position in segment.constants:
+            # An earlier Constant this segment reads: an initializer over the Plan's array of its value
+            # (ORT turns a Constant node into an initializer anyway), not a copy in every segment.
+            step = plan.steps[position]
+            name = step.outputs[0] if step.outputs else ""
+            array = _constant_value(step)
+            if not name or array is None:
+                continue
+            value = values.get(name)
+            if value is None:
+                value = values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+            found[name] = value
         segment.shared = found  # held as long as the session (ORT reads the arrays, never owns them)
         return found
 
@@ -226,6 +293,16 @@ class OnnxRuntimeBackend:
             return list(session.run(list(names), dict(feeds)))
         except Exception as exc:  # ORT raises its own exception types
             raise BackendError(f"onnxruntime failed: {_first_line(exc)}") from None
+
+
+def _release_model_bytes(session: ort.InferenceSession) -> None:
+    """Let go of the serialized model a session built from bytes keeps (onnxruntime's Python
+    wrapper holds it for the life of the session, only to rebuild the session when a provider
+    fails over, which a CPU-only session never does): on a per-op segment that repeats the Constant
+    nodes it reads, or a model of embedded weights, that is a second copy of those bytes."""
+    session.disable_fallback()
+    if getattr(session, "_model_bytes", None) is not None:
+        session._model_bytes = None
 
 
 _ARENA: list[bool] = []
@@ -244,6 +321,16 @@ def _shared_arena() -> None:
         if "already" not in str(exc).lower():
             raise BackendError(f"onnxruntime cannot create the shared arena: {_first_line(exc)}") from None
     _ARENA.append(True)
+
+
+class _Segments(NamedTuple):
+    """A Plan cut into segments, with what every run of them needs."""
+
+    plan: Plan
+    segments: list[_Segment]
+    release: tuple[tuple[str, ...], ...]
+    types: dict[str, onnx.TypeProto]
+    keep_sessions: bool
 
 
 @dataclass
@@ -314,7 +401,7 @@ class StepStream:
 
     def __init__(
         self, backend: OnnxRuntimeBackend, plan: Plan, segments: list[_Segment], feeds: Mapping[str, Any],
-        release: Sequence[Sequence[str]] | None = None, inputs: bool = True,
+        release: Sequence[Sequence[str]] | None = None, inputs: bool = True, cut: _Segments | None = None,
     ) -> None:
         self.backend = backend
         self.plan = plan
@@ -325,6 +412,8 @@ class StepStream:
             release = [[name for name in names if name not in keep] for names in plan.release_after]
         self.release = release
         self.inputs = inputs
+        # Sessions built as segments are reached and dropped after them (large weights), if not kept.
+        self.cut = cut
         self.outputs: dict[str, Any] = {}
 
     def __iter__(self) -> Iterator[StepEvent]:
@@ -334,8 +423,13 @@ class StepStream:
         with_inputs = self.inputs
         env: dict[str, Any] = dict(self.feeds)
         weights = plan.initializers
+        cut = self.cut
+        transient = cut is not None and not cut.keep_sessions
         for segment in self.segments:
             fed = {name: env[name] for name in segment.inputs}
+            if transient and segment.session is None and not segment.typed_from_values:
+                assert cut is not None
+                self.backend._build_segment(plan, segment, cut.types, transient=True)
             if segment.session is None:  # an input whose type shape inference did not find
                 segment.session = self._typed_from(fed, segment)
             try:
@@ -348,6 +442,10 @@ class StepStream:
                 values = self.backend._run(segment.session, segment.outputs, fed)
             env.update(zip(segment.outputs, values, strict=True))
             del fed, values
+            if transient:
+                # Its prepacked weights go with it; the next run builds it again.
+                segment.session = None
+                segment.shared = None
             for i in range(segment.start, segment.stop):
                 step = steps[i]
                 outputs = [env.get(n) if n else None for n in step.outputs]
@@ -365,25 +463,77 @@ class StepStream:
     def _typed_from(self, fed: Mapping[str, Any], segment: _Segment) -> ort.InferenceSession:
         segment.typed_from_values = True
         types = {name: _type_of(value) for name, value in fed.items()}
-        shared = self.backend._shared_weights(self.plan, segment)
-        return self.backend._session(_segment_model(self.plan, segment, types), True, shared)
+        return self.backend._segment_session(self.plan, segment, types, transient=bool(self.cut and not self.cut.keep_sessions))
 
 
-def _segment_model(plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
+def _segment_model(
+    plan: Plan, segment: _Segment, types: Mapping[str, onnx.TypeProto], without_bytes: Collection[str] = (),
+    shared: Collection[str] = (),
+) -> onnx.ModelProto:
     """A model of the segment's nodes: the live values at its cut as inputs (element types only),
-    the weights it reads as initializers, every value it produces as an output."""
+    the weights it reads as initializers, every value it produces as an output. The weights named in
+    ``without_bytes`` are declared as external data without their bytes (the session is handed them);
+    the earlier Constants it reads whose values are in ``shared`` become initializers of those names
+    (the session is handed the Plan's arrays), the others are repeated as nodes."""
     source = plan.source
     graph = onnx.GraphProto(name=f"{source.graph.name}_steps_{segment.start}_{segment.stop}")
-    graph.node.extend(plan.steps[i].node for i in segment.constants)
+    for i in segment.constants:
+        node = plan.steps[i].node
+        if node.output and node.output[0] in shared:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(next(a.t for a in node.attribute if a.name == "value"))
+            tensor.name = node.output[0]
+            graph.initializer.append(tensor)
+        else:
+            graph.node.append(node)
     graph.node.extend(plan.steps[i].node for i in range(segment.start, segment.stop))
     wanted = set(segment.weights)
-    graph.initializer.extend(t for t in source.graph.initializer if t.name in wanted)
+    for tensor in source.graph.initializer:
+        if tensor.name in without_bytes:
+            graph.initializer.append(_weight_without_bytes(tensor.name, plan.initializers[tensor.name]))
+        elif tensor.name in wanted:
+            graph.initializer.append(tensor)
     graph.sparse_initializer.extend(t for t in source.graph.sparse_initializer if t.values.name in wanted)
     graph.input.extend(onnx.helper.make_value_info(name, types[name]) for name in segment.inputs)
     graph.output.extend(onnx.ValueInfoProto(name=name) for name in segment.outputs)
     model = onnx.helper.make_model(graph, ir_version=source.ir_version, opset_imports=list(source.opset_import))
     model.functions.extend(source.functions)
     return model
+
+
+# The file an external initializer without bytes names: never opened (its value is handed to the
+# session, SessionOptions.add_external_initializers), but ORT wants a relative path that stays inside.
+_NO_FILE = "sealtrace-weight-in-memory"
+# Weights of at least this size are declared without bytes; smaller ones keep theirs (shape
+# inference reads e.g. a Reshape's shape, and they cost nothing to copy).
+_STUB_BYTES = 1 << 16
+
+
+def _weight_without_bytes(name: str, array: np.ndarray) -> onnx.TensorProto:
+    """A weight's declaration (name, element type, shape) as external data, without the data."""
+    tensor = onnx.TensorProto(name=name, data_type=_elem_type(array.dtype), dims=array.shape)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", _NO_FILE), ("offset", "0"), ("length", str(array.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key = key
+        entry.value = value
+    return tensor
+
+
+def _constant_value(step: Any) -> np.ndarray | None:
+    """The array of a Constant step given by its ``value`` tensor, if ORT can read it in place."""
+    attributes = step.attributes
+    array = attributes.get("value")
+    if (
+        type(array) is not np.ndarray
+        or any(v is not None for k, v in attributes.items() if k != "value")
+        or array.dtype.kind not in "biuf"
+        or not array.dtype.isnative
+        or not array.flags.c_contiguous
+        or not any(a.name == "value" and a.type == onnx.AttributeProto.TENSOR for a in step.node.attribute)
+    ):
+        return None
+    return array
 
 
 def _static_types(plan: Plan, feeds: Mapping[str, Any]) -> dict[str, onnx.TypeProto]:

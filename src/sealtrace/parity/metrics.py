@@ -300,6 +300,8 @@ def _compare_finite(
 def _finite_figures(
     name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance, fa: np.ndarray, fb: np.ndarray, unchecked: bool
 ) -> ValueDiff | None:
+    if fa.size > CHUNK:
+        return _finite_figures_chunked(name, a, b, tol, fa, fb, unchecked)
     aa = np.dot(fa, fa)
     bb = np.dot(fb, fb)
     if not (math.isfinite(aa) and math.isfinite(bb)):
@@ -355,6 +357,85 @@ def _finite_figures(
     layout = None
     # A flipped layout scrambles values (cosine far from 1); rounding noise does not. Only the
     # former is worth the permutation search.
+    if exceeds and cosine < 0.999:
+        from sealtrace.parity.layout import find_permutation
+
+        layout = find_permutation(a, b, tol)
+    return _make_diff(name, _dtype_name(a.dtype), a.shape, max_abs, mean_abs, max_rel, max_ulp, min(1.0, cosine),
+                      exceeds, layout)
+
+
+# Values of more elements than this are compared chunk by chunk (_finite_figures_chunked): the
+# temporaries are then those of one chunk (3 MiB of float32), not twice the value, and each chunk's
+# passes run in cache. A multiple of 8192 (NumPy's buffer for a float64 sum of float32).
+CHUNK = 1 << 18
+
+
+def _finite_figures_chunked(
+    name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance, fa: np.ndarray, fb: np.ndarray, unchecked: bool
+) -> ValueDiff | None:
+    """_finite_figures for values of more than CHUNK elements, a chunk at a time: the same maxima,
+    tolerance test and ULP distance (exact, elementwise); the float64 sums of the mean and the
+    cosine's dot products are added chunk by chunk, so they may differ from one whole-array sum in
+    their last bits (the cosine is then taken in float64)."""
+    size = fa.size
+    work = a.dtype.type
+    atol = work(tol.atol)
+    rtol = work(tol.rtol)
+    rows = np.empty((2, CHUNK), a.dtype)
+    aa = bb = ab = total = 0.0
+    max_abs = 0.0
+    high = low = math.nan
+    exceeds = False
+    max_ulp = 0
+    for start in range(0, size, CHUNK):
+        ca = fa[start : start + CHUNK]
+        cb = fb[start : start + CHUNK]
+        n = ca.size
+        squares_a = float(np.dot(ca, ca))
+        squares_b = float(np.dot(cb, cb))
+        if not (math.isfinite(squares_a) and math.isfinite(squares_b)):
+            return None  # non-finite values (or squares that overflow): counted exactly by the general path
+        aa += squares_a
+        bb += squares_b
+        ab += float(np.dot(ca, cb))
+        chunk = rows[:, :n]
+        diff = chunk[0]
+        rel = chunk[1]
+        np.subtract(ca, cb, out=diff)
+        np.abs(diff, out=diff)
+        np.divide(diff, cb, out=rel)
+        part_abs, part_high = np.fmax.reduce(chunk, axis=1).tolist()
+        part_low = float(np.fmin.reduce(rel))
+        max_abs = max(max_abs, part_abs)
+        # fmax/fmin semantics across chunks: a chunk of 0/0 only (NaN) does not hide another's figure.
+        high = part_high if math.isnan(high) else (high if math.isnan(part_high) else max(high, part_high))
+        low = part_low if math.isnan(low) else (low if math.isnan(part_low) else min(low, part_low))
+        if not exceeds and part_abs > atol:
+            if tol.rtol >= 0:
+                where = np.flatnonzero(diff > atol)
+                bound = np.abs(cb[where])
+                bound *= rtol
+                bound += atol
+                exceeds = bool(np.greater(diff[where], bound).any())
+            else:
+                bound = np.abs(cb)
+                bound *= rtol
+                bound += atol
+                exceeds = bool(np.greater(diff, bound).any())
+            del bound
+        total = float(np.add.reduce(diff, dtype=np.float64, initial=total))
+        # Within a chunk whose relative difference stays under 1, signs agree (see _finite_figures).
+        chunk_rel = max(part_high, -part_low) if not (math.isnan(part_high) or math.isnan(part_low)) else math.nan
+        max_ulp = max(max_ulp, _finite_ulp(ca, cb, rows, chunk_rel < 1.0))
+    del rows
+    max_rel = max(high, -low) + 0.0 if not (math.isnan(high) or math.isnan(low)) else 0.0
+    if max_abs == 0.0 and unchecked and bool((fa == fb).all()):
+        return _equal_floats(name, a)
+    mean_abs = total / size
+    norm = math.sqrt(aa * bb)
+    cosine = ab / norm if norm > 0 else (1.0 if max_abs == 0 else 0.0)
+    layout = None
     if exceeds and cosine < 0.999:
         from sealtrace.parity.layout import find_permutation
 
