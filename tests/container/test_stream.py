@@ -191,7 +191,7 @@ def test_large_external_weights_are_never_loaded_or_hashed_from_memory(
 def test_external_file_changed_while_sealed_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
     path = mixed_model(tmp_path / "m")
     data_file = path.parent / "a.bin"
-    real_stream = writer_module.stream_weights
+    real_stream = stream_module.stream_weights
 
     def stream_after_change(source: stream_module.ModelSource, *args: Any) -> None:
         # Between opening the model (small weights read in) and the pass over the files.
@@ -206,7 +206,7 @@ def test_external_file_changed_while_sealed_is_refused(tmp_path: Path, monkeypat
                 f.write(flipped)
         real_stream(source, *args)
 
-    monkeypatch.setattr(writer_module, "stream_weights", stream_after_change)
+    monkeypatch.setattr(stream_module, "stream_weights", stream_after_change)
     with pytest.raises(SealingError, match="changed while being sealed"):
         seal_model(path, tmp_path / "new.seal")
     assert not (tmp_path / "new.seal").exists()

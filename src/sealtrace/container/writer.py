@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from onnx import ModelProto, TensorProto
 
@@ -34,13 +34,13 @@ from sealtrace.container.format import (
     chunk_count,
 )
 from sealtrace.container.signatures import KeySource, sign
-from sealtrace.container.stream import ModelSource, open_model_source, sealed_plan_digest, stream_weights
 from sealtrace.container.weights import Weight, model_tensors, strip_weights
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import SealtraceError
 from sealtrace.outputs import OutputExistsError, atomic_output, check_output
-from sealtrace.plan import build_plan
-from sealtrace.plan.builder import EXTERNAL_TENSORS
+
+if TYPE_CHECKING:
+    from sealtrace.container.stream import ModelSource
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,9 @@ def seal_model(
     keys: list[KeySource] = [] if sign_with is None else (
         list(sign_with) if isinstance(sign_with, (list, tuple)) else [sign_with]  # type: ignore[list-item]
     )
+    # The Plan builder is imported here, not with the package: `sealtrace verify` never needs it.
+    from sealtrace.container.stream import open_model_source
+
     if isinstance(model, ModelProto):
         return _seal_loaded(model, _proto_source(model), model, out_path, keys, force, chunk_size, workers)
     try:
@@ -152,6 +155,8 @@ def _seal_streamed(
     The header lists digests that only the pass computes, but its length is known before (every
     digest is 64 hex digits): the data area is written first, at its final place, and the header last.
     """
+    from sealtrace.container.stream import sealed_plan_digest, stream_weights
+
     name = source.path.name
     plan = _plan_digest(source.model, name, source)
     model_info = _model_info(source.model)
@@ -216,6 +221,9 @@ def _pwrite(fd: int, view: memoryview, offset: int, out_path: str | os.PathLike[
 def _plan_digest(proto: ModelProto, name: str, source: ModelSource | None) -> Any:
     """Build the Plan (a model sealtrace cannot plan is refused): its digest, or with a streamed
     ``source`` the Plan itself, whose digest needs the pass's digests (sealed_plan_digest)."""
+    from sealtrace.plan import build_plan
+    from sealtrace.plan.builder import EXTERNAL_TENSORS
+
     token = EXTERNAL_TENSORS.set(source.stand_in if source is not None else None)
     try:
         plan = build_plan(proto)
