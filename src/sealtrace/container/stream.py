@@ -178,7 +178,7 @@ def open_model_source(path: str | os.PathLike[str]) -> ModelSource:
             source.files.append(SourceFile(location, f, size, None))
             for tensor, (start, end) in zip(tensors, check_ranges(tensors, size, location, where), strict=True):
                 np_dtype = _streamable(tensor, start, end, top)
-                if np_dtype is None:
+                if np_dtype is None or _key(tensor) in source._by_key:  # a twin (refused by the Plan builder)
                     _fill(source, index, tensor, start, end, where)
                     continue
                 if source.files[index].mapped is None:
