@@ -232,6 +232,7 @@ def main() -> None:
                     copy_runs.append(wall)
                     copy_cpu.append(cpu)
                 else:
+                    big.unlink(missing_ok=True)  # freeing the last round's container is not this round's work
                     seal_runs.append(seal_process(source, big))
         ratios = [s["seal_s"] / c for s, c in zip(seal_runs, copy_runs, strict=True)]
         copy_s = median(copy_runs)
