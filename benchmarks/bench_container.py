@@ -275,7 +275,7 @@ def main() -> None:
              f"{median([s['cpu_s'] for s in seal_runs]):.2f} s / {median(copy_cpu):.2f} s (what a busy machine's wall "
              "times follow)"),
             ("floor the v1 format sets: 3 sha256 streams (file, chunks, Plan digest)",
-             f"3 x {sha_cpu:.2f} s of CPU = {3 * sha_cpu:.2f} s (sha256 of the 1 GB, one thread's CPU time): on {cpus} idle "
+             f"3 x {sha_cpu:.2f} s of CPU = {3 * sha_cpu:.2f} s (sha256 of the container, one thread's CPU time): on {cpus} idle "
              f"cores at least {3 * sha_cpu / cpus:.2f} s of wall, where the copy needs {median(copy_cpu):.2f} s of CPU"),
             ("peak RSS of a seal process", f"**{seal_peak:.0f} MiB** (interpreter + imports: {seal_runs[0]['before_mib']:.0f} MiB); "
              f"target <= 256 MB ({256e6 / 2**20:.0f} MiB): {'met' if seal_peak * 2**20 <= 256e6 else 'not met'}"),
