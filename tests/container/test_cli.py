@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -246,3 +249,20 @@ def test_manifest_trust_refuses_an_unsigned_manifest(signed_seal: dict[str, Path
     assert main(["manifest", "create", str(directory), "-o", str(signed), "--sign", str(signed_seal["key"])]) == 0
     assert main(["manifest", "verify", str(directory), str(signed), "--trust", str(signed_seal["pub"])]) == 0
     assert main(["manifest", "verify", str(directory), str(signed), "--trust", str(signed_seal["other_pub"])]) == 1
+
+
+def test_verify_imports_only_what_verifying_needs(signed_seal: dict[str, Path]) -> None:
+    """Regression (issue 16): `sealtrace verify` imported every verb's modules, the Plan builder and
+    its kernels included: half of its 0.8 s on a 1 GB container was start-up."""
+    heavy = ["sealtrace.plan", "sealtrace.ops", "sealtrace.session", "sealtrace.parity", "sealtrace.audit",
+             "sealtrace.backends", "onnxruntime", "torch", "rich", "ray", "fastapi", "scipy"]  # fmt: skip
+    script = (
+        "import sys\nfrom sealtrace.cli import main\n"
+        f"assert main(['verify', {str(signed_seal['seal'])!r}]) == 0\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "OPENBLAS_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", f"imported by verify: {done.stdout}"

@@ -27,11 +27,20 @@ def app() -> None:
     """sealtrace: seal ONNX models, run them on a fixed plan, and record what ran."""
 
 
-def _load_commands() -> None:
+# Verbs whose module alone is imported, so that they start fast (`sealtrace verify` in a CI step
+# imports what verifying needs, not the Plan builder, the backends or the server).
+_FAST_VERBS = {"verify": "container"}
+
+
+def _load_commands(argv: list[str] | None = None) -> None:
     # Each module in this package adds its verbs to ``app``; a new verb group needs no edit here.
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
+    fast = _FAST_VERBS.get(argv[0]) if argv else None
+    if fast is not None:
+        importlib.import_module(f"{__name__}.{fast}")
+    else:
+        for module in pkgutil.iter_modules(__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{__name__}.{module.name}")
     _add_budget_option(app)
 
 
@@ -56,7 +65,7 @@ def _add_budget_option(group: click.Group) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    _load_commands()
+    _load_commands(sys.argv[1:] if argv is None else argv)
     set_memory_budget(None)  # a budget given to an earlier call in this process does not carry over
     try:
         status = app.main(args=argv, prog_name="sealtrace", standalone_mode=False)

@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from sealtrace.cli import app
 from sealtrace.container import (
@@ -113,6 +111,9 @@ def verify(container: str, trust: tuple[str, ...], require_signature: bool, expe
 @click.option("--json", "as_json", is_flag=True, help="Print the header as JSON.")
 def inspect(container: str, as_json: bool) -> None:
     """Show what CONTAINER says about itself (nothing is hashed: run verify to trust it)."""
+    from rich.console import Console
+    from rich.table import Table
+
     info = describe_container(container)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True))

@@ -11,7 +11,7 @@ fills the original field again, so the model's serialized bytes come back exactl
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,9 +157,17 @@ def entry_name(scope_name: str, taken: set[str]) -> str:
     return candidate
 
 
-def strip_weights(model: ModelProto, in_place: bool = False) -> tuple[ModelProto, list[Weight]]:
+def strip_weights(
+    model: ModelProto,
+    in_place: bool = False,
+    external: Callable[[TensorProto], memoryview | None] | None = None,
+) -> tuple[ModelProto, list[Weight]]:
     """``model`` without weight data (a copy, or the model itself with ``in_place``), and the
-    weights in container order."""
+    weights in container order.
+
+    A tensor still in an external data file is refused, unless ``external`` gives its raw bytes
+    (sealtrace.container.stream: a view of the mapped file, never read here); it is then stripped
+    as if it had been loaded first, so the graph comes out byte for byte the same."""
     if in_place:
         stripped = model
     else:
@@ -168,8 +176,21 @@ def strip_weights(model: ModelProto, in_place: bool = False) -> tuple[ModelProto
     weights: list[Weight] = []
     taken: set[str] = set()
     for scope_name, tensor in model_tensors(stripped):
+        weight: Weight | None
         if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
-            raise SealingError(f"tensor {scope_name!r} still refers to external data (load it before sealing)")
+            data = external(tensor) if external is not None else None
+            if data is None:
+                raise SealingError(f"tensor {scope_name!r} still refers to external data (load it before sealing)")
+            # What loading does (sealtrace.plan.modelfile), less the bytes: the proto field set to
+            # DEFAULT is serialized, so the stripped graph is the one a loaded model gives.
+            tensor.data_location = TensorProto.DEFAULT
+            del tensor.external_data[:]
+            name = entry_name(scope_name, set(taken))
+            taken.add(name)
+            tensor.external_data.add(key=MARKER, value=name)
+            shape = tuple(int(d) for d in tensor.dims)
+            weights.append(Weight(name, dtype_name(tensor.data_type), shape, "raw_data", data))
+            continue
         weight = _take(tensor, scope_name, taken)
         if weight is not None:
             weights.append(weight)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from onnx import ModelProto, TensorProto
 
@@ -29,15 +29,18 @@ from sealtrace.container.format import (
     PREAMBLE,
     PREAMBLE_SIZE,
     Entry,
+    SignatureEntry,
     align,
+    chunk_count,
 )
 from sealtrace.container.signatures import KeySource, sign
-from sealtrace.container.weights import model_tensors, strip_weights
+from sealtrace.container.weights import Weight, model_tensors, strip_weights
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import SealtraceError
 from sealtrace.outputs import OutputExistsError, atomic_output, check_output
-from sealtrace.plan import build_plan
-from sealtrace.plan.builder import load_model_file
+
+if TYPE_CHECKING:
+    from sealtrace.container.stream import ModelSource
 
 
 @dataclass(frozen=True)
@@ -74,54 +77,50 @@ def seal_model(
     if Path(out_path).exists() and not force:
         # Checked again when the file is put in place; failing here saves the work before it.
         raise OutputExistsError(f"{out_path}: already exists (use --force to overwrite)")
-    proto, source = _load(model)
-    name = source["file_name"] or "model"
+    keys: list[KeySource] = [] if sign_with is None else (
+        list(sign_with) if isinstance(sign_with, (list, tuple)) else [sign_with]  # type: ignore[list-item]
+    )
+    # The Plan builder is imported here, not with the package: `sealtrace verify` never needs it.
+    from sealtrace.container.stream import open_model_source
+
+    if isinstance(model, ModelProto):
+        return _seal_loaded(model, _proto_source(model), model, out_path, keys, force, chunk_size, workers)
     try:
-        plan = build_plan(proto)
+        source = open_model_source(model)
     except SealtraceError as exc:
-        raise SealingError(f"cannot seal {name}: its Plan cannot be built: {exc}") from None
+        raise SealingError(str(exc)) from None
     try:
-        plan_digest = plan.digest
-    except (TypeError, ValueError) as exc:
-        raise SealingError(f"cannot seal {name}: its Plan digest cannot be computed ({exc})") from None
+        if not source.files:
+            # No external data: the model file's bytes are all there is, and they are read.
+            record = {"file_name": source.path.name, "sha256": source.sha256, "size": source.size, "external_data": []}
+            return _seal_loaded(source.model, record, None, out_path, keys, force, chunk_size, workers)
+        return _seal_streamed(source, out_path, keys, force, chunk_size, workers)
+    finally:
+        source.close()
+
+
+def _seal_loaded(
+    proto: ModelProto,
+    source: dict[str, Any],
+    callers: ModelProto | None,
+    out_path: str | os.PathLike[str],
+    keys: list[KeySource],
+    force: bool,
+    chunk_size: int,
+    workers: int | None,
+) -> ContainerInfo:
+    """Seal a model held in memory whole (``callers``: the caller's own proto, left untouched)."""
+    name = source["file_name"] or "model"
+    plan_digest = _plan_digest(proto, name, None)
     model_info = _model_info(proto)
     # A model read from a file is ours to strip in place; a caller's proto is left untouched.
-    stripped, weights = strip_weights(proto, in_place=not isinstance(model, ModelProto))
+    stripped, weights = strip_weights(proto, in_place=callers is None)
     graph = stripped.SerializeToString(deterministic=True)
 
     views = [memoryview(graph).cast("B"), *(memoryview(w.data).cast("B") for w in weights)]
     digests = _hash_regions(views, chunk_size, workers)
-    entries: list[Entry] = []
-    offset = 0
-    for i, (view, chunk_digests) in enumerate(zip(views, digests, strict=True)):
-        offset = align(offset)
-        if i == 0:
-            entries.append(Entry("section", GRAPH_SECTION, offset, len(view), chunk_digests, encoding=GRAPH_ENCODING))
-        else:
-            w = weights[i - 1]
-            entries.append(Entry("tensor", w.name, offset, len(view), chunk_digests, w.dtype, w.shape, w.storage))
-        offset += len(view)
-
-    body: dict[str, Any] = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "sealtrace_version": __version__,
-        "alignment": ALIGNMENT,
-        "chunk_size": chunk_size,
-        "plan_digest": plan_digest,
-        "model": model_info,
-        "source": source,
-        "sections": [e.to_json() for e in entries if e.kind == "section"],
-        "tensors": [e.to_json() for e in entries if e.kind == "tensor"],
-    }
-    digest = json_digest(body)
-    keys: list[KeySource] = [] if sign_with is None else (
-        list(sign_with) if isinstance(sign_with, (list, tuple)) else [sign_with]  # type: ignore[list-item]
-    )
-    signatures = sign(digest, keys)
-    header = canonical_json({"container": body, "signatures": [s.to_json() for s in signatures]})
-    if len(header) > MAX_HEADER_SIZE:
-        raise SealingError(f"header of {len(header)} bytes exceeds the format's limit of {MAX_HEADER_SIZE}")
+    entries = _layout(weights, len(graph), digests)
+    digest, header, signatures = _header(entries, chunk_size, plan_digest, model_info, source, keys)
     with atomic_output(out_path, force=force) as f:
         f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), bytes.fromhex(digest)))
         f.write(header)
@@ -141,6 +140,148 @@ def seal_model(
         size=size,
         signed_by=tuple(s.key_id for s in signatures),
     )
+
+
+def _seal_streamed(
+    source: ModelSource,
+    out_path: str | os.PathLike[str],
+    keys: list[KeySource],
+    force: bool,
+    chunk_size: int,
+    workers: int | None,
+) -> ContainerInfo:
+    """Seal a model file with external data in one pass over its bytes (sealtrace.container.stream).
+
+    The header lists digests that only the pass computes, but its length is known before (every
+    digest is 64 hex digits): the data area is written first, at its final place, and the header last.
+    """
+    from sealtrace.container.stream import sealed_plan_digest, stream_weights
+
+    name = source.path.name
+    plan = _plan_digest(source.model, name, source)
+    model_info = _model_info(source.model)
+    stripped, weights = strip_weights(source.model, in_place=True, external=source.weight_bytes)
+    graph = stripped.SerializeToString(deterministic=True)
+    streamed = [source.streamed_weight(w.data) for w in weights]
+    in_memory = [memoryview(graph).cast("B")] + [
+        memoryview(w.data).cast("B") for w, s in zip(weights, streamed, strict=True) if s is None
+    ]
+    entries = _layout(weights, len(graph), [
+        tuple(_PLACEHOLDER for _ in range(chunk_count(n, chunk_size))) for n in (len(graph), *(len(w.data) for w in weights))
+    ])  # fmt: skip
+    record = {"file_name": name, "sha256": source.sha256, "size": source.size, "external_data": []}
+    record["external_data"] = [{"path": f.location, "sha256": _PLACEHOLDER, "size": f.size} for f in source.files]
+    _, header, _ = _header(entries, chunk_size, _PLACEHOLDER, model_info, record, keys)
+    data_start = align(PREAMBLE_SIZE + len(header))
+    size = data_start + entries[-1].offset + entries[-1].length
+    with atomic_output(out_path, force=force) as f:
+        f.flush()
+        fd = f.fileno()
+        in_memory_entries = [e for e, s in zip(entries, [None, *streamed], strict=True) if s is None]
+        for entry, view in zip(in_memory_entries, in_memory, strict=True):
+            _pwrite(fd, view, data_start + entry.offset, out_path)
+        places = {id(s): data_start + e.offset for e, s in zip(entries[1:], streamed, strict=True) if s is not None}
+        # The pass runs while the in-memory regions (the graph, small weights) are hashed here.
+        hashed = _hash_regions(in_memory, chunk_size, workers)
+        stream_weights(source, fd, places, chunk_size, str(source.path))
+        found = iter(hashed)
+        digests = [next(found) if s is None else tuple(s.chunk_digests) for s in [None, *streamed]]
+        entries = _layout(weights, len(graph), digests)
+        record["external_data"] = [f.to_json() for f in source.external_data]
+        plan_digest = sealed_plan_digest(source, lambda: plan.digest)
+        digest, header, signatures = _header(entries, chunk_size, plan_digest, model_info, record, keys)
+        if align(PREAMBLE_SIZE + len(header)) != data_start:
+            raise AssertionError("the header's length changed with its digests")
+        head = PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), bytes.fromhex(digest)) + header
+        _pwrite(fd, memoryview(head + b"\0" * (data_start - len(head))), 0, out_path)
+        os.ftruncate(fd, size)  # zero padding after a last entry of length 0
+    return ContainerInfo(
+        path=str(out_path),
+        digest=digest,
+        plan_digest=plan_digest,
+        tensors=len(weights),
+        tensor_bytes=sum(e.length for e in entries[1:]),
+        size=size,
+        signed_by=tuple(s.key_id for s in signatures),
+    )
+
+
+_PLACEHOLDER = "0" * 64
+
+
+def _pwrite(fd: int, view: memoryview, offset: int, out_path: str | os.PathLike[str]) -> None:
+    written = 0
+    try:
+        while written < len(view):
+            written += os.pwrite(fd, view[written:], offset + written)
+    except OSError as exc:
+        raise SealingError(f"{out_path}: cannot write the container ({exc.strerror or exc})") from None
+
+
+def _plan_digest(proto: ModelProto, name: str, source: ModelSource | None) -> Any:
+    """Build the Plan (a model sealtrace cannot plan is refused): its digest, or with a streamed
+    ``source`` the Plan itself, whose digest needs the pass's digests (sealed_plan_digest)."""
+    from sealtrace.plan import build_plan
+    from sealtrace.plan.builder import EXTERNAL_TENSORS
+
+    token = EXTERNAL_TENSORS.set(source.stand_in if source is not None else None)
+    try:
+        plan = build_plan(proto)
+    except SealtraceError as exc:
+        raise SealingError(f"cannot seal {name}: its Plan cannot be built: {exc}") from None
+    finally:
+        EXTERNAL_TENSORS.reset(token)
+    if source is not None:
+        return plan
+    try:
+        return plan.digest
+    except (TypeError, ValueError) as exc:
+        raise SealingError(f"cannot seal {name}: its Plan digest cannot be computed ({exc})") from None
+
+
+def _layout(weights: list[Weight], graph_length: int, digests: Sequence[tuple[str, ...]]) -> list[Entry]:
+    """The data area's entries: the graph section, then each weight, at the next aligned offset."""
+    entries: list[Entry] = []
+    offset = 0
+    lengths = [graph_length, *(len(w.data) for w in weights)]
+    for i, (length, chunk_digests) in enumerate(zip(lengths, digests, strict=True)):
+        offset = align(offset)
+        if i == 0:
+            entries.append(Entry("section", GRAPH_SECTION, offset, length, chunk_digests, encoding=GRAPH_ENCODING))
+        else:
+            w = weights[i - 1]
+            entries.append(Entry("tensor", w.name, offset, length, chunk_digests, w.dtype, w.shape, w.storage))
+        offset += length
+    return entries
+
+
+def _header(
+    entries: list[Entry],
+    chunk_size: int,
+    plan_digest: str,
+    model_info: dict[str, Any],
+    source: dict[str, Any],
+    keys: list[KeySource],
+) -> tuple[str, bytes, list[SignatureEntry]]:
+    """The container digest, the header bytes and the signatures."""
+    body: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "sealtrace_version": __version__,
+        "alignment": ALIGNMENT,
+        "chunk_size": chunk_size,
+        "plan_digest": plan_digest,
+        "model": model_info,
+        "source": source,
+        "sections": [e.to_json() for e in entries if e.kind == "section"],
+        "tensors": [e.to_json() for e in entries if e.kind == "tensor"],
+    }
+    digest = json_digest(body)
+    signatures = sign(digest, keys)
+    header = canonical_json({"container": body, "signatures": [s.to_json() for s in signatures]})
+    if len(header) > MAX_HEADER_SIZE:
+        raise SealingError(f"header of {len(header)} bytes exceeds the format's limit of {MAX_HEADER_SIZE}")
+    return digest, header, signatures
 
 
 def _model_info(proto: ModelProto) -> dict[str, Any]:
@@ -181,27 +322,13 @@ def _hash_regions(views: list[memoryview], chunk_size: int, workers: int | None)
     return [tuple(g) for g in grouped]
 
 
-def _load(model: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, dict[str, Any]]:
-    """The model with external data loaded, and the source record for the header."""
-    if isinstance(model, ModelProto):
-        for name, tensor in model_tensors(model):
-            if tensor.data_location == TensorProto.EXTERNAL:
-                raise SealingError(f"tensor {name!r} refers to external data; seal the file, or load the data first")
-        data = model.SerializeToString()
-        return model, {"file_name": None, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "external_data": []}
-    try:
-        # One read of the file and of each external data file: the source record's digests are
-        # those of the very bytes that get sealed.
-        read = load_model_file(model)
-    except SealtraceError as exc:
-        raise SealingError(str(exc)) from None
-    source = {
-        "file_name": read.path.name,
-        "sha256": read.sha256,
-        "size": read.size,
-        "external_data": [f.to_json() for f in read.external_data],
-    }
-    return read.model, source
+def _proto_source(model: ModelProto) -> dict[str, Any]:
+    """The source record of a model given as a proto (its weights must be in it)."""
+    for name, tensor in model_tensors(model):
+        if tensor.data_location == TensorProto.EXTERNAL:
+            raise SealingError(f"tensor {name!r} refers to external data; seal the file, or load the data first")
+    data = model.SerializeToString()
+    return {"file_name": None, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "external_data": []}
 
 
 def add_signatures(
@@ -214,7 +341,7 @@ def add_signatures(
     """Verify ``source``, then write it to ``out_path`` with one more signature per key (a key that
     already signed is not added twice). The data area is copied unchanged; the container digest,
     which the signatures cover, stays the same. Returns the key ids of all signatures."""
-    from sealtrace.container.format import SignatureEntry, open_container
+    from sealtrace.container.format import open_container
     from sealtrace.container.verify import verify_container
 
     keys: list[KeySource] = list(sign_with) if isinstance(sign_with, (list, tuple)) else [sign_with]  # type: ignore[list-item]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -499,7 +500,21 @@ def _missing_kernel(*_args: Any, **_kwargs: Any) -> Any:
 _MISSING = Kernel("", "<missing>", 0, _missing_kernel, False)
 
 
+# Sealing a model with external data (sealtrace.container.stream) builds its Plan without loading
+# the large external weights: it supplies their arrays here (read-only views of the mapped file,
+# whose digests it gives the Plan digest through sealtrace.plan.model.KNOWN_DIGESTS). None: the
+# tensor is read as usual.
+EXTERNAL_TENSORS: ContextVar[Callable[[onnx.TensorProto], np.ndarray | None] | None] = ContextVar(
+    "sealtrace_external_tensors", default=None
+)
+
+
 def _to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        provide = EXTERNAL_TENSORS.get()
+        supplied = provide(tensor) if provide is not None else None
+        if supplied is not None:
+            return supplied
     try:
         array = numpy_helper.to_array(tensor)
     except Exception as exc:  # onnx raises assorted errors for malformed tensors

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -180,9 +181,22 @@ class Plan:
         return json_digest(self.canonical())
 
 
+# Digests of arrays the Plan digest need not read again, by the array's id: sealing a model with
+# external data (sealtrace.container.stream) hashes each weight as it streams it into the
+# container, and sets this only around that Plan's first digest.
+KNOWN_DIGESTS: ContextVar[Mapping[int, str] | None] = ContextVar("sealtrace_known_digests", default=None)
+
+
+def _array_digest(value: np.ndarray) -> str:
+    known = KNOWN_DIGESTS.get()
+    if known is not None and id(value) in known:
+        return known[id(value)]
+    return tensor_digest(value)
+
+
 def _canonical_value(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        return {"tensor": tensor_digest(value)}
+        return {"tensor": _array_digest(value)}
     if isinstance(value, list):
         return {"sequence": [_canonical_value(v) for v in value]}
     if value is None:
@@ -194,7 +208,7 @@ def _canonical_attribute(value: Any) -> Any:
     if isinstance(value, Plan):
         return {"graph": value.canonical()}
     if isinstance(value, np.ndarray):
-        return {"tensor": tensor_digest(value)}
+        return {"tensor": _array_digest(value)}
     if isinstance(value, float):
         return {"float": value.hex()}
     if isinstance(value, (tuple, list)):

@@ -231,21 +231,22 @@ def model_file_digest(source: str | os.PathLike[str]) -> str:
     return files_digest(sha256, size, _external_data(model, path, fill=False))
 
 
-def _external_data(model: ModelProto, path: Path, fill: bool) -> tuple[ExternalFile, ...]:
+def external_data_files(model: ModelProto, path: str | os.PathLike[str]) -> list[tuple[str, Path, list[TensorProto]]]:
+    """The external data files of ``model`` (read from ``path``), sorted by location: (location,
+    the file, the tensors it holds). Refused as in :func:`read_model_file`: sparse tensors with
+    external data, locations that are absolute or resolve outside the model's directory."""
+    path = Path(os.fspath(path))
     where = str(path)
     sparse = _sparse_external(model)
     if sparse:
         raise InvalidModelError(f"{where}: sparse tensor(s) with external data are not supported: {', '.join(sparse[:5])}")
-    tensors = list(external_tensors(model))
-    if not tensors:
-        return ()
-    base = path.parent
-    real_base = base.resolve()
     wanted: dict[str, list[TensorProto]] = {}
-    for tensor in tensors:
+    for tensor in external_tensors(model):
         location = "".join(e.value for e in tensor.external_data if e.key == "location")
         wanted.setdefault(external_location(location, where, tensor.name), []).append(tensor)
-    found: list[ExternalFile] = []
+    base = path.parent
+    real_base = base.resolve() if wanted else base
+    found: list[tuple[str, Path, list[TensorProto]]] = []
     for location in sorted(wanted):
         file = base / location
         try:
@@ -256,14 +257,22 @@ def _external_data(model: ModelProto, path: Path, fill: bool) -> tuple[ExternalF
             raise InvalidModelError(
                 f"{where}: external data file {location[:120]!r} resolves outside the model's directory"
             )
+        found.append((location, file, wanted[location]))
+    return found
+
+
+def _external_data(model: ModelProto, path: Path, fill: bool) -> tuple[ExternalFile, ...]:
+    where = str(path)
+    found: list[ExternalFile] = []
+    for location, file, tensors in external_data_files(model, path):
         if not fill:
             digest, size = _hash_file(file)
             found.append(ExternalFile(location, digest, size))
-            _check_ranges(wanted[location], size, location, where)
+            check_ranges(tensors, size, location, where)
             continue
         data = read_regular_file(file, "external data file", InvalidModelError)
         found.append(ExternalFile(location, hashlib.sha256(data).hexdigest(), len(data)))
-        for tensor, (offset, end) in zip(wanted[location], _check_ranges(wanted[location], len(data), location, where), strict=True):
+        for tensor, (offset, end) in zip(tensors, check_ranges(tensors, len(data), location, where), strict=True):
             tensor.raw_data = data[offset:end]
             tensor.data_location = TensorProto.DEFAULT
             del tensor.external_data[:]
@@ -271,7 +280,7 @@ def _external_data(model: ModelProto, path: Path, fill: bool) -> tuple[ExternalF
     return tuple(found)
 
 
-def _check_ranges(tensors: list[TensorProto], size: int, location: str, where: str) -> list[tuple[int, int]]:
+def check_ranges(tensors: list[TensorProto], size: int, location: str, where: str) -> list[tuple[int, int]]:
     """(start, end) of each tensor's bytes in a file of ``size`` bytes; refused past its end."""
     ranges = []
     for tensor in tensors:
