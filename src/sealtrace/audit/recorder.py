@@ -30,6 +30,7 @@ import weakref
 from collections import deque
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from operator import is_
 from pathlib import Path
 from typing import IO, Any
 
@@ -114,10 +115,11 @@ class _PlanFacts:
         # whether the id still names that array (the backend owns it; the cache keeps it not alive).
         self._constant_entries: dict[tuple[int, int, str], tuple[weakref.ref[Any], Entry]] = {}
         self._templates: dict[int, StepTemplate] = {}
-        # Per constant step: (inputs JSON, (sample size, digest algorithm), weak references to its outputs, its record's
-        # text up to its outputs (path, prev, seq and the template's rest follow), its digests).
+        # Per constant step: (its inputs' digests, (sample size, digest algorithm), weak references to its outputs,
+        # its record's text up to its outputs (path, prev, seq and the template's rest follow), its digests).
         self.constant_records: dict[
-            int, tuple[str, tuple[int, str], tuple[Any, ...], str, tuple[tuple[str, str | None], ...]]
+            int,
+            tuple[tuple[str | None, ...], tuple[int, str], tuple[Any, ...], str, tuple[tuple[str, str | None], ...]],
         ] = {}
 
     def template(self, step: Step) -> StepTemplate:
@@ -187,6 +189,11 @@ def default_hash_threads() -> int:
 
 def _no_ref() -> None:
     """Stands for the weak reference of an omitted (None) output."""
+
+
+def _call(ref: Any) -> Any:
+    """What a weak reference (or :func:`_no_ref`) refers to now."""
+    return ref()
 
 
 class _Job:
@@ -487,23 +494,21 @@ class AuditRecorder(BackgroundObserver):
         direct: dict[int, Any] | None,
         constant: bool,
     ) -> None:
+        # The worker's Python per step is what an audited run of small steps pays for (it shares
+        # the GIL with the executor): lookups go through C-level map() where they can.
         facts = self._facts
         assert facts is not None
         template = facts._templates.get(id(step)) or facts.template(step)
         digests = self._digests
         if direct is None:
-            inputs = ",".join(
-                [null if (d := digests.get(name)) is None else '{"digest":"' + d + rest for name, rest, null in template.inputs]
-            )
+            known = tuple(map(digests.get, template.input_names))
         else:
-            parts = []
-            for i, (name, rest, null) in enumerate(template.inputs):
-                d = value_digest(direct[i], self.digest) if i in direct else digests.get(name)
-                parts.append(null if d is None else '{"digest":"' + d + rest)
-            inputs = ",".join(parts)
+            known = tuple(
+                value_digest(direct[i], self.digest) if i in direct else digests.get(name)
+                for i, name in enumerate(template.input_names)
+            )
         sample = self.sample
         algorithm = self.digest
-        style = (sample, algorithm)
         where = self._paths.get(path)
         if where is None:
             where = self._paths[path] = canonical_json(list(path)).decode("ascii")
@@ -512,13 +517,19 @@ class AuditRecorder(BackgroundObserver):
             cached = facts.constant_records.get(id(step))
             if (
                 cached is not None
-                and cached[0] == inputs
-                and cached[1] == style
-                and all(ref() is value for ref, value in zip(cached[2], outputs, strict=True))
+                and cached[0] == known
+                and cached[1] == (sample, algorithm)
+                and all(map(is_, map(_call, cached[2]), outputs))
             ):
                 digests.update(cached[4])
                 self._add_line(f'{cached[3]},"path":{where},"prev":"{self._prev}","seq":{self._seq}{template.rest}')
                 return
+        inputs = ",".join(
+            [
+                null if d is None else '{"digest":"' + d + rest
+                for d, (_, rest, null) in zip(known, template.inputs, strict=True)
+            ]
+        )
         entries = []
         for (name, name_json), value in zip(template.outputs, outputs, strict=True):
             if constant:
@@ -537,22 +548,21 @@ class AuditRecorder(BackgroundObserver):
             entries.append(head + name_json + tail)
         outputs_json = ",".join(entries)
         if constant and all(v is None or (type(v) is np.ndarray and not v.flags.writeable) for v in outputs):
-            known = template.head % (inputs, outputs_json)
+            text = template.head % (inputs, outputs_json)
             refs = tuple(_no_ref if v is None else weakref.ref(v) for v in outputs)
             produced = tuple((name, digests[name]) for name, _ in template.outputs if name)
-            facts.constant_records[id(step)] = (inputs, style, refs, known, produced)
+            facts.constant_records[id(step)] = (known, (sample, algorithm), refs, text, produced)
         self._add_line(template.fmt % (inputs, outputs_json, where, self._prev, self._seq))
 
     def _add_line(self, body: str) -> None:
         """Chain a step record's body (its canonical JSON without its digest) and queue its line."""
-        digest = self._new_hash(body.encode("ascii")).hexdigest()
+        self._prev = digest = self._new_hash(body.encode("ascii")).hexdigest()
         line = '{"digest":"' + digest + '",' + body[1:] + "\n"
         self._lines.append(line)
         if self._keep:
             self.records.append(json.loads(line))
         self._steps += 1
         self._seq += 1
-        self._prev = digest
 
     def _footer_record(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
         described = []
