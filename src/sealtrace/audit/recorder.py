@@ -115,6 +115,9 @@ class _PlanFacts:
         # whether the id still names that array (the backend owns it; the cache keeps it not alive).
         self._constant_entries: dict[tuple[int, int, str], tuple[weakref.ref[Any], Entry]] = {}
         self._templates: dict[int, StepTemplate] = {}
+        # Subgraph paths as canonical JSON, kept across runs (If branches and loop bodies run
+        # under the same few paths every run); bounded, since a loop's paths count its iterations.
+        self.paths: dict[tuple[str, ...], str] = {(): "[]"}
         # Per constant step: (its inputs' digests, (sample size, digest algorithm), weak references to its outputs,
         # its record's text up to its outputs (path, prev, seq and the template's rest follow), its digests).
         self.constant_records: dict[
@@ -176,6 +179,7 @@ class _PlanFacts:
 # turns cost more than they give; where hashing outruns a core, both cores hash.
 PARALLEL_MIN_BYTES = 256 << 10
 AHEAD_BYTES = 4 << 20
+_PATHS_KEPT = 4096  # subgraph paths whose JSON a Plan's facts keep
 
 
 def default_hash_threads() -> int:
@@ -359,7 +363,6 @@ class AuditRecorder(BackgroundObserver):
         self._facts: _PlanFacts | None = None
         self._direct: dict[int, tuple[int, ...]] = {}
         self._lines: list[str] = []  # made, not yet written
-        self._paths: dict[tuple[str, ...], str] = {(): "[]"}
 
     @property
     def steps(self) -> int:
@@ -417,7 +420,9 @@ class AuditRecorder(BackgroundObserver):
         self._pipe.put((event.path, step, outputs, direct, False), nbytes)
 
     def on_run_end(self, outputs: Mapping[str, Any]) -> None:
-        self._submit(("footer", dict(outputs)), nbytes_of(outputs.values()), flush=True)
+        # No flush: waking the worker here would only make it contend for the GIL with _finish,
+        # which finishes the records on this thread when the worker is idle, and wakes it when not.
+        self._submit(("footer", dict(outputs)), nbytes_of(outputs.values()))
         self._finish()
 
     # -- worker thread -----------------------------------------------------------------------
@@ -509,9 +514,11 @@ class AuditRecorder(BackgroundObserver):
             )
         sample = self.sample
         algorithm = self.digest
-        where = self._paths.get(path)
+        where = facts.paths.get(path)
         if where is None:
-            where = self._paths[path] = canonical_json(list(path)).decode("ascii")
+            where = canonical_json(list(path)).decode("ascii")
+            if len(facts.paths) < _PATHS_KEPT:
+                facts.paths[path] = where
         if constant:
             # The record of a constant step is the same every run but for path, prev and seq.
             cached = facts.constant_records.get(id(step))
