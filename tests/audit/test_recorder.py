@@ -161,6 +161,33 @@ def test_lines_are_written_while_the_run_goes(mlp_path: Path, tmp_path: Path) ->
     assert seen and seen[0] >= 3
 
 
+def test_a_short_run_wakes_no_worker_thread(mlp_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Waking a thread and taking turns with it for the GIL cost more than a run of small steps:
+    # a run that ends before the latency bound, with a pipe that never filled, is recorded on the
+    # run's own thread. A run whose pipe fills starts the worker, and its log is the same.
+    from sealtrace.audit import pipeline
+
+    started: list[str] = []
+    start_worker = pipeline.start_worker
+
+    def counted(task: Callable[[], None], name: str) -> Any:
+        started.append(name)
+        return start_worker(task, name)
+
+    monkeypatch.setattr(pipeline, "start_worker", counted)
+    session = Session(_big_chain(8, 1 << 16))
+    feeds = {"v0": np.zeros(1 << 16, np.float32)}
+    session.run(None, feeds, audit=tmp_path / "short.jsonl")
+    assert started == []
+    assert verify_log(tmp_path / "short.jsonl").ok
+    filled = AuditRecorder(tmp_path / "filled.jsonl", max_pending_bytes=1 << 18, hash_threads=0)
+    session.run(None, feeds, audit=filled)
+    assert started == ["sealtrace-audit"]
+    assert verify_log(tmp_path / "filled.jsonl").ok
+    short, full = (records(tmp_path / name) for name in ("short.jsonl", "filled.jsonl"))
+    assert [r["outputs"] for r in short[1:]] == [r["outputs"] for r in full[1:]]
+
+
 def _big_chain(n_steps: int, size: int) -> Any:
     nodes = [helper.make_node("Add", [f"v{i}", "one"], [f"v{i + 1}"], name=f"add{i}") for i in range(n_steps)]
     return make_model(

@@ -4,13 +4,15 @@ The executor's thread does as little as it can: it hands each step's output arra
 thread (:mod:`sealtrace.audit.pipeline`) and carries on; that hand-off takes no lock. The worker
 hashes every output in full, summarizes it, writes the record's canonical JSON from a per-step
 template (:mod:`sealtrace.audit.entries`), chains it, and writes the lines it has made whenever it
-has caught up (at least every 50 ms while the run goes), flushing them, so a crash leaves a valid
+has caught up (at least every 50 ms once the run has gone on for 50 ms), flushing them, so a crash leaves a valid
 prefix that verification reports as truncated. The pipe between them is bounded in steps and
 bytes, so the recorder never holds more tensors alive than the bound allows.
 
 The worker is woken only when the pipe is half full, at the end, or every 50 ms: much of its work
-is Python, which takes turns with the executor for the GIL at a thread switch a turn. When it
-still falls behind (:data:`AHEAD_BYTES` pending), the executor hands large outputs
+is Python, which takes turns with the executor for the GIL at a thread switch a turn. It is not
+started at all before the pipe is half full or the run has gone on for 50 ms: a shorter run is
+recorded on its own thread when it ends (:class:`~sealtrace.audit.pipeline.BackgroundObserver`).
+When the worker still falls behind (:data:`AHEAD_BYTES` pending), the executor hands large outputs
 (:data:`PARALLEL_MIN_BYTES`) to helper threads too; the worker takes back any the helpers have not
 started, so no thread waits on another while there is hashing to do.
 
