@@ -176,6 +176,24 @@ def cold_start(key: str, args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 COLD_HEADING = "### Cold start: Plan build and first run"
+COLD_NOTES = """Where the reference backend's cold start goes (fresh processes on this machine; `python
+benchmarks/profile_steps.py` profiles a warm run, `python -m cProfile` on `Session(path)` and a first run
+shows the rest):
+- **Fixed costs, once per process.** onnx builds its operator schema registry on the first schema lookup
+  or shape inference: about 20 ms (a fresh process's first `onnx.defs.get_schema`: 19.8-21 ms, the next
+  0.02 ms). threadpoolctl, which pins NumPy's BLAS to one thread for the run, is imported and scans every
+  shared library the process has loaded (a realpath of each of about 60): 5-15 ms, up to 50 ms while the
+  file system is busy. ONNX Runtime's whole cold start on ACAS Xu is 4-7 ms and on Silero VAD (sequence)
+  16 ms: below these fixed costs alone, so 2x is out of reach on the smallest models while the Plan is
+  built with onnx's schemas and shape inference (a floor, not a cost of the model).
+- **Plan build.** Shape inference on a copy without the large weights (1-15 ms warm), every weight as an
+  array (`to_array`), one schema lookup per op type and build (onnx made a new schema object per lookup
+  and parsed every attribute default per access; cached now, with name checks that no longer format a
+  message per name: Silero VAD's build went from about 39 to 30 ms of CPU, 689 nodes and 1035 initializers).
+- **First run.** Weight-only steps are folded once (MiniLM's int8 dequantization of every weight is most
+  of its first run, as ORT's prepacking is part of its session creation) and the run's code is generated
+  and compiled (1-10 ms).
+"""
 COLD_TARGET = 2.0
 
 
@@ -202,6 +220,7 @@ def cold_section(rows: list[list[str]], ratios: list[float], repeats: int) -> st
             "",
             f"Geometric mean cold ref/ORT (wall): {geomean(ratios)}.",
             "",
+            COLD_NOTES,
         ]
     )
 
