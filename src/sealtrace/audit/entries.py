@@ -101,15 +101,22 @@ def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
         return general_entry(value, sample, algorithm)
     dtype = value.dtype
     kind = dtype.kind
+    contiguous = value.flags.c_contiguous
     if (
         kind not in "fiub"
-        or not value.flags.c_contiguous
         or not value.size
         or not _LITTLE
         or dtype.byteorder == ">"
         or value.ndim > 32
+        or (not contiguous and value.size < _SMALL)
     ):
         return general_entry(value, sample, algorithm)
+    # A view (a Transpose, an Expand) is hashed and sampled from its C-order copy, as the digest's
+    # definition and the general path do; its statistics are taken from the view itself, as the
+    # general path takes them (a sum's order may follow the memory layout: the same bits).
+    view = value
+    if not contiguous:
+        value = np.ascontiguousarray(value)
     shape_json, prefix = _prefix(dtype, value.shape, algorithm)
     h = prefix.copy()
     # C-contiguous: its bytes are the payload (blake3 takes byte buffers only: a uint8 view)
@@ -119,7 +126,7 @@ def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
     if flat.size < _SMALL:
         small = _small_stats_json(flat.tolist(), kind, dtype.itemsize)
         if small is None:
-            return general_entry(value, sample, algorithm)  # non-finite values: rare
+            return general_entry(view, sample, algorithm)  # non-finite values: rare
         head = flat[:sample].tolist() if sample > 0 else []
         if kind == "b":
             sample_json = "[" + ",".join("true" if v else "false" for v in head) + "]"
@@ -128,16 +135,18 @@ def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
         stats_json = small
     elif kind == "f":
         head = flat[:sample].tolist() if sample > 0 else []
-        stats = float_stats(flat)
+        stats = float_stats(flat if contiguous else view)
         lo, hi, mean, nan, inf = stats
         if nan or inf:
-            return general_entry(value, sample, algorithm)  # a sample may hold non-finite values: rare
+            return general_entry(view, sample, algorithm)  # a sample may hold non-finite values: rare
         stats_json = (
             f'{{"inf":0,"max":{float(hi)!r},"mean":{_number(mean)},"min":{float(lo)!r},"nan":0}}'  # type: ignore[arg-type]
         )
         sample_json = list_json(head)
     else:
         head = flat[:sample].tolist() if sample > 0 else []
+        if not contiguous:
+            flat = view
         if kind == "b":
             flat = flat.view(np.uint8)
             sample_json = "[" + ",".join("true" if v else "false" for v in head) + "]"
