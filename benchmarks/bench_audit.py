@@ -301,6 +301,27 @@ def file_creation_us(directory: Path, count: int = 50) -> float:
     return statistics.median(times) * 1e6
 
 
+NOTES = """Where the recorder's time goes (`python benchmarks/profile_steps.py MODEL --audit sha256|blake3`,
+least CPU time of 30 passes over one run's outputs, this machine):
+- **silero-vad** (210 steps, 134 of them folded constants; 82 fresh outputs of 0.06 MB): the executor's
+  hand-off 0.8 us per step; the worker 7.2 us per step (sha256), of which digests 0.6, statistics 1.4
+  (three NumPy reductions at about 1 us each, whatever the size), samples 0.45 and records, chain and
+  the rest 4.7. The plain run is about 0.3 ms: the worker's 1.5 ms of Python cannot overlap a run that
+  holds the GIL, so the GIL-serial ratio (4-5) is the bound here, not the hashing floor (1.00), and 1.5x
+  plain would need about 0.6 us of Python per step in all.
+- **minilm-int8** (385 steps, 15.5 MB made afresh): the worker 16 ms per run with sha256, of which
+  digests 8.2, statistics 2.1, samples 0.4 and 5.4 the rest (records, and the 52 views a run makes,
+  copied to C order to be hashed); with blake3 the digests take 4.8 ms. Executor hand-off 1.1 us per step.
+- What changed in this round: samples written by orjson (byte for byte repr's text), views on the fast
+  path, constant steps' records matched on their inputs' digests, no worker thread woken for a run that
+  ends before the pipe is half full or 50 ms have passed (two thread hand-offs per run were a third of
+  an audited ACAS Xu run), Plan-wide caches of subgraph paths.
+- The machine is shared: the plain runs here are up to twice their times on an idle machine (compare the
+  reference section), and a worker thread that must wait for a core makes the wall ratio exceed the CPU
+  ratio. The floor and GIL-serial columns are CPU-time bounds measured in the same run.
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=11, help="rounds of runs per model at most")
@@ -418,6 +439,7 @@ def main() -> None:
             "",
             *(f"{d}: {summary(b)}" for d, b in bounds.items() if b),
             "",
+            NOTES,
         ]
     )
     Path(args.out).parent.mkdir(exist_ok=True)
