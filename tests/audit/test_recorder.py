@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -186,6 +187,36 @@ def test_a_short_run_wakes_no_worker_thread(mlp_path: Path, tmp_path: Path, monk
     assert verify_log(tmp_path / "filled.jsonl").ok
     short, full = (records(tmp_path / name) for name in ("short.jsonl", "filled.jsonl"))
     assert [r["outputs"] for r in short[1:]] == [r["outputs"] for r in full[1:]]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_lines_are_written_while_the_run_goes_in_a_forked_child(mlp_path: Path, tmp_path: Path) -> None:
+    # The thread that starts the writer of a long run does not survive fork: the child gets its own.
+    Session(mlp_path).run(None, MLP_INPUT, audit=tmp_path / "parent.jsonl")  # the parent's thread exists
+    log = tmp_path / "child.jsonl"
+
+    class WatchLog:
+        seen = 0
+
+        def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None: ...
+        def on_step(self, event: StepEvent) -> None:
+            if event.step.name == "relu":
+                deadline = time.monotonic() + 10
+                while (log.read_bytes().count(b"\n") if log.exists() else 0) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                WatchLog.seen = log.read_bytes().count(b"\n") if log.exists() else 0
+        def on_run_end(self, outputs: Mapping[str, Any]) -> None: ...
+
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when the lines were there before the run ended
+        try:
+            Session(mlp_path).run(None, MLP_INPUT, audit=log, observers=[WatchLog()])
+            os._exit(0 if WatchLog.seen >= 3 else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert verify_log(log).ok
 
 
 def _big_chain(n_steps: int, size: int) -> Any:

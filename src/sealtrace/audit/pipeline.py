@@ -8,6 +8,7 @@ observer never keeps more tensors alive than its bound allows.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -373,6 +374,11 @@ class _LatencyWatch:
     """
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        # Also in a forked child, where the parent's thread does not exist: a new one is started
+        # for the child's first run.
         self._lock = threading.Condition(threading.Lock())
         self._runs: dict[BackgroundObserver, float] = {}  # observer -> when to start its worker
         self._thread: threading.Thread | None = None
@@ -410,6 +416,8 @@ class _LatencyWatch:
 
 
 _LATENCY_WATCH = _LatencyWatch()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_LATENCY_WATCH._reset)
 
 
 def nbytes_of(values: Iterable[Any]) -> int:
