@@ -191,8 +191,10 @@ def test_a_short_run_wakes_no_worker_thread(mlp_path: Path, tmp_path: Path, monk
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_lines_are_written_while_the_run_goes_in_a_forked_child(mlp_path: Path, tmp_path: Path) -> None:
-    # The thread that starts the writer of a long run does not survive fork: the child gets its own.
-    Session(mlp_path).run(None, MLP_INPUT, audit=tmp_path / "parent.jsonl")  # the parent's thread exists
+    # Threads do not survive fork: the child starts its own latency watch and worker threads rather
+    # than hand its run to the parent's parked worker, which does not exist in the child.
+    started = AuditRecorder(tmp_path / "parent.jsonl", max_pending_bytes=1 << 18, hash_threads=0)
+    Session(_big_chain(8, 1 << 16)).run(None, {"v0": np.zeros(1 << 16, np.float32)}, audit=started)
     log = tmp_path / "child.jsonl"
 
     class WatchLog:

@@ -416,8 +416,18 @@ class _LatencyWatch:
 
 
 _LATENCY_WATCH = _LatencyWatch()
+
+
+def _after_fork_in_child() -> None:
+    """Threads do not survive fork: the child forgets the parent's parked workers and watch."""
+    global _PARKED_LOCK
+    _PARKED.clear()
+    _PARKED_LOCK = threading.Lock()
+    _LATENCY_WATCH._reset()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_LATENCY_WATCH._reset)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def nbytes_of(values: Iterable[Any]) -> int:

@@ -271,6 +271,17 @@ _HELPERS: dict[int, _Helpers] = {}
 _HELPERS_LOCK = threading.Lock()
 
 
+def _forget_helpers() -> None:
+    """In a forked child: the parent's helper threads do not exist there; new ones are made."""
+    global _HELPERS_LOCK
+    _HELPERS.clear()
+    _HELPERS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helpers)
+
+
 def hash_helpers(threads: int) -> _Helpers:
     """The process-wide helpers of ``threads`` threads, shared by every recorder (made once)."""
     with _HELPERS_LOCK:
