@@ -314,8 +314,8 @@ least CPU time of 30 passes over one run's outputs, this machine):
   copied to C order to be hashed); with blake3 the digests take 4.8 ms. Executor hand-off 1.1 us per step.
 - What changed in this round: samples written by orjson (byte for byte repr's text), views on the fast
   path, constant steps' records matched on their inputs' digests, no worker thread woken for a run that
-  ends before the pipe is half full or 50 ms have passed (two thread hand-offs per run were a third of
-  an audited ACAS Xu run), Plan-wide caches of subgraph paths.
+  ends before the pipe is half full or 50 ms have passed (its two thread hand-offs per run took 0.1-1 ms
+  of an audited ACAS Xu run of 0.8-2 ms on this busy machine), Plan-wide caches of subgraph paths.
 - The machine is shared: the plain runs here are up to twice their times on an idle machine (compare the
   reference section), and a worker thread that must wait for a core makes the wall ratio exceed the CPU
   ratio. The floor and GIL-serial columns are CPU-time bounds measured in the same run.
