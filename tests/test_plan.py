@@ -186,3 +186,19 @@ def test_plan_weights_are_read_only_however_stored() -> None:
             value[0] = 0
     y = Session(plan).run(None, {"x": np.zeros(3, np.float32)})[0]
     assert y.tolist() == [2.0, 8.0, 4.0]
+
+
+def test_schema_defaults_and_unknown_attributes_per_node_of_one_op_type() -> None:
+    # The builder looks a schema and its defaults up once per op type: every node still gets its
+    # own attributes over the defaults, and an attribute the schema lacks is refused on any node.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [
+        helper.make_node("LeakyRelu", ["x"], ["a"], name="first"),
+        helper.make_node("LeakyRelu", ["a"], ["y"], name="second", alpha=0.5),
+    ]
+    plan = build_plan(make_model(nodes, [x], [y]))
+    assert [s.attributes["alpha"] for s in plan.steps] == [pytest.approx(0.01), 0.5]
+    nodes.append(helper.make_node("LeakyRelu", ["y"], ["z"], name="third", beta=1.0))
+    with pytest.raises(PlanError, match="node 'third' \\(LeakyRelu\\) has unknown attribute 'beta'"):
+        build_plan(make_model(nodes, [x], [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])]))

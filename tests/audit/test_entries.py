@@ -241,3 +241,79 @@ def test_small_tensor_stats_in_python_equal_the_reductions() -> None:
         for value in cases:
             for sample in (0, 3, 8):
                 assert entry_text(value, sample) == reference_text(value, sample), value
+
+
+def _sample_lists() -> list[list[Any]]:
+    """Samples as the recorder takes them (``tolist()`` of float16/32/64 and integer tensors), every
+    decimal exponent of float64 and float32 included, and the forms where orjson and repr differ."""
+    rng = np.random.default_rng(21)
+    lists: list[list[Any]] = [
+        [1e-05, 1e-07, -3.5e-06, 0.0001, 9.99e-05],
+        [1e16, 1e15, 123456789012345678.0, 1e22, -0.0, 0.0, 5e-324, 1.5e-300, 0.1],
+        [float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny), float(np.finfo(np.float16).max)],
+        [2**63 - 1, -(2**63), 2**64 - 1, 0, -1],
+        [],
+    ]
+    for exponent in range(-320, 309):
+        mantissas = rng.uniform(1.0, 10.0, 8) * rng.choice([-1.0, 1.0], 8)
+        with np.errstate(over="ignore", under="ignore"):
+            values = mantissas * 10.0**exponent
+        for dtype in (np.float64, np.float32, np.float16):
+            with np.errstate(over="ignore", under="ignore"):
+                cast = values.astype(dtype)
+            lists.append([v for v in cast.tolist() if np.isfinite(v)])
+    for dtype in (np.int8, np.uint8, np.int32, np.int64, np.uint64):
+        info = np.iinfo(dtype)
+        lists.append(rng.integers(info.min, info.max, size=8, dtype=dtype, endpoint=True).tolist())
+    return lists
+
+
+@pytest.mark.parametrize("encoder", ["orjson", "repr"])
+def test_sample_json_is_canonical_json_with_either_encoder(encoder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sample list is written by orjson where its text equals repr's, which is what canonical
+    # JSON (json.dumps) writes for a list of finite floats and ints; the two differ on numbers
+    # below 1e-4 (0.00001 for 1e-05, 1e-7 for 1e-07), which must go through repr.
+    from sealtrace.audit import entries
+
+    if encoder == "repr":
+        monkeypatch.setattr(entries, "_orjson_dumps", None)
+    else:
+        pytest.importorskip("orjson")
+    for values in _sample_lists():
+        assert entries.list_json(values) == canonical_json(values).decode("ascii"), values
+
+
+def test_entries_of_small_magnitudes_equal_the_general_path() -> None:
+    # Samples whose numbers orjson writes in another form than repr (1e-05, 1e-07) and the
+    # neighbouring magnitudes, through the whole entry: byte for byte the general path's text.
+    for exponent in range(-12, 3):
+        for dtype in (np.float32, np.float64):
+            value = (np.arange(1, 20, dtype=np.float64) * 10.0**exponent).astype(dtype)
+            assert entry_text(value, 8) == reference_text(value, 8), (exponent, dtype)
+
+
+def test_entries_of_views_equal_the_general_path() -> None:
+    # Outputs that are views (Transpose, Expand, Unsqueeze of a view: MiniLM makes 52 per run)
+    # take the fast path too: digest and sample from the C-order copy, statistics from the view
+    # itself, byte for byte what the general path writes.
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((6, 10, 7))
+    views: list[np.ndarray] = []
+    for dtype in (np.float16, np.float32, np.float64, np.int8, np.int64, np.uint16, np.bool_):
+        typed = (base * 1e3).astype(dtype) if np.dtype(dtype).kind in "iu" else base.astype(dtype)
+        if dtype is np.bool_:
+            typed = base > 0
+        views += [
+            typed.transpose(2, 0, 1),
+            typed[::-1, ::2],
+            typed[:, 3],
+            np.broadcast_to(typed[:1, :1], (4, 5, 7)),
+            typed.T[:1, :2, :3],  # fewer than 8 values: the general path
+        ]
+    with_nan = base.astype(np.float32).transpose(1, 0, 2).copy().transpose(1, 0, 2)
+    with_nan[0, 0, 0] = np.nan
+    views.append(with_nan.T)
+    for view in views:
+        assert not view.flags.c_contiguous
+        for sample in (0, 8):
+            assert entry_text(view, sample) == reference_text(view, sample), (view.dtype, view.shape, view.strides)

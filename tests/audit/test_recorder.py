@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -159,6 +160,65 @@ def test_lines_are_written_while_the_run_goes(mlp_path: Path, tmp_path: Path) ->
 
     Session(mlp_path).run(None, MLP_INPUT, audit=log, observers=[WatchLog()])
     assert seen and seen[0] >= 3
+
+
+def test_a_short_run_wakes_no_worker_thread(mlp_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Waking a thread and taking turns with it for the GIL cost more than a run of small steps:
+    # a run that ends before the latency bound, with a pipe that never filled, is recorded on the
+    # run's own thread. A run whose pipe fills starts the worker, and its log is the same.
+    from sealtrace.audit import pipeline
+
+    started: list[str] = []
+    start_worker = pipeline.start_worker
+
+    def counted(task: Callable[[], None], name: str) -> Any:
+        started.append(name)
+        return start_worker(task, name)
+
+    monkeypatch.setattr(pipeline, "start_worker", counted)
+    session = Session(_big_chain(8, 1 << 16))
+    feeds = {"v0": np.zeros(1 << 16, np.float32)}
+    session.run(None, feeds, audit=tmp_path / "short.jsonl")
+    assert started == []
+    assert verify_log(tmp_path / "short.jsonl").ok
+    filled = AuditRecorder(tmp_path / "filled.jsonl", max_pending_bytes=1 << 18, hash_threads=0)
+    session.run(None, feeds, audit=filled)
+    assert started == ["sealtrace-audit"]
+    assert verify_log(tmp_path / "filled.jsonl").ok
+    short, full = (records(tmp_path / name) for name in ("short.jsonl", "filled.jsonl"))
+    assert [r["outputs"] for r in short[1:]] == [r["outputs"] for r in full[1:]]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_lines_are_written_while_the_run_goes_in_a_forked_child(mlp_path: Path, tmp_path: Path) -> None:
+    # Threads do not survive fork: the child starts its own latency watch and worker threads rather
+    # than hand its run to the parent's parked worker, which does not exist in the child.
+    started = AuditRecorder(tmp_path / "parent.jsonl", max_pending_bytes=1 << 18, hash_threads=0)
+    Session(_big_chain(8, 1 << 16)).run(None, {"v0": np.zeros(1 << 16, np.float32)}, audit=started)
+    log = tmp_path / "child.jsonl"
+
+    class WatchLog:
+        seen = 0
+
+        def on_run_start(self, plan: Plan, feeds: Mapping[str, Any], backend: Backend) -> None: ...
+        def on_step(self, event: StepEvent) -> None:
+            if event.step.name == "relu":
+                deadline = time.monotonic() + 10
+                while (log.read_bytes().count(b"\n") if log.exists() else 0) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                WatchLog.seen = log.read_bytes().count(b"\n") if log.exists() else 0
+        def on_run_end(self, outputs: Mapping[str, Any]) -> None: ...
+
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when the lines were there before the run ended
+        try:
+            Session(mlp_path).run(None, MLP_INPUT, audit=log, observers=[WatchLog()])
+            os._exit(0 if WatchLog.seen >= 3 else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert verify_log(log).ok
 
 
 def _big_chain(n_steps: int, size: int) -> Any:

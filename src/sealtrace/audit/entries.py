@@ -28,6 +28,12 @@ from sealtrace.audit.records import float_stats, value_summary
 from sealtrace.digest import SHA256, canonical_dtype, canonical_json, hasher, tensor_digest_prefix
 from sealtrace.plan.model import Step
 
+try:  # Rust: writes a sample of eight floats ten times faster than repr (the recorder's largest cost per step)
+    from orjson import JSONEncodeError as _OrjsonError
+    from orjson import dumps as _orjson_dumps
+except ImportError:  # pragma: no cover - orjson is a dependency; repr is the definition either way
+    _orjson_dumps = None  # type: ignore[assignment]
+
 # An output entry is HEAD + the output's name as JSON + TAIL: "name" sorts between "kind" and
 # "sample", so the name (known per step) splits the entry (known per value) in two.
 Entry = tuple[str, str, str | None]  # head, tail, digest
@@ -55,6 +61,24 @@ def _prefix(dtype: np.dtype[Any], shape: tuple[int, ...], algorithm: str) -> tup
     return found
 
 
+def list_json(values: list[Any]) -> str:
+    """Canonical JSON of a list of finite floats and ints (a sample), as ``repr`` writes it.
+
+    orjson writes the same shortest round-trip digits as ``float.__repr__`` and differs only in
+    the form of small numbers: ``0.00001`` for repr's ``1e-05`` and ``1e-7`` for ``1e-07``. Its
+    text is taken only when it holds neither form; anything else goes through ``repr``.
+    """
+    if _orjson_dumps is not None:
+        try:
+            text = _orjson_dumps(values)
+        except _OrjsonError:  # pragma: no cover - integers beyond 64 bits: not from an ndarray
+            pass
+        else:
+            if b"e-" not in text and b"0.0000" not in text:
+                return text.decode("ascii")
+    return repr(values).replace(" ", "")
+
+
 def _number(value: float) -> str:
     """A float as canonical JSON writes it (float.__repr__; non-finite as strings)."""
     if math.isfinite(value):
@@ -77,15 +101,22 @@ def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
         return general_entry(value, sample, algorithm)
     dtype = value.dtype
     kind = dtype.kind
+    contiguous = value.flags.c_contiguous
     if (
         kind not in "fiub"
-        or not value.flags.c_contiguous
         or not value.size
         or not _LITTLE
         or dtype.byteorder == ">"
         or value.ndim > 32
+        or (not contiguous and value.size < _SMALL)
     ):
         return general_entry(value, sample, algorithm)
+    # A view (a Transpose, an Expand) is hashed and sampled from its C-order copy, as the digest's
+    # definition and the general path do; its statistics are taken from the view itself, as the
+    # general path takes them (a sum's order may follow the memory layout: the same bits).
+    view = value
+    if not contiguous:
+        value = np.ascontiguousarray(value)
     shape_json, prefix = _prefix(dtype, value.shape, algorithm)
     h = prefix.copy()
     # C-contiguous: its bytes are the payload (blake3 takes byte buffers only: a uint8 view)
@@ -95,30 +126,32 @@ def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
     if flat.size < _SMALL:
         small = _small_stats_json(flat.tolist(), kind, dtype.itemsize)
         if small is None:
-            return general_entry(value, sample, algorithm)  # non-finite values: rare
+            return general_entry(view, sample, algorithm)  # non-finite values: rare
         head = flat[:sample].tolist() if sample > 0 else []
         if kind == "b":
             sample_json = "[" + ",".join("true" if v else "false" for v in head) + "]"
         else:
-            sample_json = repr(head).replace(" ", "")
+            sample_json = list_json(head)
         stats_json = small
     elif kind == "f":
         head = flat[:sample].tolist() if sample > 0 else []
-        stats = float_stats(flat)
+        stats = float_stats(flat if contiguous else view)
         lo, hi, mean, nan, inf = stats
         if nan or inf:
-            return general_entry(value, sample, algorithm)  # a sample may hold non-finite values: rare
+            return general_entry(view, sample, algorithm)  # a sample may hold non-finite values: rare
         stats_json = (
             f'{{"inf":0,"max":{float(hi)!r},"mean":{_number(mean)},"min":{float(lo)!r},"nan":0}}'  # type: ignore[arg-type]
         )
-        sample_json = repr(head).replace(" ", "")
+        sample_json = list_json(head)
     else:
         head = flat[:sample].tolist() if sample > 0 else []
+        if not contiguous:
+            flat = view
         if kind == "b":
             flat = flat.view(np.uint8)
             sample_json = "[" + ",".join("true" if v else "false" for v in head) + "]"
         else:
-            sample_json = repr(head).replace(" ", "")
+            sample_json = list_json(head)
         lo = int(np.minimum.reduce(flat, axis=None))
         hi = int(np.maximum.reduce(flat, axis=None))
         mean = float(np.add.reduce(flat, axis=None, dtype=np.float64)) / flat.size
@@ -175,7 +208,7 @@ class StepTemplate:
     ``fmt % (inputs, outputs, path, prev, seq)`` is the record's canonical JSON without its digest.
     """
 
-    __slots__ = ("fmt", "head", "inputs", "outputs", "path", "rest")
+    __slots__ = ("fmt", "head", "input_names", "inputs", "outputs", "path", "rest")
 
     def __init__(self, step: Step) -> None:
         # Keys in canonical (sorted) order: domain, inputs, name, op_type, outputs, path, prev,
@@ -194,5 +227,6 @@ class StepTemplate:
             (name, '","name":' + _json(name) + "}", '{"digest":null,"name":' + _json(name) + "}")
             for name in step.inputs
         )
+        self.input_names = tuple(step.inputs)
         self.outputs = tuple((name, _json(name)) for name in step.outputs)
         self.path = "[]"

@@ -8,7 +8,9 @@ observer never keeps more tensors alive than its bound allows.
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -69,6 +71,9 @@ class BoundedPipe:
         self._batch_bytes = batch_bytes
         self._latency_s = latency_s
         self.peak_bytes = 0
+        # Called (once) to start the consumer the first time it would be woken or the producer
+        # would wait: until then no consumer runs (see BackgroundObserver: a small run ends first).
+        self.on_demand: Callable[[], None] | None = None
 
     @property
     def pending_bytes(self) -> int:
@@ -81,8 +86,15 @@ class BoundedPipe:
             pending > 0 and pending + nbytes > self._max_bytes
         )
 
+    def _demand(self) -> None:
+        start, self.on_demand = self.on_demand, None
+        if start is not None:
+            start()
+
     def wait_for_room(self, nbytes: int) -> None:
         """Wait until an item of ``nbytes`` would be admitted (the producer then holds its tensors)."""
+        if self.on_demand is not None and self._full(nbytes):
+            self._demand()
         while self._full(nbytes):
             with self._room:
                 # Set the flag first, then look again: the consumer reads the flag after counting
@@ -105,9 +117,12 @@ class BoundedPipe:
             self.peak_bytes = pending
         if flush:
             self._flush = True
-        if self._consumer_waiting and self._should_wake():
-            with self._ready:
-                self._ready.notify()
+        if self._consumer_waiting:
+            if self._should_wake():
+                with self._ready:
+                    self._ready.notify()
+        elif self.on_demand is not None and self._should_wake():
+            self._demand()
 
     def _should_wake(self) -> bool:
         return (
@@ -214,6 +229,10 @@ class BackgroundObserver:
     :meth:`_drained` (runs whenever the worker has handled everything pending) and :meth:`_close`
     (runs once the worker stopped). A run that fails is ended with :meth:`abort`: the queued work
     is still done, so what was recorded up to the failure is kept.
+
+    The worker thread is started only when the pipe would first wake it or make the run wait, or
+    once the run has gone on for the pipe's latency bound (:class:`_LatencyWatch`); a run that
+    ends before any of these is handled on its own thread when it ends.
     """
 
     what = "observer"
@@ -221,6 +240,8 @@ class BackgroundObserver:
     def __init__(self, max_pending_bytes: int, max_pending_items: int, **pipe_options: Any) -> None:
         self._pipe = BoundedPipe(max_pending_items, max_pending_bytes, **pipe_options)
         self._done: threading.Event | None = None  # set once the worker has returned
+        self._launch_lock = threading.Lock()
+        self._launched = False  # the worker was started (see _start)
         self._error: BaseException | None = None
         self._state = "new"  # new -> running -> finished | aborted
 
@@ -230,10 +251,25 @@ class BackgroundObserver:
         return self._pipe.peak_bytes
 
     def _start(self) -> None:
+        # The worker is not woken here: on a run shorter than its latency bound whose pipe never
+        # fills, the run's own thread does the work at the end (_stop), and waking a thread,
+        # then taking turns with it for the GIL, cost more than such a run (hundreds of us on a
+        # busy machine). It is started the first time the pipe would wake it or the run would wait
+        # for room, or by the latency watch once the run has gone on for the latency bound.
         if self._state != "new":
             raise AuditWriteError(f"an {type(self).__name__} records one run; make a new one for each run")
         self._state = "running"
-        self._done = start_worker(self._work, f"sealtrace-{self.what}")
+        self._pipe.on_demand = self._launch
+        _LATENCY_WATCH.add(self, self._pipe._latency_s)
+
+    def _launch(self) -> None:
+        """Start the worker, once (from the producer on demand, or from the latency watch)."""
+        with self._launch_lock:
+            if self._launched or self._pipe._closed:
+                return
+            self._launched = True
+            self._pipe.on_demand = None
+            self._done = start_worker(self._work, f"sealtrace-{self.what}")
 
     def _submit(self, item: Any, nbytes: int, flush: bool = False) -> None:
         if self._state == "running" and self._error is None:
@@ -263,7 +299,15 @@ class BackgroundObserver:
         self.abort()
 
     def _stop(self, state: str) -> None:
-        if self._pipe.close_if_idle():
+        with self._launch_lock:
+            launched = self._launched
+            if not launched:
+                self._pipe.on_demand = None
+                self._pipe._closed = True  # the latency watch starts no worker now
+        _LATENCY_WATCH.discard(self)
+        if not launched:
+            self._drain()  # no worker ever ran: this thread does it all, in order
+        elif self._pipe.close_if_idle():
             # The worker has caught up and waits: finish here rather than wake it and wait. It
             # ends without touching the pipe again once it sees the pipe closed.
             self._drain()
@@ -317,6 +361,73 @@ class BackgroundObserver:
 
     def _describe(self) -> str:
         return self.what
+
+
+class _LatencyWatch:
+    """One process-wide thread that starts the worker of a run that has gone on for its latency
+    bound without needing it sooner, so that its records still reach the log as the run goes.
+
+    It sleeps until the earliest such deadline and is not woken for each run that registers (a
+    wake-up per run is what starting workers on demand saves): only when it sleeps with no run to
+    watch, or a run's deadline comes before the one it sleeps until. A run that ends first is
+    simply dropped; while runs come and go, the thread wakes about once per latency bound.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        # Also in a forked child, where the parent's thread does not exist: a new one is started
+        # for the child's first run.
+        self._lock = threading.Condition(threading.Lock())
+        self._runs: dict[BackgroundObserver, float] = {}  # observer -> when to start its worker
+        self._thread: threading.Thread | None = None
+        self._wake_at: float | None = None  # when the thread wakes next (None: only when notified)
+
+    def add(self, observer: BackgroundObserver, latency_s: float) -> None:
+        deadline = time.monotonic() + latency_s
+        with self._lock:
+            self._runs[observer] = deadline
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="sealtrace-latency-watch", daemon=True)
+                self._thread.start()
+            elif self._wake_at is None or deadline < self._wake_at:
+                self._lock.notify()
+
+    def discard(self, observer: BackgroundObserver) -> None:
+        with self._lock:
+            self._runs.pop(observer, None)
+
+    def _watch(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    now = time.monotonic()
+                    due = [observer for observer, when in self._runs.items() if when <= now]
+                    if due:
+                        for observer in due:
+                            del self._runs[observer]
+                        break
+                    self._wake_at = min(self._runs.values()) if self._runs else None
+                    self._lock.wait(None if self._wake_at is None else self._wake_at - now)
+                self._wake_at = now
+            for observer in due:
+                observer._launch()
+
+
+_LATENCY_WATCH = _LatencyWatch()
+
+
+def _after_fork_in_child() -> None:
+    """Threads do not survive fork: the child forgets the parent's parked workers and watch."""
+    global _PARKED_LOCK
+    _PARKED.clear()
+    _PARKED_LOCK = threading.Lock()
+    _LATENCY_WATCH._reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def nbytes_of(values: Iterable[Any]) -> int:

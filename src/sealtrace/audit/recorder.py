@@ -4,13 +4,15 @@ The executor's thread does as little as it can: it hands each step's output arra
 thread (:mod:`sealtrace.audit.pipeline`) and carries on; that hand-off takes no lock. The worker
 hashes every output in full, summarizes it, writes the record's canonical JSON from a per-step
 template (:mod:`sealtrace.audit.entries`), chains it, and writes the lines it has made whenever it
-has caught up (at least every 50 ms while the run goes), flushing them, so a crash leaves a valid
+has caught up (at least every 50 ms once the run has gone on for 50 ms), flushing them, so a crash leaves a valid
 prefix that verification reports as truncated. The pipe between them is bounded in steps and
 bytes, so the recorder never holds more tensors alive than the bound allows.
 
 The worker is woken only when the pipe is half full, at the end, or every 50 ms: much of its work
-is Python, which takes turns with the executor for the GIL at a thread switch a turn. When it
-still falls behind (:data:`AHEAD_BYTES` pending), the executor hands large outputs
+is Python, which takes turns with the executor for the GIL at a thread switch a turn. It is not
+started at all before the pipe is half full or the run has gone on for 50 ms: a shorter run is
+recorded on its own thread when it ends (:class:`~sealtrace.audit.pipeline.BackgroundObserver`).
+When the worker still falls behind (:data:`AHEAD_BYTES` pending), the executor hands large outputs
 (:data:`PARALLEL_MIN_BYTES`) to helper threads too; the worker takes back any the helpers have not
 started, so no thread waits on another while there is hashing to do.
 
@@ -30,6 +32,7 @@ import weakref
 from collections import deque
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from operator import is_
 from pathlib import Path
 from typing import IO, Any
 
@@ -114,10 +117,14 @@ class _PlanFacts:
         # whether the id still names that array (the backend owns it; the cache keeps it not alive).
         self._constant_entries: dict[tuple[int, int, str], tuple[weakref.ref[Any], Entry]] = {}
         self._templates: dict[int, StepTemplate] = {}
-        # Per constant step: (inputs JSON, (sample size, digest algorithm), weak references to its outputs, its record's
-        # text up to its outputs (path, prev, seq and the template's rest follow), its digests).
+        # Subgraph paths as canonical JSON, kept across runs (If branches and loop bodies run
+        # under the same few paths every run); bounded, since a loop's paths count its iterations.
+        self.paths: dict[tuple[str, ...], str] = {(): "[]"}
+        # Per constant step: (its inputs' digests, (sample size, digest algorithm), weak references to its outputs,
+        # its record's text up to its outputs (path, prev, seq and the template's rest follow), its digests).
         self.constant_records: dict[
-            int, tuple[str, tuple[int, str], tuple[Any, ...], str, tuple[tuple[str, str | None], ...]]
+            int,
+            tuple[tuple[str | None, ...], tuple[int, str], tuple[Any, ...], str, tuple[tuple[str, str | None], ...]],
         ] = {}
 
     def template(self, step: Step) -> StepTemplate:
@@ -174,6 +181,7 @@ class _PlanFacts:
 # turns cost more than they give; where hashing outruns a core, both cores hash.
 PARALLEL_MIN_BYTES = 256 << 10
 AHEAD_BYTES = 4 << 20
+_PATHS_KEPT = 4096  # subgraph paths whose JSON a Plan's facts keep
 
 
 def default_hash_threads() -> int:
@@ -187,6 +195,11 @@ def default_hash_threads() -> int:
 
 def _no_ref() -> None:
     """Stands for the weak reference of an omitted (None) output."""
+
+
+def _call(ref: Any) -> Any:
+    """What a weak reference (or :func:`_no_ref`) refers to now."""
+    return ref()
 
 
 class _Job:
@@ -256,6 +269,17 @@ class _Helpers:
 
 _HELPERS: dict[int, _Helpers] = {}
 _HELPERS_LOCK = threading.Lock()
+
+
+def _forget_helpers() -> None:
+    """In a forked child: the parent's helper threads do not exist there; new ones are made."""
+    global _HELPERS_LOCK
+    _HELPERS.clear()
+    _HELPERS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helpers)
 
 
 def hash_helpers(threads: int) -> _Helpers:
@@ -352,7 +376,6 @@ class AuditRecorder(BackgroundObserver):
         self._facts: _PlanFacts | None = None
         self._direct: dict[int, tuple[int, ...]] = {}
         self._lines: list[str] = []  # made, not yet written
-        self._paths: dict[tuple[str, ...], str] = {(): "[]"}
 
     @property
     def steps(self) -> int:
@@ -410,7 +433,9 @@ class AuditRecorder(BackgroundObserver):
         self._pipe.put((event.path, step, outputs, direct, False), nbytes)
 
     def on_run_end(self, outputs: Mapping[str, Any]) -> None:
-        self._submit(("footer", dict(outputs)), nbytes_of(outputs.values()), flush=True)
+        # No flush: waking the worker here would only make it contend for the GIL with _finish,
+        # which finishes the records on this thread when the worker is idle, and wakes it when not.
+        self._submit(("footer", dict(outputs)), nbytes_of(outputs.values()))
         self._finish()
 
     # -- worker thread -----------------------------------------------------------------------
@@ -487,38 +512,44 @@ class AuditRecorder(BackgroundObserver):
         direct: dict[int, Any] | None,
         constant: bool,
     ) -> None:
+        # The worker's Python per step is what an audited run of small steps pays for (it shares
+        # the GIL with the executor): lookups go through C-level map() where they can.
         facts = self._facts
         assert facts is not None
         template = facts._templates.get(id(step)) or facts.template(step)
         digests = self._digests
         if direct is None:
-            inputs = ",".join(
-                [null if (d := digests.get(name)) is None else '{"digest":"' + d + rest for name, rest, null in template.inputs]
-            )
+            known = tuple(map(digests.get, template.input_names))
         else:
-            parts = []
-            for i, (name, rest, null) in enumerate(template.inputs):
-                d = value_digest(direct[i], self.digest) if i in direct else digests.get(name)
-                parts.append(null if d is None else '{"digest":"' + d + rest)
-            inputs = ",".join(parts)
+            known = tuple(
+                value_digest(direct[i], self.digest) if i in direct else digests.get(name)
+                for i, name in enumerate(template.input_names)
+            )
         sample = self.sample
         algorithm = self.digest
-        style = (sample, algorithm)
-        where = self._paths.get(path)
+        where = facts.paths.get(path)
         if where is None:
-            where = self._paths[path] = canonical_json(list(path)).decode("ascii")
+            where = canonical_json(list(path)).decode("ascii")
+            if len(facts.paths) < _PATHS_KEPT:
+                facts.paths[path] = where
         if constant:
             # The record of a constant step is the same every run but for path, prev and seq.
             cached = facts.constant_records.get(id(step))
             if (
                 cached is not None
-                and cached[0] == inputs
-                and cached[1] == style
-                and all(ref() is value for ref, value in zip(cached[2], outputs, strict=True))
+                and cached[0] == known
+                and cached[1] == (sample, algorithm)
+                and all(map(is_, map(_call, cached[2]), outputs))
             ):
                 digests.update(cached[4])
                 self._add_line(f'{cached[3]},"path":{where},"prev":"{self._prev}","seq":{self._seq}{template.rest}')
                 return
+        inputs = ",".join(
+            [
+                null if d is None else '{"digest":"' + d + rest
+                for d, (_, rest, null) in zip(known, template.inputs, strict=True)
+            ]
+        )
         entries = []
         for (name, name_json), value in zip(template.outputs, outputs, strict=True):
             if constant:
@@ -537,22 +568,21 @@ class AuditRecorder(BackgroundObserver):
             entries.append(head + name_json + tail)
         outputs_json = ",".join(entries)
         if constant and all(v is None or (type(v) is np.ndarray and not v.flags.writeable) for v in outputs):
-            known = template.head % (inputs, outputs_json)
+            text = template.head % (inputs, outputs_json)
             refs = tuple(_no_ref if v is None else weakref.ref(v) for v in outputs)
             produced = tuple((name, digests[name]) for name, _ in template.outputs if name)
-            facts.constant_records[id(step)] = (inputs, style, refs, known, produced)
+            facts.constant_records[id(step)] = (known, (sample, algorithm), refs, text, produced)
         self._add_line(template.fmt % (inputs, outputs_json, where, self._prev, self._seq))
 
     def _add_line(self, body: str) -> None:
         """Chain a step record's body (its canonical JSON without its digest) and queue its line."""
-        digest = self._new_hash(body.encode("ascii")).hexdigest()
+        self._prev = digest = self._new_hash(body.encode("ascii")).hexdigest()
         line = '{"digest":"' + digest + '",' + body[1:] + "\n"
         self._lines.append(line)
         if self._keep:
             self.records.append(json.loads(line))
         self._steps += 1
         self._seq += 1
-        self._prev = digest
 
     def _footer_record(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
         described = []

@@ -98,20 +98,29 @@ def _check_text(value: str | bytes, what: str) -> None:
 
 
 def _check_graph_text(graph: GraphProto, path: str) -> None:
-    """Every name the builder reads from ``graph`` (its subgraphs are checked as they are built)."""
+    """Every name the builder reads from ``graph`` (its subgraphs are checked as they are built).
+
+    Each check tests the type first and words its message only for a name that fails: formatting
+    a message per name took a tenth of building a Plan of a thousand small initializers.
+    """
     _check_text(graph.name, f"{path}a graph name")
     for tensor in graph.initializer:
-        _check_text(tensor.name, f"{path}an initializer name")
+        if type(tensor.name) is not str:
+            _check_text(tensor.name, f"{path}an initializer name")
     for sparse in graph.sparse_initializer:
         _check_text(sparse.values.name, f"{path}a sparse initializer name")
     for info in (*graph.input, *graph.output, *graph.value_info):
-        _check_text(info.name, f"{path}a value name")
+        if type(info.name) is not str:
+            _check_text(info.name, f"{path}a value name")
     for node in graph.node:
-        for text in (node.name, node.op_type, node.domain, *node.input, *node.output):
-            _check_text(text, f"{path}a name in node {node.name!r} ({node.op_type!r})")
+        texts = (node.name, node.op_type, node.domain, *node.input, *node.output)
+        if not all(type(text) is str for text in texts):
+            for text in texts:
+                _check_text(text, f"{path}a name in node {node.name!r} ({node.op_type!r})")
         for attr in node.attribute:
-            _check_text(attr.name, f"{path}an attribute name in node {node.name!r}")
-            _check_text(attr.ref_attr_name, f"{path}an attribute reference in node {node.name!r}")
+            if type(attr.name) is not str or type(attr.ref_attr_name) is not str:
+                _check_text(attr.name, f"{path}an attribute name in node {node.name!r}")
+                _check_text(attr.ref_attr_name, f"{path}an attribute reference in node {node.name!r}")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -233,6 +242,12 @@ class _GraphBuilder:
         self.ir_version = ir_version
         self.unsupported: list[str] = []
         self._anonymous = 0
+        # Per (op_type, opset version, domain): the schema (or the SchemaError) and its attributes'
+        # defaults. onnx makes a new schema object on every lookup and parses each attribute's
+        # default from bytes on every access: a model of a thousand nodes of twenty op types
+        # spent a fifth of its Plan build there.
+        self._schemas: dict[tuple[str, int, str], Any] = {}
+        self._defaults: dict[tuple[str, int, str], tuple[tuple[str, AttributeProto | None], ...]] = {}
 
     def build(self, graph: GraphProto, outer_scope: frozenset[str], path: str = "") -> Plan:
         _check_graph_text(graph, path)
@@ -342,16 +357,20 @@ class _GraphBuilder:
         attrs: dict[str, Any] = {}
         implicit: list[str] = []
         if schema is not None:
-            for attr_name, attr in schema.attributes.items():
-                default = attr.default_value
-                if default is not None and default.type != AttributeProto.UNDEFINED:
-                    attrs[attr_name] = self._attribute_value(default, name, visible, path, implicit)
-                else:
-                    attrs[attr_name] = None
+            key = (node.op_type, self.opsets[domain], domain)
+            defaults = self._defaults.get(key)
+            if defaults is None:
+                defaults = self._defaults[key] = tuple(
+                    (attr_name, default if default is not None and default.type != AttributeProto.UNDEFINED else None)
+                    for attr_name, attr in schema.attributes.items()
+                    for default in (attr.default_value,)
+                )
+            for attr_name, default in defaults:
+                attrs[attr_name] = None if default is None else self._attribute_value(default, name, visible, path, implicit)
         for attr in node.attribute:
             if attr.ref_attr_name:
                 raise PlanError(f"{path}node {name!r}: attribute reference outside a function")
-            if schema is not None and attr.name not in schema.attributes:
+            if schema is not None and attr.name not in attrs:
                 raise PlanError(
                     f"{path}node {name!r} ({node.op_type}) has unknown attribute {attr.name!r}"
                 )
@@ -362,14 +381,26 @@ class _GraphBuilder:
         if domain not in self.opsets:
             self.unsupported.append(f"{name!r} ({node.op_type}): domain {domain!r} is not imported by the model")
             return None
-        try:
-            return onnx.defs.get_schema(node.op_type, self.opsets[domain], domain)
-        except onnx.defs.SchemaError:
+        schema = self._lookup_schema(node.op_type, self.opsets[domain], domain)
+        if schema is None:
             where = f"domain {domain!r}" if domain else "the default domain"
             self.unsupported.append(
                 f"{name!r} ({node.op_type}): no such operator in {where} at opset {self.opsets[domain]}"
             )
             return None
+        return schema
+
+    def _lookup_schema(self, op_type: str, version: int, domain: str) -> Any:
+        """onnx's schema of ``op_type`` at opset ``version`` of ``domain`` (None: none), looked up once per build."""
+        key = (op_type, version, domain)
+        if key in self._schemas:
+            return self._schemas[key]
+        try:
+            schema = onnx.defs.get_schema(op_type, version, domain)
+        except onnx.defs.SchemaError:
+            schema = None
+        self._schemas[key] = schema
+        return schema
 
     def _attribute_value(
         self, attr: AttributeProto, node_name: str, visible: Any, path: str, implicit: list[str]
@@ -447,12 +478,10 @@ class _GraphBuilder:
         version = self.opsets.get(domain, 0)
         since = 0
         kernel = None
-        try:
-            schema = onnx.defs.get_schema(node.op_type, version, domain)
+        schema = self._lookup_schema(node.op_type, version, domain)
+        if schema is not None:  # None: already recorded as unsupported by _schema
             since = schema.since_version
             kernel = lookup(domain, node.op_type, since)
-        except onnx.defs.SchemaError:
-            pass  # already recorded as unsupported by _schema
         if kernel is None:
             if since:
                 self.unsupported.append(
