@@ -139,7 +139,16 @@ lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 
-bench: $(VENV)/.stamp-dev material
+# The tools some benchmarks measure sealtrace against, side by side (benchmarks only, not dependencies):
+# OpenSSF model-signing (manifests; 1.1.1 imports OpenSSL without declaring it) and Polygraphy (per-op parity).
+BENCH_REFERENCES := model-signing==1.1.1 pyopenssl==26.4.0 polygraphy==0.53.6
+
+$(VENV)/.stamp-bench: $(VENV)/.stamp-dev
+	@echo "== installing the tools the benchmarks compare with: $(BENCH_REFERENCES)"
+	@$(PIP) $(BENCH_REFERENCES)
+	@touch $@
+
+bench: $(VENV)/.stamp-bench material
 	$(PY) benchmarks/run_all.py
 
 # The fuzz suite's long run: 100,000 generated inputs per reader of outside bytes (hours on two
