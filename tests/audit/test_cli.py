@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -211,3 +212,25 @@ def test_trust_covers_the_log_in_replay_and_takes_several_keys(
     assert main([*verify, "--trust", str(log_pub)]) == 0
     assert main(["audit", "verify", str(signed), "--trust", str(stranger_pub), "--trust", str(model_pub)]) == 1
     assert "not valid for any of the 2 trusted keys" in capsys.readouterr().err
+
+
+def test_show_does_not_vouch_for_the_key_id_a_signature_claims(
+    mlp_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The footer's key id is outside the chain; show takes no key, so an edited key id (found by the
+    fuzz long run) must not read as "signed by key X"."""
+    private, _ = generate_keypair(tmp_path / "k.pem")
+    np.save(tmp_path / "x.npy", MLP_INPUT["x"])
+    log = tmp_path / "log.jsonl"
+    assert main(["run", str(mlp_path), "--input", f"x={tmp_path / 'x.npy'}", "--audit", str(log),
+                 "--sign-log", str(private)]) == 0  # fmt: skip
+    text = log.read_text()
+    key_id = json.loads(text.splitlines()[-1])["signature"]["key_id"]
+    forged = "0" * 16 if key_id != "0" * 16 else "1" * 16
+    log.write_text(text.replace(key_id, forged))
+    capsys.readouterr()
+    assert main(["audit", "show", str(log)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines at the terminal's width
+    assert f"signature claims key {forged}, not checked" in out
+    assert "signed by key" not in out
+    assert main(["audit", "verify", str(log), "--trust", str(tmp_path / "k.pub")]) == 1

@@ -136,8 +136,10 @@ def show(log: str, limit: int | None) -> None:
     console.print(steps_renderable(shown, f"{log}: {len(rows)} step output(s)", console.width))
     footer = records[-1] if records and records[-1].get("type") == "footer" else None
     if footer is not None:
-        signed = f", signed by key {footer['signature']['key_id']}" if footer.get("signature") else ""
-        console.print(f"{footer['steps']} step(s); run digest {footer['chain_head']}{signed}")
+        # The key id is the signature's claim: only a key checks it (show takes none), so it is not shown as fact.
+        console.print(f"{footer['steps']} step(s); run digest {footer['chain_head']}")
+        if footer.get("signature"):
+            console.print(f"signature claims key {footer['signature']['key_id']}, not checked (audit verify --trust)")
     result.raise_if_failed()
 
 
