@@ -90,6 +90,8 @@ def run_child(reader: str, examples: int, seed: int, tmp: Path, record: bool) ->
                 "peak_growth": 0, "seconds": 0.0}
     result: dict[str, object] = json.loads(out.read_text())
     result["examples"] = examples
+    result["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                      text=True, check=False).stdout.strip()
     if record:
         KEPT.mkdir(parents=True, exist_ok=True)
         (KEPT / f"{reader}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
@@ -98,7 +100,7 @@ def run_child(reader: str, examples: int, seed: int, tmp: Path, record: bool) ->
     return result
 
 
-def report(results: list[dict[str, object]]) -> str:
+def report(results: list[dict[str, object]], not_run: list[str] | None = None) -> str:
     from tests.fuzz.driver import FUZZ_BUDGET, MEMORY_ALLOWANCE, TIME_LIMIT_S
 
     from machine import machine_facts
@@ -137,9 +139,16 @@ def report(results: list[dict[str, object]]) -> str:
             f"{len(r['violations'])} | {int(r['peak_growth']) >> 20} MiB | {rate:.0f} |"  # type: ignore[call-overload]
         )
     lines += ["", f"Total: {total:,} inputs over {len(results)} readers, {violations} violation(s)."]
+    if not_run:
+        lines.append(f"Not yet run at this length: {', '.join(not_run)} (`make fuzz` runs every reader; "
+                     "`--readers` picks some).")
+    commits = sorted({str(r["commit"]) for r in results if r.get("commit")})
+    if commits:
+        lines.append(f"Measured at commit(s) {', '.join(commits)}.")
     for r in results:
         for v in r["violations"][:5]:  # type: ignore[index]
-            lines.append(f"- {r['reader']}: {v['problem'][:200]} ({v.get('kept', '')})")
+            fixed = f"; fixed since: {v['fixed']}" if v.get("fixed") else ""
+            lines.append(f"- {r['reader']}: {v['problem'][:200]} ({v.get('kept', '')}){fixed}")
     for r in results:
         for error in r.get("generator_errors", []):  # type: ignore[attr-defined]
             lines.append(f"- {r['reader']}: the input generator failed, those inputs were not run: {error[:200]}")
@@ -170,7 +179,7 @@ def main() -> None:
     if args.record:
         kept = {p.stem: json.loads(p.read_text()) for p in sorted(KEPT.glob("*.json"))}
         ordered = [kept[r.name] for r in READERS if r.name in kept]
-        (HERE / "results" / "fuzz.md").write_text(report(ordered))
+        (HERE / "results" / "fuzz.md").write_text(report(ordered, [r.name for r in READERS if r.name not in kept]))
         print(f"wrote {HERE / 'results' / 'fuzz.md'} ({len(ordered)} of {len(READERS)} readers measured)")
     else:
         print(report(results))
