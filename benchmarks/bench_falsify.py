@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return "-" if value is None else f"{value:.2f} s"
 
     report = [
-        "# Falsification: ACAS Xu (VNN-COMP 2021)",
+        "## Falsification: ACAS Xu (VNN-COMP 2021)",
         "",
         f"`python benchmarks/bench_falsify.py --timeout {args.timeout:g} --seed {args.seed}"
         + (" --only-sat" if args.only_sat else "") + (f" --limit {args.limit}" if args.limit else "") + "`",
