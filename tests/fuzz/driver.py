@@ -88,8 +88,9 @@ def _reset_peak() -> bool:
     return True
 
 
-class _TimeoutError(Exception):
-    pass
+class _TimeoutError(BaseException):
+    """Not an Exception: the CLI turns any Exception into an internal error (exit 3), which would
+    report a slow input as a crash instead of as a timeout."""
 
 
 @contextlib.contextmanager

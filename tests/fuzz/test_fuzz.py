@@ -49,3 +49,24 @@ def test_the_seeds_themselves_pass(material: Material) -> None:
     for reader in READERS:
         result = run_reader(reader, material, reader.target(material).read_bytes())
         assert (result.outcome, result.problem) == ("exit 0", None), reader.name
+
+
+def test_a_slow_input_is_a_timeout_not_an_internal_error(material: Material, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit's exception must pass through the handlers that turn any Exception into exit 3 (the
+    long run reported two inputs paused past the limit as internal errors)."""
+    import time
+
+    from tests.fuzz import driver
+    from tests.fuzz.mutations import byte_edits
+    from tests.fuzz.readers import Reader
+
+    def slow_reader(target: Path) -> None:
+        try:
+            time.sleep(10)
+        except Exception as exc:  # as the CLI's last-resort handler does
+            raise AssertionError("the time limit was caught as an Exception") from exc
+
+    monkeypatch.setattr(driver, "TIME_LIMIT_S", 1)
+    slow = Reader("slow", lambda m: m.vnnlib, byte_edits, api=slow_reader)
+    result = run_reader(slow, material, material.vnnlib.read_bytes())
+    assert result.outcome == "timeout"
