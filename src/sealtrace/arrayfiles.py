@@ -120,6 +120,8 @@ def load_npy(path: str | os.PathLike[str]) -> np.ndarray:
 def _members(archive: zipfile.ZipFile, where: str) -> list[tuple[str, zipfile.ZipInfo]]:
     found: dict[str, zipfile.ZipInfo] = {}
     for info in archive.infolist():
+        if not info.filename:  # zipfile's own is_dir() fails on it (IndexError)
+            raise ArrayFileError(f"{where}: a member has an empty name")
         if info.is_dir():
             continue
         if not info.filename.endswith(".npy"):
