@@ -58,6 +58,10 @@ class Material:
     consistency: Path
     request_json: Path
     request_binary: Path
+    # The same run with BLAKE3 digests: a v2 audit log and two v3 captures.
+    log_blake3: Path
+    capture_blake3: Path
+    capture_blake3_b: Path
 
 
 def _cli(*argv: str) -> None:
@@ -86,6 +90,10 @@ def build_material(root: Path) -> Material:
     _cli("run", str(container), "--input", f"x={feed}", "--audit", str(log), "--sign-log", str(key),
          "--capture", str(capture))
     _cli("run", str(container), "--input", f"x={feed}", "--capture", str(capture_b))
+    log_blake3, capture_blake3, capture_blake3_b = root / "run.b3.jsonl", root / "capture_b3_a", root / "capture_b3_b"
+    _cli("run", str(container), "--input", f"x={feed}", "--digest", "blake3", "--audit", str(log_blake3),
+         "--sign-log", str(key), "--capture", str(capture_blake3))
+    _cli("run", str(container), "--input", f"x={feed}", "--digest", "blake3", "--capture", str(capture_blake3_b))
     artifact = root / "tiny.opt.onnx"
     _cli("compile", str(container), "--level", "basic", "-o", str(artifact), "--sign", str(key))
     checkpoint = root / "checkpoint"
@@ -117,7 +125,8 @@ def build_material(root: Path) -> Material:
         log=log, feed=feed, feeds=feeds, capture=capture, capture_b=capture_b, artifact=artifact,
         sidecar=artifact.with_name(artifact.name + ".binding.json"), checkpoint=checkpoint, manifest=manifest,
         vnnlib=vnnlib, ledger=ledger, proof=proof, consistency=consistency, request_json=request_json,
-        request_binary=request_binary,
+        request_binary=request_binary, log_blake3=log_blake3, capture_blake3=capture_blake3,
+        capture_blake3_b=capture_blake3_b,
     )
 
 
