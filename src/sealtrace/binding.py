@@ -328,13 +328,7 @@ def _field_records(data: bytes) -> list[tuple[int, int, int, int, int]]:
         tag, pos = _varint(data, pos)
         number, wire = tag >> 3, tag & 7
         payload = pos
-        if wire == 0:
-            _, pos = _varint(data, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        elif wire == 2:
+        if wire == 2:
             length, payload = _varint(data, pos)
             pos = payload + length
         elif wire == 3:  # a group (an unknown field): up to its end tag
@@ -346,17 +340,27 @@ def _field_records(data: bytes) -> list[tuple[int, int, int, int, int]]:
                     depth += 1
                 elif inner_wire == 4:
                     depth -= 1
-                elif inner_wire == 0:
-                    _, pos = _varint(data, pos)
-                elif inner_wire == 1:
-                    pos += 8
-                elif inner_wire == 5:
-                    pos += 4
-                elif inner_wire == 2:
-                    length, pos = _varint(data, pos)
-                    pos += length
+                else:
+                    pos = _past_value(data, pos, inner_wire)
+        else:
+            pos = _past_value(data, pos, wire)
         records.append((number, wire, start, payload, pos))
     return records
+
+
+def _past_value(data: bytes, pos: int, wire: int) -> int:
+    """The position after a field value of wire type 0, 1, 2 or 5 that starts at ``pos`` (any other
+    wire type has no value of its own: ``pos`` itself)."""
+    if wire == 0:
+        _, pos = _varint(data, pos)
+    elif wire == 1:
+        pos += 8
+    elif wire == 5:
+        pos += 4
+    elif wire == 2:
+        length, pos = _varint(data, pos)
+        pos += length
+    return pos
 
 
 def without_binding_entry(data: bytes) -> list[slice]:
