@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sealtrace.container.errors import Mismatch
 
@@ -38,20 +37,22 @@ class WireError(ValueError):
     """The bytes are not a well-formed protobuf message."""
 
 
-@dataclass(frozen=True)
-class Record:
-    """One field record: its field number, wire type, its bytes and (wire type 2) its payload."""
+class Record(NamedTuple):
+    """One field record: its field number, wire type, where its bytes start and end, and (wire
+    type 2) where its payload starts and ends."""
 
     number: int
     wire: int
     start: int
     end: int
-    payload_start: int = 0
-    payload_end: int = 0
+    payload_start: int
+    payload_end: int
 
 
-def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
     """A varint of at most 10 bytes (bits past 64 dropped, as protobuf readers do)."""
+    if pos < len(data) and data[pos] < 0x80:  # most varints here are one byte
+        return data[pos], pos + 1
     value = 0
     for i in range(10):
         if pos + i >= len(data):
@@ -63,7 +64,7 @@ def _varint(data: memoryview, pos: int) -> tuple[int, int]:
     raise WireError("varint longer than 10 bytes")
 
 
-def _field(data: memoryview, pos: int, depth: int) -> tuple[int, int, int, int, int]:
+def _field(data: bytes, pos: int, depth: int) -> tuple[int, int, int, int, int]:
     """(number, wire type, payload start, payload end, next position) of the record at ``pos``."""
     start = pos
     tag, pos = _varint(data, pos)
@@ -72,17 +73,17 @@ def _field(data: memoryview, pos: int, depth: int) -> tuple[int, int, int, int, 
     number, wire = tag >> 3, tag & 7
     if number == 0 or number > (1 << 29) - 1:
         raise WireError("field number out of range")
+    if wire == _BYTES:
+        length, payload = _varint(data, pos)
+        if length > len(data) - payload:
+            raise WireError("length beyond the message")
+        return number, wire, payload, payload + length, payload + length
     if wire == 0:
         _, pos = _varint(data, pos)
     elif wire == 1 or wire == 5:
         pos += 8 if wire == 1 else 4
         if pos > len(data):
             raise WireError("truncated fixed-size value")
-    elif wire == _BYTES:
-        length, payload = _varint(data, pos)
-        if length > len(data) - payload:
-            raise WireError("length beyond the message")
-        return number, wire, payload, payload + length, payload + length
     elif wire == 3:
         if depth >= _MAX_GROUP_DEPTH:
             raise WireError(f"groups nested more than {_MAX_GROUP_DEPTH} deep")
@@ -97,13 +98,12 @@ def _field(data: memoryview, pos: int, depth: int) -> tuple[int, int, int, int, 
     return number, wire, pos, pos, pos
 
 
-def records(data: bytes | memoryview) -> list[Record]:
+def records(data: bytes) -> list[Record]:
     """The field records of a message, in order; :class:`WireError` if it is not well-formed."""
-    view = memoryview(data)
     found: list[Record] = []
     pos = 0
-    while pos < len(view):
-        number, wire, payload_start, payload_end, end = _field(view, pos, 0)
+    while pos < len(data):
+        number, wire, payload_start, payload_end, end = _field(data, pos, 0)
         if wire == 4:
             raise WireError("end-group tag outside a group")
         found.append(Record(number, wire, pos, end, payload_start, payload_end))
@@ -111,14 +111,14 @@ def records(data: bytes | memoryview) -> list[Record]:
     return found
 
 
-def _digest(data: memoryview, parts: Sequence[Record]) -> str:
+def _digest(data: bytes, parts: Sequence[Record]) -> str:
     h = hashlib.sha256()
     for r in parts:
         h.update(data[r.start : r.end])
     return h.hexdigest()
 
 
-def _label(data: memoryview, parts: Sequence[Record], number: int) -> str | None:
+def _label(data: bytes, parts: Sequence[Record], number: int) -> str | None:
     """The last record ``number``'s payload as text, cut to LABEL_LENGTH code points; None if it is
     not valid UTF-8; '' when the field is absent."""
     last = None
@@ -128,51 +128,57 @@ def _label(data: memoryview, parts: Sequence[Record], number: int) -> str | None
     if last is None:
         return ""
     try:
-        text = bytes(data[last.payload_start : last.payload_end]).decode("utf-8")
+        text = data[last.payload_start : last.payload_end].decode("utf-8")
     except UnicodeDecodeError:
         return None
     return text[:LABEL_LENGTH]
 
 
-def _is(r: Record, number: int) -> bool:
-    return r.number == number and r.wire == _BYTES
+def _payload(data: bytes, r: Record) -> bytes:
+    return data[r.payload_start : r.payload_end]
 
 
 def graph_index(section: bytes | memoryview) -> dict[str, Any] | None:
     """The graph index of a graph section, or None when a message it splits is malformed."""
-    data = memoryview(section)
+    data = bytes(section)
     try:
         top = records(data)
         opsets = []
         for r in top:
-            if _is(r, _MODEL_OPSET_IMPORT):
-                payload = data[r.payload_start : r.payload_end]
+            if r.number == _MODEL_OPSET_IMPORT and r.wire == _BYTES:
+                payload = _payload(data, r)
                 opsets.append({"domain": _label(payload, records(payload), _OPSET_DOMAIN), "sha256": _digest(data, [r])})
-        graph = memoryview(b"".join(bytes(data[r.payload_start : r.payload_end]) for r in top if _is(r, _MODEL_GRAPH)))
+        graph = b"".join(_payload(data, r) for r in top if r.number == _MODEL_GRAPH and r.wire == _BYTES)
         graph_records = records(graph)
         nodes = []
         for r in graph_records:
-            if not _is(r, _GRAPH_NODE):
+            if r.number != _GRAPH_NODE or r.wire != _BYTES:
                 continue
-            node = graph[r.payload_start : r.payload_end]
+            node = _payload(graph, r)
             node_records = records(node)
             attributes = []
+            body = hashlib.sha256()
             for a in node_records:
-                if _is(a, _NODE_ATTRIBUTE):
-                    payload = node[a.payload_start : a.payload_end]
-                    attributes.append({"name": _label(payload, records(payload), _ATTRIBUTE_NAME), "sha256": _digest(node, [a])})
+                if a.number == _NODE_ATTRIBUTE and a.wire == _BYTES:
+                    payload = _payload(node, a)
+                    attributes.append({
+                        "name": _label(payload, records(payload), _ATTRIBUTE_NAME),
+                        "sha256": hashlib.sha256(node[a.start : a.end]).hexdigest(),
+                    })  # fmt: skip
+                else:
+                    body.update(node[a.start : a.end])
             nodes.append({
                 "name": _label(node, node_records, _NODE_NAME),
                 "op_type": _label(node, node_records, _NODE_OP_TYPE),
-                "sha256": _digest(node, [a for a in node_records if not _is(a, _NODE_ATTRIBUTE)]),
+                "sha256": body.hexdigest(),
                 "attributes": attributes,
             })  # fmt: skip
     except WireError:
         return None
     return {
-        "model": _digest(data, [r for r in top if not _is(r, _MODEL_GRAPH) and not _is(r, _MODEL_OPSET_IMPORT)]),
+        "model": _digest(data, [r for r in top if r.wire != _BYTES or r.number not in (_MODEL_GRAPH, _MODEL_OPSET_IMPORT)]),
         "opset_imports": opsets,
-        "graph": _digest(graph, [r for r in graph_records if not _is(r, _GRAPH_NODE)]),
+        "graph": _digest(graph, [r for r in graph_records if r.number != _GRAPH_NODE or r.wire != _BYTES]),
         "nodes": nodes,
     }
 
