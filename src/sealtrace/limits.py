@@ -123,6 +123,8 @@ def open_regular_file(
         raise error(f"{path}: is a directory, not a {what}") from None
     except OSError as exc:
         raise error(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
+    except ValueError:  # a NUL character: no file has such a name (names come from outside bytes too)
+        raise error(f"{str(path)[:200]!r}: not a valid file name (it contains a NUL character)") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)

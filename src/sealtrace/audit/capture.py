@@ -124,7 +124,10 @@ def safe_file_stem(key: str, taken: set[str]) -> str:
 def _plain_file_name(name: Any) -> bool:
     """A file an index may name: a plain name inside the capture directory (no separators, no
     "..", not hidden), as the writer makes them; so a crafted index cannot reach other files."""
-    return isinstance(name, str) and bool(name) and Path(name).name == name and not name.startswith(".")
+    return (
+        isinstance(name, str) and bool(name) and Path(name).name == name and not name.startswith(".")
+        and not any(ord(c) < 32 or ord(c) == 127 for c in name)
+    )  # fmt: skip
 
 
 def _string_items(array: np.ndarray) -> list[bytes]:
