@@ -323,3 +323,142 @@ func TestLabelsAreShownEscaped(t *testing.T) {
 		t.Errorf("got %q\nwant %q", got, want)
 	}
 }
+
+// valueToGo turns a parsed JSON value into what canonicalOf marshals.
+func valueToGo(v *Value) interface{} {
+	switch v.Kind {
+	case KindString:
+		return v.Str
+	case KindArray:
+		out := []interface{}{}
+		for _, item := range v.Arr {
+			out = append(out, valueToGo(item))
+		}
+		return out
+	case KindObject:
+		out := map[string]interface{}{}
+		for _, m := range v.Obj {
+			out[m.Key] = valueToGo(m.Value)
+		}
+		return out
+	}
+	return nil
+}
+
+// buildV2 writes a version 2 container whose data area holds section (no tensors) and whose
+// header records the graph section (digest and index) of recorded.
+func buildV2(t *testing.T, recorded, section []byte, edit func(map[string]interface{})) []byte {
+	t.Helper()
+	index := mustIndex(t, recorded)
+	return buildContainerOf(t, section, nil, func(c map[string]interface{}) {
+		c["format_version"] = 2
+		c["graph_index"] = valueToGo(index.JSON())
+		c["sections"].([]interface{})[0].(map[string]interface{})["sha256"] = []string{sha(recorded)}
+		if edit != nil {
+			edit(c)
+		}
+	})
+}
+
+func TestVersion2Containers(t *testing.T) {
+	model := pbModel("main", [][]byte{pbOpset("", 17)}, pbNode("/conv", "Conv", pbAttr("strides", 1)), pbNode("/relu", "Relu"))
+	if v, err := verifyBytes(t, buildV2(t, model, model, nil), "m.seal", ContainerOptions{}); err != nil || !v.OK {
+		t.Fatalf("a version 2 container: %v %+v", err, v)
+	}
+	// Signed, with tensors (their references checked before the index).
+	tensorsGraph := graphSection(sampleTensors, func(x testTensor) []int64 { return x.shape })
+	signed := buildContainerOf(t, tensorsGraph, sampleTensors, func(c map[string]interface{}) {
+		c["format_version"] = 2
+		c["graph_index"] = valueToGo(mustIndex(t, tensorsGraph).JSON())
+	}, newKey("signer"))
+	if v, err := verifyBytes(t, signed, "m.seal", ContainerOptions{}); err != nil || !v.OK {
+		t.Fatalf("a signed version 2 container with tensors: %v %+v", err, v)
+	}
+
+	format := []string{"format:container"}
+	version1 := buildContainerOf(t, model, nil, nil)
+	malformed := map[string][]byte{
+		"preamble 1, header 2": func() []byte { b := buildV2(t, model, model, nil); b[8] = 1; return b }(),
+		"preamble 2, header 1": func() []byte { b := append([]byte(nil), version1...); b[8] = 2; return b }(),
+		"preamble 3":           func() []byte { b := buildV2(t, model, model, nil); b[8] = 3; return b }(),
+		"version 2 without graph_index": buildV2(t, model, model, func(c map[string]interface{}) {
+			delete(c, "graph_index")
+		}),
+		"version 1 with graph_index": buildV2(t, model, model, func(c map[string]interface{}) {
+			c["format_version"] = 1
+		}),
+		"version 3": buildV2(t, model, model, func(c map[string]interface{}) { c["format_version"] = 3 }),
+		"another index": buildV2(t, model, model, func(c map[string]interface{}) {
+			c["graph_index"].(map[string]interface{})["model"] = strings.Repeat("0", 64)
+		}),
+		"another label": buildV2(t, model, model, func(c map[string]interface{}) {
+			c["graph_index"].(map[string]interface{})["nodes"].([]interface{})[1].(map[string]interface{})["name"] = nil
+		}),
+		"a label too long": buildV2(t, model, model, func(c map[string]interface{}) {
+			c["graph_index"].(map[string]interface{})["nodes"].([]interface{})[1].(map[string]interface{})["name"] = strings.Repeat("a", 257)
+		}),
+		"a bad reference and a bad index: one failure": buildContainerOf(t, tensorsGraph, sampleTensors, func(c map[string]interface{}) {
+			c["format_version"] = 2
+			c["graph_index"] = valueToGo(mustIndex(t, model).JSON())
+			c["tensors"].([]interface{})[0].(map[string]interface{})["dtype"] = "int32"
+		}),
+	}
+	for name, blob := range malformed {
+		v, err := verifyBytes(t, blob, "m.seal", ContainerOptions{})
+		if err != nil || !reflect.DeepEqual(failureNames(v), format) {
+			t.Errorf("%s: %v %v", name, err, failureNames(v))
+		}
+	}
+	if v, _ := verifyBytes(t, version1, "m.seal", ContainerOptions{}); !v.OK {
+		t.Errorf("version 1 is still read: %v", failureNames(v))
+	}
+
+	// A changed graph section: the section, then each difference.
+	changed := pbModel("main", [][]byte{pbOpset("", 18)}, pbNode("/conv", "Conv", pbAttr("strides", 2)), pbNode("/relu", "Relu"))
+	v, _ := verifyBytes(t, buildV2(t, model, changed, nil), "m.seal", ContainerOptions{})
+	want := []string{"section:graph", "graph:opset import 0 ''", "graph:node 0 '/conv' (Conv): attribute 'strides'"}
+	if got := failureNames(v); !reflect.DeepEqual(got, want) {
+		t.Errorf("changed graph: %q", got)
+	}
+	if stdout, stderr := v.Text(); !strings.Contains(stdout, `FAILED: graph "node 0 '/conv' (Conv): attribute 'strides'": expected `) ||
+		!strings.Contains(stderr, "(and 2 more, listed above)") {
+		t.Errorf("text:\n%s%s", stdout, stderr)
+	}
+	inserted := pbModel("main", [][]byte{pbOpset("", 17)}, pbNode("/conv", "Conv", pbAttr("strides", 1)), pbNode("/neg", "Neg"), pbNode("/relu", "Relu"))
+	v, _ = verifyBytes(t, buildV2(t, model, inserted, nil), "m.seal", ContainerOptions{})
+	if got := failureNames(v); !reflect.DeepEqual(got, []string{"section:graph", "graph:node 1 '/neg' (Neg) added"}) {
+		t.Errorf("inserted node: %q", got)
+	}
+	// A changed section without an index: only the section.
+	garbage := append(append([]byte(nil), model...), 0x07)
+	v, _ = verifyBytes(t, buildV2(t, model, garbage, nil), "m.seal", ContainerOptions{})
+	if got := failureNames(v); !reflect.DeepEqual(got, []string{"section:graph"}) {
+		t.Errorf("garbage: %q", got)
+	}
+	// Version 1: a changed section is only the section.
+	v, _ = verifyBytes(t, buildContainerOf(t, changed, nil, func(c map[string]interface{}) {
+		c["sections"].([]interface{})[0].(map[string]interface{})["sha256"] = []string{sha(model)}
+	}), "m.seal", ContainerOptions{})
+	if got := failureNames(v); !reflect.DeepEqual(got, []string{"section:graph"}) {
+		t.Errorf("version 1: %q", got)
+	}
+}
+
+func TestEverySingleByteFlipOfAVersion2GraphIsReported(t *testing.T) {
+	model := pbModel("main", [][]byte{pbOpset("", 17)}, pbNode("/conv", "Conv", pbAttr("strides", 1)), pbNode("/relu", "Relu"))
+	blob := buildV2(t, model, model, nil)
+	start := len(blob) - len(model)
+	for i := start; i < len(blob); i++ {
+		flipped := append([]byte(nil), blob...)
+		flipped[i] ^= 0x01
+		v, err := verifyBytes(t, flipped, "m.seal", ContainerOptions{})
+		if err != nil || v.ExitCode != ExitFailed || failureNames(v)[0] != "section:graph" {
+			t.Fatalf("flip at %d: %v %+v", i, err, v)
+		}
+		for _, f := range v.Failures[1:] {
+			if f.Kind != "graph" {
+				t.Fatalf("flip at %d: %+v", i, v.Failures)
+			}
+		}
+	}
+}
