@@ -2,7 +2,7 @@ package main
 
 // The graph index of container format version 2: docs/container-format.md, "The graph index
 // (format version 2): what changed inside the graph". It is computed from the graph section's
-// protobuf wire records (onnxwire.go's splitMessage), not from a parsed model, and compared
+// protobuf wire records (onnxwire.go's parseMessage), not from a parsed model, and compared
 // with the header's `graph_index`: exactly when the section has its listed digests, part by part
 // when it does not, to name what changed.
 
@@ -60,10 +60,12 @@ type graphIndex struct {
 
 var errNoIndex = errors.New("the graph section is not well-formed protobuf, so it has no graph index")
 
-// splitRecords splits a message that must be well-formed (every record ending exactly at its
-// end, lengths read as the numbers they encode).
+// splitRecords splits a message that must be well-formed (onnxwire.go's parseMessage: tags of
+// at most 5 bytes below 2^32, field numbers 1..2^29-1, varints of at most 10 bytes whose bits past
+// 64 are dropped as protobuf readers drop them, groups nested at most 100 deep, no wire type 4
+// outside a group, 6 or 7, records ending exactly at the message's end).
 func splitRecords(msg []byte) ([]wireField, error) {
-	records, err := splitMessage(msg, true)
+	records, err := parseMessage(msg)
 	if err != nil {
 		return nil, errNoIndex
 	}

@@ -53,18 +53,11 @@ func readVarint(b []byte, pos int) (uint64, int, error) {
 // parseMessage splits a message into its field records. Groups (wire types 3/4) are skipped
 // whole, as a protobuf reader keeps them as unknown fields.
 func parseMessage(b []byte) ([]wireField, error) {
-	return splitMessage(b, false)
-}
-
-// splitMessage is parseMessage; exactLengths refuses a length varint whose value does not fit
-// 64 bits (a tenth byte above 1), where a protobuf reader drops the bits past 64 and so may read
-// a small length. The graph index (graphindex.go) reads lengths as the numbers they encode.
-func splitMessage(b []byte, exactLengths bool) ([]wireField, error) {
 	var fields []wireField
 	pos := 0
 	for pos < len(b) {
 		start := pos
-		f, next, err := readField(b, pos, 0, exactLengths)
+		f, next, err := readField(b, pos, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -78,7 +71,7 @@ func splitMessage(b []byte, exactLengths bool) ([]wireField, error) {
 	return fields, nil
 }
 
-func readField(b []byte, pos int, depth int, exactLengths bool) (wireField, int, error) {
+func readField(b []byte, pos int, depth int) (wireField, int, error) {
 	start := pos
 	tag, pos, err := readVarint(b, pos)
 	if err != nil || pos-start > 5 || tag > 1<<32-1 {
@@ -109,9 +102,6 @@ func readField(b []byte, pos int, depth int, exactLengths bool) (wireField, int,
 		if err != nil {
 			return wireField{}, 0, err
 		}
-		if exactLengths && next-pos == 10 && b[next-1] > 1 {
-			return wireField{}, 0, errWire
-		}
 		if n > uint64(len(b)-next) {
 			return wireField{}, 0, errWire
 		}
@@ -122,7 +112,7 @@ func readField(b []byte, pos int, depth int, exactLengths bool) (wireField, int,
 			return wireField{}, 0, errWire
 		}
 		for {
-			inner, next, err := readField(b, pos, depth+1, exactLengths)
+			inner, next, err := readField(b, pos, depth+1)
 			if err != nil {
 				return wireField{}, 0, err
 			}
