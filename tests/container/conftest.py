@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sealtrace.container.format import MAGIC, PREAMBLE, PREAMBLE_SIZE, align
+from sealtrace.container.format import FORMAT_VERSION, MAGIC, PREAMBLE, PREAMBLE_SIZE, align
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.signing import generate_keypair
 
@@ -63,7 +63,7 @@ def split(data: bytes) -> tuple[dict[str, Any], bytes]:
     return header, data[align(PREAMBLE_SIZE + length) :]
 
 
-def assemble(header: dict[str, Any], data_area: bytes, digest: str | None = None, version: int = 1) -> bytes:
+def assemble(header: dict[str, Any], data_area: bytes, digest: str | None = None, version: int = FORMAT_VERSION) -> bytes:
     """Bytes of a container with this header and data area; the preamble digest is recomputed
     (as a tamperer would) unless given."""
     raw = canonical_json(header)

@@ -67,7 +67,11 @@ CASES = {
     "uppercase digest": (lambda h: _tensor(h, "B").update(sha256=["A" * 64]), "lowercase hex"),
     "order": (lambda h: h["container"]["tensors"].reverse(), "file order"),
     "chunk size": (_set(["container", "chunk_size"], 3 << 20), "power of two"),
-    "header version": (_set(["container", "format_version"], 2), "not supported"),
+    "header version": (_set(["container", "format_version"], 3), "format_version 3 is not the preamble's 2"),
+    "version 1 header in a version 2 file": (_set(["container", "format_version"], 1), "format_version 1 is not the preamble's 2"),
+    "no graph index": (lambda h: h["container"].pop("graph_index"), r"missing keys \['graph_index'\]"),
+    "graph index label too long": (lambda h: h["container"]["graph_index"]["nodes"][0].update(name="n" * 257), "node name must be a string of at most 256"),
+    "graph index digest": (lambda h: h["container"]["graph_index"].update(model="0" * 63), "graph_index.model must be 64"),
     "other format": (_set(["container", "format"], "safetensors"), "format must be"),
     "extra section": (lambda h: h["container"]["sections"].append(dict(h["container"]["sections"][0], name="code")), "unknown section"),
     "no section": (_set(["container", "sections"], []), "exactly one 'graph' section"),
@@ -216,6 +220,7 @@ def test_graph_pointing_outside_the_container_is_refused(tmp_path: Path, kind: s
     from onnx import helper
 
     from sealtrace.container.format import GRAPH_SECTION, chunk_count
+    from sealtrace.container.graphindex import graph_index
 
     seal_model(tiny_model(), tmp_path / "t.seal")
     data = (tmp_path / "t.seal").read_bytes()
@@ -239,6 +244,7 @@ def test_graph_pointing_outside_the_container_is_refused(tmp_path: Path, kind: s
     tensors = header["container"]["tensors"]
     blobs = [area[t["offset"] : t["offset"] + t["length"]] for t in tensors]
     section.update(length=len(raw), sha256=[hashlib.sha256(raw).hexdigest()])
+    header["container"]["graph_index"] = graph_index(raw)
     assert chunk_count(len(raw), header["container"]["chunk_size"]) == 1
     new_area, offset = bytearray(raw), len(raw)
     for t, blob in zip(tensors, blobs, strict=True):

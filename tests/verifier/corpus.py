@@ -166,7 +166,7 @@ class Material:
     key: Path  # private key that signed everything
     pub: Path
     other_pub: Path  # a key that signed nothing
-    containers: dict[str, Path]  # signed, unsigned, branch (signed twice)
+    containers: dict[str, Path]  # signed, unsigned, branch (signed twice); v1, v1-signed (format version 1)
     logs: dict[str, Path]  # signed, unsigned, branch
     artifacts: dict[str, Path]  # file (any bytes), onnx (ORT-compiled, binding embedded too), external
     proofs: dict[str, Path]
@@ -189,6 +189,10 @@ def make_material(root: Path) -> Material:
     _must("seal", str(root / "mlp.onnx"), "-o", str(containers["signed"]), "--sign", str(key))
     _must("seal", str(root / "mlp.onnx"), "-o", str(containers["unsigned"]))
     _must("seal", str(root / "branch.onnx"), "-o", str(containers["branch"]), "--sign", str(key), "--sign", str(second))
+    # Containers of format version 1 (no graph index), written by the sealtrace before version 2.
+    for name in ("v1", "v1-signed"):
+        containers[name] = root / f"{name}.seal"
+        shutil.copyfile(ROOT / "tests" / "container" / "data" / f"{name}.seal", containers[name])
     logs = {"signed": root / "mlp.jsonl", "unsigned": root / "mlp-unsigned.jsonl", "branch": root / "branch.jsonl"}
     _must("run", str(containers["signed"]), "--input", f"x={root / 'x.npy'}", "--audit", str(logs["signed"]),
           "--sign-log", str(key), "--sample", "2")
@@ -325,15 +329,36 @@ def split_container(blob: bytes) -> ContainerParts:
     return ContainerParts(json.loads(blob[48:48 + length]), blob[start:])
 
 
-def join_container(header: dict[str, Any], data: bytes, header_text: bytes | None = None) -> bytes:
+def join_container(header: dict[str, Any], data: bytes, header_text: bytes | None = None, version: int = 2) -> bytes:
     """A container whose preamble digest matches its header (unless the header text is given raw)."""
     text = header_text if header_text is not None else canonical(header).encode()
     digest = hashlib.sha256(canonical(header["container"]).encode()).digest()
     start = (48 + len(text) + 63) // 64 * 64
-    return MAGIC + struct.pack("<II", 1, len(text)) + digest + text + b"\0" * (start - 48 - len(text)) + data
+    return MAGIC + struct.pack("<II", version, len(text)) + digest + text + b"\0" * (start - 48 - len(text)) + data
 
 
 # ------------------------------------------------------------------------------------------ the cases
+
+
+def forge_graph(blob: bytes, edit: Callable[[onnx.ModelProto], Any]) -> bytes:
+    """The container with its graph section edited in place and its header untouched (no key): the
+    model's doc string evens out the length, so the layout holds and the index comparison runs."""
+    parts = split_container(blob)
+    section = parts.header["container"]["sections"][0]
+    start = len(blob) - len(parts.data) + section["offset"]
+    length = section["length"]
+    model = onnx.ModelProto()
+    model.ParseFromString(blob[start:start + length])
+    edit(model)
+    raw = model.SerializeToString(deterministic=True)
+    for pad in range(length):
+        if len(raw) >= length:
+            break
+        model.doc_string = "#" * pad
+        raw = model.SerializeToString(deterministic=True)
+    if len(raw) != length:
+        raise ValueError(f"the edited graph is {len(raw)} bytes, not {length}")
+    return blob[:start] + raw + blob[start + length:]
 
 
 class CaseMaker:
@@ -407,12 +432,82 @@ def container_cases(cm: CaseMaker) -> None:
         cm.add("container-flip-unsigned", "container", f"{i:05d}", flip(unsigned, i, 0x80), [], ".seal")
     for i in range(0, len(branch), 3):
         cm.add("container-flip-branch", "container", f"{i:05d}", flip(branch, i, 0x20), [], ".seal")
+    old = m.containers["v1-signed"].read_bytes()
+    for i in range(0, len(old), 2):
+        cm.add("container-flip-v1", "container", f"{i:05d}", flip(old, i, 0x04), [], ".seal")
     # Truncations (and growth).
     for n in sorted({*range(0, len(signed), 13), 7, 8, 16, 47, 48, 49, len(signed) - 1}):
         cm.add("container-truncate", "container", f"{n:05d}", const(signed[:n]), trust, ".seal")
     cm.add("container-truncate", "container", "grown", const(signed + b"\0"), trust, ".seal")
     cm.add("container-truncate", "container", "grown-64", const(signed + b"\0" * 64), trust, ".seal")
     forged_container_cases(cm, unsigned, signed)
+    graph_index_cases(cm, unsigned, branch, m.containers["v1"].read_bytes())
+
+
+def graph_index_cases(cm: CaseMaker, unsigned: bytes, branch: bytes, old: bytes) -> None:
+    """Format version 2's graph index: forged indexes (re-digested headers), graph sections edited
+    under an untouched header (named node by node), and version 1 headers."""
+    base = split_container(unsigned)
+
+    def forge(name: str, edit: Callable[[dict[str, Any]], Any], version: int = 2, parts: ContainerParts = base) -> None:
+        header = copy.deepcopy(parts.header)
+        edit(header)
+        cm.add("container-graph-index", "container", name, const(join_container(header, parts.data, version=version)), [],
+               ".seal")
+
+    gi = lambda h: h["container"]["graph_index"]  # noqa: E731
+    node0 = lambda h: h["container"]["graph_index"]["nodes"][0]  # noqa: E731
+    forge("identity", lambda h: None)
+    forge("missing", lambda h: h["container"].pop("graph_index"))
+    forge("extra-key", lambda h: gi(h).update(extra="x"))
+    forge("node-renamed", lambda h: node0(h).update(name="x"))
+    forge("node-label-null", lambda h: node0(h).update(name=None))
+    forge("node-label-number", lambda h: node0(h).update(name=5))
+    forge("node-label-256", lambda h: node0(h).update(name="n" * 256))
+    forge("node-label-257", lambda h: node0(h).update(name="n" * 257))
+    forge("node-digest-upper", lambda h: node0(h).update(sha256=node0(h)["sha256"].upper()))
+    forge("node-digest-other", lambda h: node0(h).update(sha256="0" * 64))
+    forge("node-extra-key", lambda h: node0(h).update(index=0))
+    forge("node-dropped", lambda h: gi(h)["nodes"].pop())
+    forge("nodes-object", lambda h: gi(h).update(nodes={}))
+    forge("attributes-null", lambda h: node0(h).update(attributes=None))
+    forge("attribute-missing-digest", lambda h: node0(h)["attributes"][0].pop("sha256"))
+    forge("attribute-renamed", lambda h: node0(h)["attributes"][0].update(name="values"))
+    forge("opset-domain-null", lambda h: gi(h)["opset_imports"][0].update(domain=None))
+    forge("opset-dropped", lambda h: gi(h)["opset_imports"].pop())
+    forge("model-digest-short", lambda h: gi(h).update(model="0" * 63))
+    forge("graph-digest-other", lambda h: gi(h).update(graph="f" * 64))
+    forge("in-version-1", lambda h: h["container"].update(format_version=1), version=1)
+    forge("preamble-1-header-2", lambda h: None, version=1)
+    old_parts = split_container(old)
+    forge("v1-identity", lambda h: None, version=1, parts=old_parts)
+    forge("v1-as-version-2", lambda h: h["container"].update(format_version=2), version=2, parts=old_parts)
+    forge("v1-with-index", lambda h: h["container"].update(graph_index=gi(base.header)), version=1, parts=old_parts)
+
+    # Graph sections edited in place: what changed is named by both, node by node.
+    def edit(name: str, blob: bytes, change: Callable[[onnx.ModelProto], Any]) -> None:
+        cm.add("container-graph-edit", "container", name, const(forge_graph(blob, change)), [], ".seal")
+
+    nodes = lambda m: m.graph.node  # noqa: E731
+    edit("op-type", unsigned, lambda m: setattr(nodes(m)[4], "op_type", "Tanh"))
+    edit("rewired", unsigned, lambda m: nodes(m)[3].input.__setitem__(1, "h"))
+    edit("attribute-dims", unsigned, lambda m: nodes(m)[0].attribute[0].t.dims.__setitem__(0, 5))
+    edit("attribute-removed", unsigned, lambda m: nodes(m)[0].attribute.pop())
+    edit("node-removed", unsigned, lambda m: nodes(m).remove(nodes(m)[3]))
+    def swap(m: onnx.ModelProto) -> None:
+        first, second = copy.deepcopy(nodes(m)[1]), copy.deepcopy(nodes(m)[2])
+        nodes(m)[1].CopyFrom(second)
+        nodes(m)[2].CopyFrom(first)
+
+    edit("nodes-swapped", unsigned, swap)
+    edit("node-named", unsigned, lambda m: (setattr(nodes(m)[4], "name", "n\u0027\n"), nodes(m).pop(3)))
+    edit("opset", unsigned, lambda m: setattr(m.opset_import[0], "version", 18))
+    edit("opset-domain", unsigned, lambda m: m.opset_import[0].ClearField("domain"))
+    edit("graph-name", unsigned, lambda m: setattr(m.graph, "name", "MLP"))
+    edit("ir-version", unsigned, lambda m: setattr(m, "ir_version", 9))
+    edit("branch-subgraph", branch, lambda m: setattr(nodes(m)[3].attribute[0].g.node[0], "op_type", "Mul"))
+    edit("branch-keepdims", branch, lambda m: setattr(nodes(m)[0].attribute[0], "i", 1))
+    edit("branch-node-removed", branch, lambda m: nodes(m).remove(nodes(m)[4]))
 
 
 def forged_container_cases(cm: CaseMaker, unsigned: bytes, signed: bytes) -> None:
@@ -456,7 +551,8 @@ def forged_container_cases(cm: CaseMaker, unsigned: bytes, signed: bytes) -> Non
     forge("chunk-small", lambda h: c(h).update(chunk_size=32768))
     forge("chunk-huge", lambda h: c(h).update(chunk_size=2 ** 31))
     forge("chunk-bool", lambda h: c(h).update(chunk_size=True))
-    forge("format-version-2", lambda h: c(h).update(format_version=2))
+    forge("format-version-3", lambda h: c(h).update(format_version=3))
+    forge("format-version-1-header", lambda h: c(h).update(format_version=1))
     forge("format-name", lambda h: c(h).update(format="sealtrace.other"))
     forge("alignment-128", lambda h: c(h).update(alignment=128))
     forge("two-sections", lambda h: c(h)["sections"].append(dict(c(h)["sections"][0], name="extra")))

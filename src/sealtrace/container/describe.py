@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from sealtrace.container.format import FORMAT_VERSION, open_container
+from sealtrace.container.format import open_container
 
 
 def describe_container(source: str | os.PathLike[str] | bytes) -> dict[str, Any]:
@@ -16,7 +16,7 @@ def describe_container(source: str | os.PathLike[str] | bytes) -> dict[str, Any]
         return {
             "path": container.where,
             "size": container.size,
-            "format_version": FORMAT_VERSION,
+            "format_version": container.format_version,
             "container_digest": container.digest,
             "plan_digest": container.plan_digest,
             "sealtrace_version": body["sealtrace_version"],

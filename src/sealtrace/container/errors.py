@@ -24,7 +24,8 @@ class Mismatch:
     """One part of a container or directory that does not match what was recorded.
 
     ``kind`` says what the part is ('tensor', 'section', 'header', 'padding', 'signature', 'file',
-    or 'format': the file claims to be a container and is malformed),
+    'graph': a node, attribute or opset import inside a changed graph section, or 'format': the
+    file claims to be a container and is malformed),
     ``name`` names it, ``expected``/``actual`` say what was recorded and what was found, and
     ``offset`` and ``length`` give the byte range in the file where that is meaningful (for a
     tensor, the chunk whose digest differs).
@@ -40,6 +41,8 @@ class Mismatch:
     def describe(self) -> str:
         if self.kind == "format":
             return f"not a well-formed container: {self.actual}"
+        if self.kind == "graph":  # the name is a phrase (docs/container-format.md, "The graph index")
+            return f"graph: {self.name} changed: expected {self.expected}, found {self.actual}"
         if self.offset is not None and self.length is not None:
             where = f" (bytes {self.offset}..{self.offset + self.length})"
         elif self.offset is not None:

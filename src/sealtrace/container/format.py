@@ -31,13 +31,15 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from sealtrace.container.errors import ContainerDamagedError, ContainerFormatError, IntegrityError, Mismatch
+from sealtrace.container.graphindex import LABEL_LENGTH
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import SealtraceError
 from sealtrace.limits import json_nesting_exceeds, open_regular_file
 
 MAGIC = b"\x89SEAL\r\n\x1a"
 FORMAT_NAME = "sealtrace.container"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what sealtrace writes: version 1 plus the graph index
+READABLE_VERSIONS = (1, 2)
 PREAMBLE = struct.Struct("<8sII32s")
 PREAMBLE_SIZE = PREAMBLE.size  # 48
 ALIGNMENT = 64
@@ -240,6 +242,16 @@ class Container:
         return int(self.body["chunk_size"])
 
     @property
+    def format_version(self) -> int:
+        return int(self.body["format_version"])
+
+    @property
+    def graph_index(self) -> dict[str, Any] | None:
+        """The digests of the graph's parts (version 2); None in a version 1 container."""
+        index = self.body.get("graph_index")
+        return index if isinstance(index, dict) else None
+
+    @property
     def plan_digest(self) -> str:
         return str(self.body["plan_digest"])
 
@@ -379,10 +391,10 @@ def _parse(source: ContainerBytes, named_container: bool) -> Container:
 
 def _parse_after_magic(source: ContainerBytes, version: int, header_length: int, digest_raw: bytes) -> Container:
     where, size = source.where, source.size
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise ContainerFormatError(
-            f"{where}: container format version {version} is not supported (this sealtrace reads {FORMAT_VERSION}): "
-            "damaged, or written by a newer sealtrace"
+            f"{where}: container format version {version} is not supported (this sealtrace reads "
+            f"{' and '.join(map(str, READABLE_VERSIONS))}): damaged, or written by a newer sealtrace"
         )
     if header_length < 2 or header_length > MAX_HEADER_SIZE:
         raise ContainerFormatError(f"{where}: header length {header_length} out of bounds (2..{MAX_HEADER_SIZE})")
@@ -402,7 +414,7 @@ def _parse_after_magic(source: ContainerBytes, version: int, header_length: int,
     if actual != digest:
         # The header is what every other check trusts, so nothing else is examined.
         raise IntegrityError(where, [Mismatch("header", "container", digest, actual, offset=PREAMBLE_SIZE)])
-    entries = _check_body(body, where)
+    entries = _check_body(body, where, version)
     container = Container(where, source, body, entries, signatures, digest, header_length)
     last = max((e.offset + e.length for e in entries), default=0)
     declared = container.data_start + last
@@ -525,12 +537,50 @@ def _digests(value: Any, count: int, what: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _check_body(body: Any, where: str) -> list[Entry]:
-    body = _keys(body, _BODY_KEYS, "container header", where)
+def _check_graph_index(index: Any, where: str) -> None:
+    """The shape of a graph index (its values are checked against the graph section by verify)."""
+    index = _keys(index, {"model", "opset_imports", "graph", "nodes"}, "graph_index", where)
+    for key in ("model", "graph"):
+        _hex64(index[key], f"graph_index.{key}", where)
+    if not isinstance(index["opset_imports"], list) or not isinstance(index["nodes"], list):
+        raise _fail(where, "graph_index.opset_imports and graph_index.nodes must be lists")
+    for item in index["opset_imports"]:
+        item = _keys(item, {"domain", "sha256"}, "graph_index opset import", where)
+        _label(item["domain"], "graph_index opset domain", where)
+        _hex64(item["sha256"], "graph_index opset import sha256", where)
+    for node in index["nodes"]:
+        node = _keys(node, {"name", "op_type", "sha256", "attributes"}, "graph_index node", where)
+        _label(node["name"], "graph_index node name", where)
+        _label(node["op_type"], "graph_index node op_type", where)
+        _hex64(node["sha256"], "graph_index node sha256", where)
+        if not isinstance(node["attributes"], list):
+            raise _fail(where, "graph_index node attributes must be a list")
+        for attribute in node["attributes"]:
+            attribute = _keys(attribute, {"name", "sha256"}, "graph_index attribute", where)
+            _label(attribute["name"], "graph_index attribute name", where)
+            _hex64(attribute["sha256"], "graph_index attribute sha256", where)
+
+
+def _hex64(value: Any, what: str, where: str) -> None:
+    if not isinstance(value, str) or not _HEX64.match(value):
+        raise _fail(where, f"{what} must be 64 lowercase hex digits")
+
+
+def _label(value: Any, what: str, where: str) -> None:
+    if value is not None:
+        _str(value, what, where, LABEL_LENGTH)
+
+
+def _check_body(body: Any, where: str, version: int) -> list[Entry]:
+    if isinstance(body, dict) and body.get("format_version") != version:
+        raise _fail(where, f"header format_version {str(body.get('format_version'))[:20]} is not the preamble's {version}")
+    body = _keys(body, _BODY_KEYS | ({"graph_index"} if version >= 2 else set()), "container header", where)
     if body["format"] != FORMAT_NAME:
         raise _fail(where, f"format must be {FORMAT_NAME!r}")
-    if body["format_version"] != FORMAT_VERSION or isinstance(body["format_version"], bool):
+    if isinstance(body["format_version"], bool):
         raise _fail(where, f"header format_version {str(body['format_version'])[:20]} is not supported")
+    if version >= 2:
+        _check_graph_index(body["graph_index"], where)
     _str(body["sealtrace_version"], "sealtrace_version", where, 64)
     if body["alignment"] != ALIGNMENT or isinstance(body["alignment"], bool):
         raise _fail(where, f"alignment must be {ALIGNMENT}")

@@ -20,6 +20,8 @@ from sealtrace.container import chunks
 from sealtrace.container.chunks import chunk_ranges, hash_ranges
 from sealtrace.container.errors import ContainerDamagedError, ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.container.format import GRAPH_SECTION, Container, open_container
+from sealtrace.container.graphindex import compare as compare_indexes
+from sealtrace.container.graphindex import graph_index
 from sealtrace.container.signatures import SignatureCheck, TrustSource, check_signatures, trusted_keys
 from sealtrace.container.weights import (
     MARKER,
@@ -190,8 +192,17 @@ def _check(
                 Mismatch("padding", f"before {what}", "zero bytes", f"byte {run[nonzero]:#04x}", offset=start + nonzero)
             )
 
+    recorded = container.graph_index
     if not any(m.kind == "section" for m in report.mismatches):
+        if recorded is not None and graph_index(graph_bytes) != recorded:
+            raise ContainerDamagedError(container.where, "the header's graph index does not match the graph section")
         _check_references(_parse_graph(graph_bytes, container.where), container)
+    elif recorded is not None:
+        # The section changed: say which nodes, attributes or opset imports (when it still splits
+        # into wire records; the section mismatch above is the failure either way).
+        changed = graph_index(graph_bytes)
+        if changed is not None:
+            report.mismatches.extend(compare_indexes(recorded, changed))
 
 
 def _graph(container: Container) -> ModelProto:

@@ -33,6 +33,7 @@ from sealtrace.container.format import (
     align,
     chunk_count,
 )
+from sealtrace.container.graphindex import graph_index
 from sealtrace.container.signatures import KeySource, sign
 from sealtrace.container.weights import Weight, model_tensors, strip_weights
 from sealtrace.digest import canonical_json, json_digest
@@ -120,7 +121,7 @@ def _seal_loaded(
     views = [memoryview(graph).cast("B"), *(memoryview(w.data).cast("B") for w in weights)]
     digests = _hash_regions(views, chunk_size, workers)
     entries = _layout(weights, len(graph), digests)
-    digest, header, signatures = _header(entries, chunk_size, plan_digest, model_info, source, keys)
+    digest, header, signatures = _header(entries, chunk_size, plan_digest, model_info, _index(graph), source, keys)
     with atomic_output(out_path, force=force) as f:
         f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), bytes.fromhex(digest)))
         f.write(header)
@@ -171,7 +172,8 @@ def _seal_streamed(
     ])  # fmt: skip
     record = {"file_name": name, "sha256": source.sha256, "size": source.size, "external_data": []}
     record["external_data"] = [{"path": f.location, "sha256": _PLACEHOLDER, "size": f.size} for f in source.files]
-    _, header, _ = _header(entries, chunk_size, _PLACEHOLDER, model_info, record, keys)
+    index = _index(graph)
+    _, header, _ = _header(entries, chunk_size, _PLACEHOLDER, model_info, index, record, keys)
     data_start = align(PREAMBLE_SIZE + len(header))
     size = data_start + entries[-1].offset + entries[-1].length
     with atomic_output(out_path, force=force) as f:
@@ -189,7 +191,7 @@ def _seal_streamed(
         entries = _layout(weights, len(graph), digests)
         record["external_data"] = [f.to_json() for f in source.external_data]
         plan_digest = sealed_plan_digest(source, lambda: plan.digest)
-        digest, header, signatures = _header(entries, chunk_size, plan_digest, model_info, record, keys)
+        digest, header, signatures = _header(entries, chunk_size, plan_digest, model_info, index, record, keys)
         if align(PREAMBLE_SIZE + len(header)) != data_start:
             raise AssertionError("the header's length changed with its digests")
         head = PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), bytes.fromhex(digest)) + header
@@ -260,6 +262,7 @@ def _header(
     chunk_size: int,
     plan_digest: str,
     model_info: dict[str, Any],
+    graph_index: dict[str, Any],
     source: dict[str, Any],
     keys: list[KeySource],
 ) -> tuple[str, bytes, list[SignatureEntry]]:
@@ -275,6 +278,7 @@ def _header(
         "source": source,
         "sections": [e.to_json() for e in entries if e.kind == "section"],
         "tensors": [e.to_json() for e in entries if e.kind == "tensor"],
+        "graph_index": graph_index,
     }
     digest = json_digest(body)
     signatures = sign(digest, keys)
@@ -282,6 +286,13 @@ def _header(
     if len(header) > MAX_HEADER_SIZE:
         raise SealingError(f"header of {len(header)} bytes exceeds the format's limit of {MAX_HEADER_SIZE}")
     return digest, header, signatures
+
+
+def _index(graph: bytes) -> dict[str, Any]:
+    index = graph_index(graph)
+    if index is None:  # protobuf's own serializer wrote these bytes
+        raise AssertionError("the serialized graph is not well-formed protobuf")
+    return index
 
 
 def _model_info(proto: ModelProto) -> dict[str, Any]:
@@ -353,7 +364,8 @@ def add_signatures(
         signatures: list[SignatureEntry] = [*container.signatures, *added]
         header = canonical_json({"container": container.body, "signatures": [s.to_json() for s in signatures]})
         with atomic_output(out_path, force=force) as f:
-            f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), bytes.fromhex(container.digest)))
+            # A version 1 container stays version 1: its digest, which the signatures cover, is kept.
+            f.write(PREAMBLE.pack(MAGIC, container.format_version, len(header), bytes.fromhex(container.digest)))
             f.write(header)
             _pad(f, PREAMBLE_SIZE + len(header), align(PREAMBLE_SIZE + len(header)))
             # Copied as read (a file truncated meanwhile is an IntegrityError and nothing is written);

@@ -1,0 +1,255 @@
+"""The graph index of a container (format version 2): a digest for each node, each attribute of a
+node, each opset import, and for everything else in the graph section, so that a changed graph is
+reported as ``node 12 '/encoder/Conv' (Conv): attribute 'strides'`` and not only as a changed
+section.
+
+The index is computed from the section's protobuf *wire records*, not from a parsed and
+re-serialized model: the digests are of bytes as they are stored, so an independent verifier needs
+only the wire format and five field numbers (docs/container-format.md, "The graph index"). The
+section bytes may be anything when the section was tampered with: every read here is bounded by the
+bytes at hand and nothing is allocated by a size the bytes declare.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sealtrace.container.errors import Mismatch
+
+# onnx.proto field numbers the index splits on.
+_MODEL_GRAPH = 7  # ModelProto.graph
+_MODEL_OPSET_IMPORT = 8  # ModelProto.opset_import
+_GRAPH_NODE = 1  # GraphProto.node
+_NODE_NAME = 3  # NodeProto.name
+_NODE_OP_TYPE = 4  # NodeProto.op_type
+_NODE_ATTRIBUTE = 5  # NodeProto.attribute
+_ATTRIBUTE_NAME = 1  # AttributeProto.name
+_OPSET_DOMAIN = 1  # OperatorSetIdProto.domain
+
+_BYTES = 2  # the wire type of strings and embedded messages
+_MAX_GROUP_DEPTH = 100  # protobuf's own default recursion limit
+LABEL_LENGTH = 256  # code points of a name kept for reports
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed protobuf message."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One field record: its field number, wire type, its bytes and (wire type 2) its payload."""
+
+    number: int
+    wire: int
+    start: int
+    end: int
+    payload_start: int = 0
+    payload_end: int = 0
+
+
+def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+    """A varint of at most 10 bytes (bits past 64 dropped, as protobuf readers do)."""
+    value = 0
+    for i in range(10):
+        if pos + i >= len(data):
+            raise WireError("truncated varint")
+        byte = data[pos + i]
+        value |= (byte & 0x7F) << (7 * i)
+        if byte < 0x80:
+            return value & 0xFFFF_FFFF_FFFF_FFFF, pos + i + 1
+    raise WireError("varint longer than 10 bytes")
+
+
+def _field(data: memoryview, pos: int, depth: int) -> tuple[int, int, int, int, int]:
+    """(number, wire type, payload start, payload end, next position) of the record at ``pos``."""
+    start = pos
+    tag, pos = _varint(data, pos)
+    if pos - start > 5 or tag > 0xFFFF_FFFF:
+        raise WireError("tag out of range")
+    number, wire = tag >> 3, tag & 7
+    if number == 0 or number > (1 << 29) - 1:
+        raise WireError("field number out of range")
+    if wire == 0:
+        _, pos = _varint(data, pos)
+    elif wire == 1 or wire == 5:
+        pos += 8 if wire == 1 else 4
+        if pos > len(data):
+            raise WireError("truncated fixed-size value")
+    elif wire == _BYTES:
+        length, payload = _varint(data, pos)
+        if length > len(data) - payload:
+            raise WireError("length beyond the message")
+        return number, wire, payload, payload + length, payload + length
+    elif wire == 3:
+        if depth >= _MAX_GROUP_DEPTH:
+            raise WireError(f"groups nested more than {_MAX_GROUP_DEPTH} deep")
+        while True:
+            inner, inner_wire, _, _, pos = _field(data, pos, depth + 1)
+            if inner_wire == 4:
+                if inner != number:
+                    raise WireError("group ends with another field's end tag")
+                break
+    elif wire != 4:
+        raise WireError(f"wire type {wire}")
+    return number, wire, pos, pos, pos
+
+
+def records(data: bytes | memoryview) -> list[Record]:
+    """The field records of a message, in order; :class:`WireError` if it is not well-formed."""
+    view = memoryview(data)
+    found: list[Record] = []
+    pos = 0
+    while pos < len(view):
+        number, wire, payload_start, payload_end, end = _field(view, pos, 0)
+        if wire == 4:
+            raise WireError("end-group tag outside a group")
+        found.append(Record(number, wire, pos, end, payload_start, payload_end))
+        pos = end
+    return found
+
+
+def _digest(data: memoryview, parts: Sequence[Record]) -> str:
+    h = hashlib.sha256()
+    for r in parts:
+        h.update(data[r.start : r.end])
+    return h.hexdigest()
+
+
+def _label(data: memoryview, parts: Sequence[Record], number: int) -> str | None:
+    """The last record ``number``'s payload as text, cut to LABEL_LENGTH code points; None if it is
+    not valid UTF-8; '' when the field is absent."""
+    last = None
+    for r in parts:
+        if r.number == number and r.wire == _BYTES:
+            last = r
+    if last is None:
+        return ""
+    try:
+        text = bytes(data[last.payload_start : last.payload_end]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text[:LABEL_LENGTH]
+
+
+def _is(r: Record, number: int) -> bool:
+    return r.number == number and r.wire == _BYTES
+
+
+def graph_index(section: bytes | memoryview) -> dict[str, Any] | None:
+    """The graph index of a graph section, or None when a message it splits is malformed."""
+    data = memoryview(section)
+    try:
+        top = records(data)
+        opsets = []
+        for r in top:
+            if _is(r, _MODEL_OPSET_IMPORT):
+                payload = data[r.payload_start : r.payload_end]
+                opsets.append({"domain": _label(payload, records(payload), _OPSET_DOMAIN), "sha256": _digest(data, [r])})
+        graph = memoryview(b"".join(bytes(data[r.payload_start : r.payload_end]) for r in top if _is(r, _MODEL_GRAPH)))
+        graph_records = records(graph)
+        nodes = []
+        for r in graph_records:
+            if not _is(r, _GRAPH_NODE):
+                continue
+            node = graph[r.payload_start : r.payload_end]
+            node_records = records(node)
+            attributes = []
+            for a in node_records:
+                if _is(a, _NODE_ATTRIBUTE):
+                    payload = node[a.payload_start : a.payload_end]
+                    attributes.append({"name": _label(payload, records(payload), _ATTRIBUTE_NAME), "sha256": _digest(node, [a])})
+            nodes.append({
+                "name": _label(node, node_records, _NODE_NAME),
+                "op_type": _label(node, node_records, _NODE_OP_TYPE),
+                "sha256": _digest(node, [a for a in node_records if not _is(a, _NODE_ATTRIBUTE)]),
+                "attributes": attributes,
+            })  # fmt: skip
+    except WireError:
+        return None
+    return {
+        "model": _digest(data, [r for r in top if not _is(r, _MODEL_GRAPH) and not _is(r, _MODEL_OPSET_IMPORT)]),
+        "opset_imports": opsets,
+        "graph": _digest(graph, [r for r in graph_records if not _is(r, _GRAPH_NODE)]),
+        "nodes": nodes,
+    }
+
+
+def shown(label: str | None, quoted: bool = True) -> str:
+    """A label as reports show it: quoted, quotes, backslashes and control characters escaped."""
+    if label is None:
+        return "?"
+    text = "".join(f"\\u{ord(c):04x}" if c in "'\\" or ord(c) < 0x20 or ord(c) == 0x7F else c for c in label)
+    return f"'{text}'" if quoted else text
+
+
+def _node_key(node: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    return node["sha256"], tuple(a["sha256"] for a in node["attributes"])
+
+
+def _node_name(index: int, node: dict[str, Any]) -> str:
+    return f"node {index} {shown(node['name'])} ({shown(node['op_type'], quoted=False)})"
+
+
+def compare(recorded: dict[str, Any], found: dict[str, Any]) -> list[Mismatch]:
+    """Each difference between the index a container records and the index of its changed graph."""
+    out: list[Mismatch] = []
+    if recorded["model"] != found["model"]:
+        out.append(Mismatch("graph", "model fields outside the graph and opset imports", recorded["model"], found["model"]))
+    was, now = recorded["opset_imports"], found["opset_imports"]
+    if len(was) == len(now):
+        for i, (a, b) in enumerate(zip(was, now, strict=True)):
+            if a != b:
+                out.append(Mismatch("graph", f"opset import {i} {shown(a['domain'])}", a["sha256"], b["sha256"]))
+    else:
+        out.append(Mismatch("graph", "opset imports", f"{len(was)} recorded", f"{len(now)} found"))
+    if recorded["graph"] != found["graph"]:
+        out.append(Mismatch(
+            "graph", "graph fields other than nodes (name, inputs, outputs, initializers ...)",
+            recorded["graph"], found["graph"],
+        ))  # fmt: skip
+    out.extend(_compare_nodes(recorded["nodes"], found["nodes"]))
+    return out
+
+
+def _compare_nodes(was: list[dict[str, Any]], now: list[dict[str, Any]]) -> list[Mismatch]:
+    # Equal runs at both ends line the two lists up; what lies between them changed. A node added
+    # or removed shows as exactly that; edits that also change the count show as removed + added.
+    n, m = len(was), len(now)
+    head = 0
+    while head < min(n, m) and _node_key(was[head]) == _node_key(now[head]):
+        head += 1
+    tail = 0
+    while tail < min(n, m) - head and _node_key(was[n - 1 - tail]) == _node_key(now[m - 1 - tail]):
+        tail += 1
+    out: list[Mismatch] = []
+    if n != m:
+        for k in range(head, n - tail):
+            out.append(Mismatch("graph", f"{_node_name(k, was[k])} removed", was[k]["sha256"], "absent"))
+        for k in range(head, m - tail):
+            out.append(Mismatch("graph", f"{_node_name(k, now[k])} added", "absent", now[k]["sha256"]))
+        return out
+    for k in range(head, n - tail):
+        a, b = was[k], now[k]
+        if _node_key(a) == _node_key(b):
+            continue
+        name = _node_name(k, a)
+        if a["sha256"] != b["sha256"]:
+            out.append(Mismatch("graph", name, a["sha256"], b["sha256"]))
+        matched: set[int] = set()
+        for attribute in a["attributes"]:
+            j = next((j for j, other in enumerate(b["attributes"])
+                      if j not in matched and other["name"] == attribute["name"]), None)  # fmt: skip
+            label = f"{name}: attribute {shown(attribute['name'])}"
+            if j is None:
+                out.append(Mismatch("graph", f"{label} removed", attribute["sha256"], "absent"))
+                continue
+            matched.add(j)
+            if b["attributes"][j]["sha256"] != attribute["sha256"]:
+                out.append(Mismatch("graph", label, attribute["sha256"], b["attributes"][j]["sha256"]))
+        for j, other in enumerate(b["attributes"]):
+            if j not in matched:
+                out.append(Mismatch("graph", f"{name}: attribute {shown(other['name'])} added", "absent", other["sha256"]))
+    return out
