@@ -53,6 +53,7 @@ type containerHeader struct {
 	regions    []region // graph section first, then the tensors in file order
 	tensors    map[string]tensorEntry
 	signatures []storedSignature
+	graphIndex *graphIndex // format version 2; nil in version 1
 }
 
 type tensorEntry struct {
@@ -119,8 +120,9 @@ func check(v *Verdict, f *os.File, path string, size int64, head []byte, opts Co
 		v.fail("file", path, "expected at least %d bytes, found %d bytes (truncated)", preambleSize, size)
 		return
 	}
-	if version := binary.LittleEndian.Uint32(head[8:12]); version != 1 {
-		format(malformedf("container format version %d (this verifier reads 1)", version))
+	version := binary.LittleEndian.Uint32(head[8:12])
+	if version != 1 && version != 2 {
+		format(malformedf("container format version %d (this verifier reads 1 and 2)", version))
 		return
 	}
 	headerLen := int64(binary.LittleEndian.Uint32(head[12:16]))
@@ -157,7 +159,7 @@ func check(v *Verdict, f *os.File, path string, size int64, head []byte, opts Co
 		v.fail("header", "container", "the header hashes to %s, the preamble says %s", digest, stored)
 		return
 	}
-	hdr, err := parseContainerHeader(doc)
+	hdr, err := parseContainerHeader(doc, version)
 	if err != nil {
 		format(err)
 		return
@@ -190,8 +192,18 @@ func check(v *Verdict, f *os.File, path string, size int64, head []byte, opts Co
 
 	graph, graphOK := hashRegions(v, f, path, dataStart, headerLen, hdr, opts)
 	if graphOK && graph != nil {
+		// One failure at most: the references, else (version 2) the graph index.
 		if err := checkGraphReferences(graph, hdr); err != nil {
 			format(err)
+		} else if err := checkGraphIndex(graph, hdr); err != nil {
+			format(err)
+		}
+	} else if graph != nil && hdr.graphIndex != nil {
+		// A changed graph section: name what changed in it, when it still has an index.
+		if found, err := ComputeGraphIndex(graph); err == nil {
+			for _, d := range diffGraphIndex(hdr.graphIndex, found) {
+				v.fail("graph", d.where, "expected %s, found %s", d.expected, d.found)
+			}
 		}
 	}
 	if len(opts.Trust) > 0 && !trustedSigner {
@@ -277,8 +289,8 @@ func integersFit(v *Value) bool {
 }
 
 // parseContainerHeader checks a canonical header against the schema and the rules the schema
-// cannot say.
-func parseContainerHeader(doc *Value) (*containerHeader, error) {
+// cannot say; version is the preamble's format version.
+func parseContainerHeader(doc *Value, version uint32) (*containerHeader, error) {
 	if !headerSchema().Valid(doc) {
 		return nil, malformedf("header: does not follow the container header schema")
 	}
@@ -286,6 +298,10 @@ func parseContainerHeader(doc *Value) (*containerHeader, error) {
 		return nil, malformedf("header: an integer larger than 2^63-1")
 	}
 	c := doc.Get("container")
+	// The schema allows 1 and 2, and requires graph_index in 2 and refuses it in 1.
+	if headerVersion, _ := c.Get("format_version").Int64(); headerVersion != int64(version) {
+		return nil, malformedf("header format_version %d, but the preamble says %d", headerVersion, version)
+	}
 	chunkSize, _ := c.Get("chunk_size").Int64()
 	if chunkSize&(chunkSize-1) != 0 {
 		return nil, malformedf("chunk_size %d is not a power of two", chunkSize)
@@ -345,6 +361,9 @@ func parseContainerHeader(doc *Value) (*containerHeader, error) {
 			r.chunks = append(r.chunks, ch.Str)
 		}
 		hdr.regions = append(hdr.regions, r)
+	}
+	if index := c.Get("graph_index"); index != nil {
+		hdr.graphIndex = graphIndexFromHeader(index)
 	}
 	for _, s := range doc.Get("signatures").Arr {
 		hdr.signatures = append(hdr.signatures, storedSignature{
@@ -560,6 +579,22 @@ func checkGraphReferences(graph []byte, hdr *containerHeader) error {
 		if !referenced[r.name] {
 			return malformedf("tensor %s is in the table but no graph tensor refers to it", quoteForMessage(r.name))
 		}
+	}
+	return nil
+}
+
+// checkGraphIndex: in version 2, the graph index computed from the graph section (whose digests
+// matched) is the header's, exactly.
+func checkGraphIndex(graph []byte, hdr *containerHeader) error {
+	if hdr.graphIndex == nil {
+		return nil
+	}
+	found, err := ComputeGraphIndex(graph)
+	if err != nil {
+		return malformedf("%v", err)
+	}
+	if !equalIndex(hdr.graphIndex, found) {
+		return malformedf("the header's graph_index is not the one computed from the graph section")
 	}
 	return nil
 }

@@ -86,7 +86,13 @@ func sha(b []byte) string {
 // buildContainer writes a container of these tensors, signed by the keys given.
 func buildContainer(t testing.TB, tensors []testTensor, edit func(map[string]interface{}), keys ...ed25519.PrivateKey) []byte {
 	t.Helper()
-	graph := graphSection(tensors, func(x testTensor) []int64 { return x.shape })
+	return buildContainerOf(t, graphSection(tensors, func(x testTensor) []int64 { return x.shape }), tensors, edit, keys...)
+}
+
+// buildContainerOf writes a container of this graph section and these tensors; the preamble's
+// format version is the header's format_version (after edit).
+func buildContainerOf(t testing.TB, graph []byte, tensors []testTensor, edit func(map[string]interface{}), keys ...ed25519.PrivateKey) []byte {
+	t.Helper()
 	var data []byte
 	pad := func() {
 		for len(data)%64 != 0 {
@@ -130,7 +136,8 @@ func buildContainer(t testing.TB, tensors []testTensor, edit func(map[string]int
 	header := canonicalOf(t, map[string]interface{}{"container": container, "signatures": signatures})
 	pre := make([]byte, 48)
 	copy(pre, ContainerMagic)
-	binary.LittleEndian.PutUint32(pre[8:], 1)
+	version, _ := container["format_version"].(int)
+	binary.LittleEndian.PutUint32(pre[8:], uint32(version))
 	binary.LittleEndian.PutUint32(pre[12:], uint32(len(header)))
 	d, _ := hex.DecodeString(digest)
 	copy(pre[16:], d)
