@@ -347,6 +347,7 @@ func diffNodes(recorded, found []indexNode) []indexDifference {
 			continue
 		}
 		node := r.show(k)
+		reported := len(out)
 		if r.sha256 != f.sha256 {
 			add(node, r.sha256, f.sha256)
 		}
@@ -374,6 +375,10 @@ func diffNodes(recorded, found []indexNode) []indexDifference {
 			if !matched[j] {
 				add(fmt.Sprintf("%s: attribute %s added", node, showLabel(fa.name, true)), absent, fa.sha256)
 			}
+		}
+		if len(out) == reported {
+			// The same attributes, each unchanged, in another order.
+			add(node+": attributes reordered", r.sha256, f.sha256)
 		}
 	}
 	return out

@@ -237,6 +237,8 @@ func TestChangedGraphsAreNamedPartByPart(t *testing.T) {
 			[]string{"node 2 '/pool' (MaxPool): attribute 'ceil' added"}},
 		{"attributes reordered: the digests decide, by name", pbModel("main", opsets, with(0, pbNode("/conv", "Conv", pbAttr("pads", 1), pbAttr("strides", 1)))...),
 			[]string{"node 0 '/conv' (Conv): attribute 'pads'"}},
+		{"attributes reordered, each unchanged", pbModel("main", opsets, with(0, pbNode("/conv", "Conv", pbAttr("pads", 0), pbAttr("strides", 1)))...),
+			[]string{"node 0 '/conv' (Conv): attributes reordered"}},
 		{"a node renamed: the recorded name", pbModel("main", opsets, with(3, pbNode("/final", "Identity"))...),
 			[]string{"node 3 '/out' (Identity)"}},
 		{"a node and its attribute", pbModel("main", opsets, with(2, pbNode("/pool", "AveragePool", pbAttr("kernel", 3)))...),

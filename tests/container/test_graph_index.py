@@ -172,6 +172,21 @@ def test_nodes_that_change_in_number_are_reported_between_the_equal_ends() -> No
     assert compare(index("a"), index("a")) == []
 
 
+def test_attributes_in_another_order_are_named_as_reordered() -> None:
+    def index(*attributes: tuple[str, str]) -> dict[str, object]:
+        node = {"name": "n", "op_type": "If", "sha256": "0" * 64,
+                "attributes": [{"name": a, "sha256": d * 64} for a, d in attributes]}
+        return {"model": "0" * 64, "graph": "0" * 64, "opset_imports": [], "nodes": [node]}
+
+    was = index(("then_branch", "a"), ("else_branch", "b"))
+    assert [m.name for m in compare(was, index(("else_branch", "b"), ("then_branch", "a")))] == [
+        "node 0 'n' (If): attributes reordered"
+    ]
+    assert [m.name for m in compare(was, index(("else_branch", "c"), ("then_branch", "a")))] == [
+        "node 0 'n' (If): attribute 'else_branch'"
+    ]
+
+
 def test_version_1_containers_are_still_read_verified_run_and_signed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     old = DATA / "v1.seal"
     report = verify_container(old)

@@ -509,6 +509,13 @@ def graph_index_cases(cm: CaseMaker, unsigned: bytes, branch: bytes, old: bytes)
     edit("branch-keepdims", branch, lambda m: setattr(nodes(m)[0].attribute[0], "i", 1))
     edit("branch-node-removed", branch, lambda m: nodes(m).remove(nodes(m)[4]))
 
+    def reorder(m: onnx.ModelProto) -> None:
+        first, second = copy.deepcopy(nodes(m)[3].attribute[0]), copy.deepcopy(nodes(m)[3].attribute[1])
+        nodes(m)[3].attribute[0].CopyFrom(second)
+        nodes(m)[3].attribute[1].CopyFrom(first)
+
+    edit("branch-attributes-reordered", branch, reorder)
+
 
 def forged_container_cases(cm: CaseMaker, unsigned: bytes, signed: bytes) -> None:
     """Headers edited and re-digested (no key needed): the checks past the digest must catch them."""

@@ -242,6 +242,7 @@ def _compare_nodes(was: list[dict[str, Any]], now: list[dict[str, Any]]) -> list
         if _node_key(a) == _node_key(b):
             continue
         name = _node_name(k, a)
+        reported = len(out)
         if a["sha256"] != b["sha256"]:
             out.append(Mismatch("graph", name, a["sha256"], b["sha256"]))
         matched: set[int] = set()
@@ -258,4 +259,6 @@ def _compare_nodes(was: list[dict[str, Any]], now: list[dict[str, Any]]) -> list
         for j, other in enumerate(b["attributes"]):
             if j not in matched:
                 out.append(Mismatch("graph", f"{name}: attribute {shown(other['name'])} added", "absent", other["sha256"]))
+        if len(out) == reported:  # the same attributes, each unchanged, in another order
+            out.append(Mismatch("graph", f"{name}: attributes reordered", a["sha256"], b["sha256"]))
     return out
