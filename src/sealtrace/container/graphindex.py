@@ -101,8 +101,18 @@ def _field(data: bytes, pos: int, depth: int) -> tuple[int, int, int, int, int]:
 def records(data: bytes) -> list[Record]:
     """The field records of a message, in order; :class:`WireError` if it is not well-formed."""
     found: list[Record] = []
-    pos = 0
-    while pos < len(data):
+    pos, size = 0, len(data)
+    while pos < size:
+        # Fast path: a one-byte tag of a length-delimited field with a one-byte length (most of a
+        # graph: names, inputs, outputs, small attributes); anything else takes the general reader.
+        tag = data[pos]
+        if tag & 7 == _BYTES and tag < 0x80 and tag >= 8 and pos + 1 < size and data[pos + 1] < 0x80:
+            end = pos + 2 + data[pos + 1]
+            if end > size:
+                raise WireError("length beyond the message")
+            found.append(Record(tag >> 3, _BYTES, pos, end, pos + 2, end))
+            pos = end
+            continue
         number, wire, payload_start, payload_end, end = _field(data, pos, 0)
         if wire == 4:
             raise WireError("end-group tag outside a group")
