@@ -22,7 +22,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from material import require  # noqa: E402
-
 from sealtrace import zoo  # noqa: E402
 from sealtrace.container import seal_model, verify_container  # noqa: E402
 from sealtrace.container.format import open_container, parse_canonical_json  # noqa: E402
