@@ -130,6 +130,16 @@ def test_a_header_numpy_cannot_parse_is_an_array_file_error(tmp_path: Path, head
         load_npy(tmp_path / "x.npy")
 
 
+@pytest.mark.parametrize("shape", [b"(-1,)", b"(3, -4)"])
+def test_a_negative_dimension_is_refused(tmp_path: Path, shape: bytes) -> None:
+    # NumPy's own header parser accepts it; a manifest then computed a negative data range (exit 3).
+    header = b"{'descr': '|V8', 'fortran_order': True, 'shape': " + shape + b", }"
+    header = header + b" " * (-(len(header) + 11) % 64) + b"\n"
+    (tmp_path / "x.npy").write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + b"\0" * 8)
+    with pytest.raises(ArrayFileError, match="negative or non-integer dimension"):
+        load_npy(tmp_path / "x.npy")
+
+
 def test_object_and_record_dtypes_are_refused(tmp_path: Path) -> None:
     np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ArrayFileError, match="not a tensor dtype"):

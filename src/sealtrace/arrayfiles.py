@@ -68,6 +68,9 @@ def read_npy_header(stream: IO[bytes], where: str) -> NpyHeader:
         raise ArrayFileError(f"{where}: not a readable .npy header ({_brief(exc)})") from None
     if dtype.hasobject or dtype.names is not None or dtype.shape != () or dtype.kind not in _TENSOR_KINDS:
         raise ArrayFileError(f"{where}: dtype {dtype.str!r} is not a tensor dtype (objects and records are refused)")
+    if not isinstance(shape, tuple) or any(not isinstance(d, int) or d < 0 for d in shape):
+        # NumPy's header parser takes (-1,) as written; a size below zero describes no array.
+        raise ArrayFileError(f"{where}: shape {str(shape)[:80]} has a negative or non-integer dimension")
     return NpyHeader(dtype, tuple(int(d) for d in shape), bool(fortran_order), stream.tell())
 
 
