@@ -8,6 +8,7 @@ If evaluates its condition, Loop iterates its body.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,8 +59,11 @@ class TorchBackend:
             observer.on_run_start(plan, feeds, self)
         tensors = {name: self._tensor(value) for name, value in feeds.items()}
         # The device context makes tensors that translations create (indices, fills) land on the
-        # run's device too.
-        with torch.no_grad(), self.device:
+        # run's device too. On the CPU, where they land anyway, it is left out: torch keeps the
+        # context's device in a process-wide variable, which runs on several threads (a server's
+        # workers) would otherwise race on.
+        placed = self.device if self.device.type != "cpu" else contextlib.nullcontext()
+        with torch.no_grad(), placed:
             outputs = self._execute(plan, tensors, observers, ())
         result = {name: to_numpy(value) for name, value in zip(plan.output_names, outputs, strict=True)}
         for observer in observers:
