@@ -121,7 +121,7 @@ verifier-check: verifier
 		$(GO) vet ./... && $(GO) test ./...; \
 	fi
 
-# Every case of the agreement corpus (about 30,800; a sample runs in `make test`): sealtrace and sealverify
+# Every case of the agreement corpus (about 30,900; a sample runs in `make test`): sealtrace and sealverify
 # give the same verdict and name the same failure.
 verifier-corpus: $(VENV)/.stamp-dev verifier
 	OPENBLAS_NUM_THREADS=1 $(PY) -m tests.verifier.corpus --binary $(VERIFIER)
