@@ -75,19 +75,31 @@ def _same_unsigned_content(a: bytes, b: bytes) -> bool:
 
 
 def _same_rows(a: bytes, b: bytes) -> bool:
-    """A SQLite file is pages with free space and slack: the same rows in every table is the same store."""
+    """A SQLite file is pages with free space and slack, its schema is SQL text in which names and
+    keywords are case-insensitive: the same rows in every table (a table that is gone held none) is
+    the same store. Whatever cannot be read back counts as a change."""
     import sqlite3
     import tempfile
 
-    dumps = []
+    def tables(path: Path) -> dict[bytes, list[str]]:
+        found: dict[bytes, list[str]] = {}
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            db.text_factory = bytes
+            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+                quoted = name.decode("utf-8").replace('"', '""')
+                rows = sorted(repr(row) for row in db.execute(f'SELECT * FROM "{quoted}"'))
+                if rows:
+                    found[name.lower()] = rows
+        return found
+
     with tempfile.TemporaryDirectory() as tmp:
+        dumps = []
         for i, data in enumerate((a, b)):
             path = Path(tmp) / f"{i}.db"
             path.write_bytes(data)
             try:
-                with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-                    dumps.append(list(db.iterdump()))
-            except sqlite3.Error:
+                dumps.append(tables(path))
+            except Exception:  # sqlite3 errors, a table name that is not UTF-8 ...
                 return False
     return dumps[0] == dumps[1]
 

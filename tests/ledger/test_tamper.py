@@ -234,3 +234,43 @@ def test_a_sqlite_file_damaged_where_no_row_is_read_is_caught(tmp_path: Path, si
     with Ledger.open(location, readonly=True) as ledger:
         report = ledger.verify([signer.public_key()])
     assert not report.ok and any("damaged" in p for p in report.problems), report.problems
+
+
+def _sqlite_ledger(tmp_path: Path, signer: Ed25519PrivateKey) -> str:
+    location = str(tmp_path / "ledger.db")
+    with Ledger.open(location, signer=signer, head_every=1) as ledger:
+        for i in range(3):
+            ledger.append(make_record(i))
+    return location
+
+
+def test_rows_whose_keys_are_not_integers_are_reported(tmp_path: Path, signer: Ed25519PrivateKey) -> None:
+    # Found by fuzzing (exit 3): a damaged schema let a node, record or tree head row carry NULL or
+    # text where its integer key belongs, and verify converted it with int().
+    import contextlib
+    import sqlite3
+
+    location = _sqlite_ledger(tmp_path, signer)
+    with contextlib.closing(sqlite3.connect(location)) as db:
+        for table in ("nodes", "records", "tree_heads"):
+            columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+            db.execute(f"ALTER TABLE {table} RENAME TO old_{table}")
+            db.execute(f"CREATE TABLE {table} ({', '.join(columns)})")  # no types, no primary key
+            db.execute(f"INSERT INTO {table} SELECT * FROM old_{table}")
+            db.execute(f"DROP TABLE old_{table}")
+        db.execute("UPDATE nodes SET pos = NULL WHERE pos = 0")
+        db.execute("UPDATE records SET idx = 0.5 WHERE idx = 0")
+        db.execute("UPDATE tree_heads SET tree_size = 2.5 WHERE tree_size = 2")
+        db.commit()
+    with Ledger.open(location, readonly=True) as ledger:
+        report = ledger.verify([signer.public_key()])
+    problems = "\n".join(report.problems)
+    assert not report.ok
+    for expected in ("node row with position 'None'", "record row with leaf index '0.5'", "tree head row with size '2.5'"):
+        assert expected in problems, problems
+    # Text sorts above every number in SQLite: the store's size itself is then no integer.
+    execute_sql(location, "UPDATE records SET idx = 'one' WHERE idx = 1")
+    with Ledger.open(location, readonly=True) as ledger:
+        report = ledger.verify([signer.public_key()])
+    assert not report.ok and any("'one' is not an integer" in p for p in report.problems), report.problems
+

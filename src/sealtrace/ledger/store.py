@@ -179,20 +179,27 @@ class SqlStore(ABC):
             raise LedgerError(f"{self.location}: ledger id {str(ledger_id)[:40]!r} is not 32 hex digits")
         self.ledger_id = ledger_id
 
+    def _key(self, value: Any, what: str) -> int:
+        """An integer key read back from the store; in a store whose schema was altered, SQLite
+        keeps NULL, text or a float there too, which is refused here rather than converted."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise LedgerError(f"{self.location}: {what} {str(value)[:40]!r} is not an integer (the store was altered)")
+
     def _size(self, connection: Any) -> int:
         (value,) = self._fetch(connection, "SELECT max(idx) FROM records")[0]
-        return 0 if value is None else int(value) + 1
+        return 0 if value is None else self._key(value, "record leaf index") + 1
 
     def _read_nodes(self, connection: Any, positions: Sequence[int]) -> dict[int, bytes]:
         found: dict[int, bytes] = {}
         for chunk in _chunks(list(positions)):
             for pos, value in self._fetch(connection, f"SELECT pos, hash FROM nodes WHERE pos IN ({_marks(chunk)})", chunk):
-                found[int(pos)] = row_bytes(value)
+                found[self._key(pos, "node position")] = row_bytes(value)
         return found
 
     def _latest_tree_head(self, connection: Any) -> tuple[int, bytes] | None:
         rows = self._fetch(connection, f"SELECT tree_size, {_HEAD} FROM tree_heads ORDER BY tree_size DESC LIMIT 1")
-        return (int(rows[0][0]), row_bytes(rows[0][1])) if rows else None
+        return (self._key(rows[0][0], "tree head size"), row_bytes(rows[0][1])) if rows else None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -226,7 +233,7 @@ class SqlStore(ABC):
         """(leaf index, leaf bytes) of the record with this id."""
         with self._reader() as connection:
             rows = self._fetch(connection, f"SELECT idx, {_BODY} FROM records WHERE id = ?", (record_id,))
-        return (int(rows[0][0]), row_bytes(rows[0][1])) if rows else None
+        return (self._key(rows[0][0], "record leaf index"), row_bytes(rows[0][1])) if rows else None
 
     def existing_ids(self, ids: Sequence[str]) -> set[str]:
         """Which of ``ids`` are ids of stored records (read outside any append)."""
@@ -243,7 +250,7 @@ class SqlStore(ABC):
         """The last ``count`` records, newest first."""
         with self._reader() as connection:
             rows = self._fetch(connection, f"SELECT idx, {_ID}, {_BODY} FROM records ORDER BY idx DESC LIMIT ?", (count,))
-        return [(int(i), str(r), row_bytes(b)) for i, r, b in rows]
+        return [(self._key(i, "record leaf index"), str(r), row_bytes(b)) for i, r, b in rows]
 
     def iter_records(self, stop: int | None = None, start: int | None = None) -> Iterator[tuple[Any, Any, Any]]:
         """(idx, id, body) of every record (with ``start`` <= idx < ``stop``), in leaf order, a page at a time."""
@@ -268,7 +275,8 @@ class SqlStore(ABC):
         rows: list[Any] = []
         while True:
             with self._reader() as connection:
-                rows = self._fetch(connection, after, (int(rows[-1][0]),)) if rows else self._fetch(connection, first)
+                # The last key as read (not int(): a key of an altered row is reported by the caller).
+                rows = self._fetch(connection, after, (rows[-1][0],)) if rows else self._fetch(connection, first)
             yield from rows
             if len(rows) < page:
                 return
@@ -423,6 +431,8 @@ class SqliteStore(SqlStore):
             connection.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as exc:
             raise LedgerError(f"{self.location}: cannot open SQLite ledger ({_brief(exc)})") from None
+        except UnicodeDecodeError:  # SQLite's own message quoted a damaged schema's bytes
+            raise LedgerError(f"{self.location}: cannot open SQLite ledger (its schema is damaged)") from None
         with self._lock:
             self._connections.append(connection)
         return connection
@@ -436,6 +446,8 @@ class SqliteStore(SqlStore):
             yield connection
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"{self.location}: cannot read the ledger ({_brief(exc)})") from None
+        except UnicodeDecodeError as exc:  # sqlite3 decodes TEXT as UTF-8; a tampered row may not be
+            raise LedgerError(f"{self.location}: cannot read the ledger (a text value is not UTF-8: {exc.reason})") from None
 
     @contextlib.contextmanager
     def _writer(self) -> Iterator[sqlite3.Connection]:

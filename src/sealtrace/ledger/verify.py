@@ -11,7 +11,7 @@ store's rows are read a page at a time: memory stays flat however large the ledg
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +145,9 @@ def _tree_heads(store: SqlStore, trusted: TrustedKeys, report: VerifyReport) -> 
     heads: list[TreeHead] = []
     previous: str | None = None
     for column_size, body in store.iter_tree_heads():
+        if not _is_index(column_size):
+            report.problem(f"tree head row with size {str(column_size)[:40]!r}: not an integer (a row was altered)")
+            continue
         where = f"tree head row {column_size}"
         report.tree_heads += 1
         stored = row_bytes(body)
@@ -196,9 +199,12 @@ def _check_tree(store: SqlStore, size: int, wanted: set[int], report: VerifyRepo
     the roots at the ``wanted`` tree sizes."""
     tree = merkle.CompactRange()
     roots: dict[int, bytes] = {}
-    stored = _StoredNodes(store)
+    stored = _StoredNodes(store, report)
     expected = 0
     for idx, record_id, body in store.iter_records(size):
+        if not _is_index(idx):
+            report.problem(f"record row with leaf index {str(idx)[:40]!r}: not an integer (a row was altered)")
+            continue
         if idx < expected:
             report.problem(f"record row {idx}: not a leaf index of the tree (a row was inserted or moved)")
             continue
@@ -237,12 +243,25 @@ def _check_tree(store: SqlStore, size: int, wanted: set[int], report: VerifyRepo
     return roots
 
 
+def _is_index(value: object) -> bool:
+    # A tampered SQLite row may hold NULL, text or a float where an integer key belongs.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class _StoredNodes:
     """The stored nodes in position order, taken one position at a time as the tree is recomputed."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self._rows = ((int(pos), row_bytes(value)) for pos, value in store.iter_nodes())
+    def __init__(self, store: SqlStore, report: VerifyReport) -> None:
+        self._rows = self._positioned(store, report)
         self._next = next(self._rows, None)
+
+    @staticmethod
+    def _positioned(store: SqlStore, report: VerifyReport) -> Iterator[tuple[int, bytes]]:
+        for pos, value in store.iter_nodes():
+            if _is_index(pos):
+                yield pos, row_bytes(value)
+            else:
+                report.problem(f"node row with position {str(pos)[:40]!r}: not an integer (a row was altered)")
 
     def _advance(self) -> None:
         self._next = next(self._rows, None)
