@@ -587,8 +587,7 @@ def _check_body(body: Any, where: str, version: int) -> list[Entry]:
     chunk_size = _int(body["chunk_size"], "chunk_size", where, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE)
     if chunk_size & (chunk_size - 1):
         raise _fail(where, "chunk_size must be a power of two")
-    if not isinstance(body["plan_digest"], str) or not _HEX64.match(body["plan_digest"]):
-        raise _fail(where, "plan_digest must be 64 lowercase hex digits")
+    _hex64(body["plan_digest"], "plan_digest", where)
     model = _keys(body["model"], _MODEL_KEYS, "model", where)
     for key in ("producer_name", "producer_version", "domain", "graph_name"):
         _str(model[key], f"model.{key}", where)
@@ -603,16 +602,14 @@ def _check_body(body: Any, where: str, version: int) -> list[Entry]:
     source = _keys(body["source"], _SOURCE_KEYS, "source", where)
     if source["file_name"] is not None:
         check_name(source["file_name"], "source.file_name", where)
-    if not isinstance(source["sha256"], str) or not _HEX64.match(source["sha256"]):
-        raise _fail(where, "source.sha256 must be 64 lowercase hex digits")
+    _hex64(source["sha256"], "source.sha256", where)
     _int(source["size"], "source.size", where)
     if not isinstance(source["external_data"], list):
         raise _fail(where, "source.external_data must be a list")
     for item in source["external_data"]:
         item = _keys(item, {"path", "sha256", "size"}, "source.external_data entry", where)
         check_name(item["path"], "external data path", where)
-        if not isinstance(item["sha256"], str) or not _HEX64.match(item["sha256"]):
-            raise _fail(where, "external data sha256 must be 64 lowercase hex digits")
+        _hex64(item["sha256"], "external data sha256", where)
         _int(item["size"], "external data size", where)
 
     entries: list[Entry] = []
