@@ -5,7 +5,7 @@ section.
 
 The index is computed from the section's protobuf *wire records*, not from a parsed and
 re-serialized model: the digests are of bytes as they are stored, so an independent verifier needs
-only the wire format and five field numbers (docs/container-format.md, "The graph index"). The
+only the wire format and eight field numbers (docs/container-format.md, "The graph index"). The
 section bytes may be anything when the section was tampered with: every read here is bounded by the
 bytes at hand and nothing is allocated by a size the bytes declare.
 """
