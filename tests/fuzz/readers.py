@@ -85,9 +85,16 @@ def _same_rows(a: bytes, b: bytes) -> bool:
         found: dict[bytes, list[str]] = {}
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
             db.text_factory = bytes
-            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            # CAST: a schema row whose type a byte flip turned from text into a blob is still a table.
+            query = "SELECT name FROM sqlite_master WHERE CAST(type AS TEXT) = 'table'"
+            for (name,) in db.execute(query).fetchall():
                 quoted = name.decode("utf-8").replace('"', '""')
-                rows = sorted(repr(row) for row in db.execute(f'SELECT * FROM "{quoted}"'))
+                # Columns renamed c0, c1 ...: a column name the schema text spells in bytes that are
+                # not UTF-8 is still the same column (Python's sqlite3 would fail decoding it).
+                width = len(db.execute(f'PRAGMA table_info("{quoted}")').fetchall())
+                columns = ", ".join(f"c{i}" for i in range(width))
+                query = f'WITH t({columns}) AS (SELECT * FROM "{quoted}") SELECT * FROM t'
+                rows = sorted(repr(row) for row in db.execute(query))
                 if rows:
                     found[name.lower()] = rows
         return found
