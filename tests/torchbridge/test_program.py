@@ -142,3 +142,22 @@ def test_sizes_and_values_from_the_command_line_are_bad_input(
         err = capsys.readouterr().err
         assert "internal error" not in err and err.count("\n") == 1, err
     assert not (tmp_path / "a.pt2").exists() and not (tmp_path / "b.pt2").exists()
+
+
+def test_an_export_leaves_no_traced_tensor_behind_for_later_eager_runs() -> None:
+    # torch.export traces with FakeTensors; a kernel helper that cached a tensor it made while
+    # tracing (the LSTM's gate order) handed that FakeTensor to every later eager run in the
+    # process, which then failed ("tensor subclasses") depending on test order.
+    from sealtrace.backends import get_backend
+    from sealtrace.plan import build_plan
+    from sealtrace.torchbridge.program import export_program
+
+    real = zoo.model("silero-vad")
+    path = require_material(lambda: real.path)
+    feeds = require_material(real.inputs)
+    export_program(str(path), feeds, fixed_inputs={"sr": np.array(16000, np.int64)})
+    plan = build_plan(path)
+    eager = get_backend("torch").run(plan, feeds)
+    reference = get_backend("reference").run(plan, feeds)
+    for name, value in reference.items():
+        np.testing.assert_allclose(eager[name], value, rtol=1e-4, atol=1e-5)

@@ -213,15 +213,18 @@ def _fusable(s: _Setup, clip: float | None) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _gate_index(order: tuple[int, ...], n: int, device: torch.device) -> torch.Tensor:
-    return torch.cat([torch.arange(g * n, (g + 1) * n) for g in order]).to(device)
+def _gate_rows(order: tuple[int, ...], n: int) -> tuple[int, ...]:
+    # Plain integers are cached, never a tensor: a tensor made while torch.export traces is a
+    # FakeTensor, and a cached one then leaked into every later eager run of the process.
+    return tuple(row for g in order for row in range(g * n, (g + 1) * n))
 
 
 def _reordered(matrix: torch.Tensor, order: Sequence[int], n: int) -> torch.Tensor:
     """Gate blocks of ``matrix`` (rows, or entries of a bias) in torch's order (one gather)."""
     if tuple(order) == tuple(range(len(order))):
         return matrix
-    return matrix.index_select(0, _gate_index(tuple(order), n, matrix.device))
+    index = torch.tensor(_gate_rows(tuple(order), n), dtype=torch.int64, device=matrix.device)
+    return matrix.index_select(0, index)
 
 
 def _fused(kind: str, s: _Setup, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None, gates: int,
