@@ -38,6 +38,7 @@ from sealtrace.errors import CheckFailedError, InputError, InvalidModelError, Se
 from sealtrace.limits import json_nesting_exceeds, read_regular_file, refuse_duplicate_keys
 from sealtrace.outputs import atomic_output, check_output
 from sealtrace.plan.modelfile import ExternalFile, external_tensors, files_digest, load_external_data
+from sealtrace.protowire import BYTES, WireError, records
 from sealtrace.signing import (
     Signature,
     load_private_key,
@@ -246,7 +247,10 @@ class _Artifact:
         # that they need not be kept beside the parsed model.
         self._stripped_digest: tuple[str, int] | None = None
         if self.model is not None:
-            kept = without_binding_entry(data)
+            try:
+                kept = without_binding_entry(data)
+            except WireError as exc:  # protobuf took the bytes; the stricter record reader did not
+                raise InvalidModelError(f"{path}: not a well-formed protobuf message ({exc})") from None
             whole = len(kept) == 1 and kept[0] == slice(0, len(data))
             self._stripped_digest = (self.sha256, self.size) if whole else _digest_of(data, kept)
         del data
@@ -308,70 +312,16 @@ class _Artifact:
         return files_digest(self.sha256, self.size, self.external or ())
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]  # IndexError past the end: the caller's bytes parsed as ONNX, so never here
-        value |= (byte & 0x7F) << shift
-        pos += 1
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _field_records(data: bytes) -> list[tuple[int, int, int, int, int]]:
-    """The top-level field records of a protobuf message: (number, wire type, start, payload start,
-    end). Only called on bytes that parsed as a ModelProto."""
-    records, pos = [], 0
-    while pos < len(data):
-        start = pos
-        tag, pos = _varint(data, pos)
-        number, wire = tag >> 3, tag & 7
-        payload = pos
-        if wire == 2:
-            length, payload = _varint(data, pos)
-            pos = payload + length
-        elif wire == 3:  # a group (an unknown field): up to its end tag
-            depth = 1
-            while depth:
-                inner, pos = _varint(data, pos)
-                inner_wire = inner & 7
-                if inner_wire == 3:
-                    depth += 1
-                elif inner_wire == 4:
-                    depth -= 1
-                else:
-                    pos = _past_value(data, pos, inner_wire)
-        else:
-            pos = _past_value(data, pos, wire)
-        records.append((number, wire, start, payload, pos))
-    return records
-
-
-def _past_value(data: bytes, pos: int, wire: int) -> int:
-    """The position after a field value of wire type 0, 1, 2 or 5 that starts at ``pos`` (any other
-    wire type has no value of its own: ``pos`` itself)."""
-    if wire == 0:
-        _, pos = _varint(data, pos)
-    elif wire == 1:
-        pos += 8
-    elif wire == 5:
-        pos += 4
-    elif wire == 2:
-        length, pos = _varint(data, pos)
-        pos += length
-    return pos
-
-
 def without_binding_entry(data: bytes) -> list[slice]:
     """The byte ranges of a serialized ModelProto that remain when every top-level
     ``metadata_props`` entry (field 14) keyed ``sealtrace.binding`` is cut out (docs/binding.md),
     adjacent ranges merged."""
     kept: list[slice] = []
-    for number, wire, start, payload, end in _field_records(data):
-        if number == 14 and wire == 2:
+    for record in records(data):
+        start, end = record.start, record.end
+        if record.number == 14 and record.wire == BYTES:
             entry = onnx.StringStringEntryProto()
-            entry.ParseFromString(data[payload:end])
+            entry.ParseFromString(data[record.payload_start : end])
             if entry.key == METADATA_KEY:
                 continue
         if kept and kept[-1].stop == start:

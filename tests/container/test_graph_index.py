@@ -18,7 +18,8 @@ from sealtrace.cli import main
 from sealtrace.container import add_signatures, describe_container, seal_model, verify_container
 from sealtrace.container.errors import ContainerDamagedError, IntegrityError
 from sealtrace.container.format import open_container
-from sealtrace.container.graphindex import WireError, compare, graph_index, records, shown
+from sealtrace.container.graphindex import compare, graph_index, shown
+from sealtrace.protowire import WireError, records
 from sealtrace.session import Session
 from tests.container.conftest import assemble, split, tiny_model
 
