@@ -105,6 +105,12 @@ def check_allocation(nbytes: int, what: str) -> None:
         )
 
 
+def has_control_characters(name: str) -> bool:
+    """Whether a name taken from outside bytes holds a C0 control character or DEL: no name a
+    writer of ours makes does, and a NUL cannot reach the file system at all."""
+    return any(ord(c) < 32 or ord(c) == 127 for c in name)
+
+
 def open_regular_file(
     path: str | os.PathLike[str], what: str = "file", error: type[SealtraceError] = InputError
 ) -> tuple[BinaryIO, int]:

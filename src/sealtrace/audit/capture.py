@@ -58,7 +58,7 @@ from sealtrace.audit.records import sequence_digest, value_digest
 from sealtrace.backends.base import Backend, StepEvent
 from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_dtype, tensor_digest
 from sealtrace.errors import CheckFailedError, InputError
-from sealtrace.limits import memory_budget, read_regular_file
+from sealtrace.limits import has_control_characters, memory_budget, read_regular_file
 from sealtrace.plan.model import Plan
 
 CAPTURE_FORMAT = "sealtrace.capture.v1"
@@ -126,7 +126,7 @@ def _plain_file_name(name: Any) -> bool:
     "..", not hidden), as the writer makes them; so a crafted index cannot reach other files."""
     return (
         isinstance(name, str) and bool(name) and Path(name).name == name and not name.startswith(".")
-        and not any(ord(c) < 32 or ord(c) == 127 for c in name)
+        and not has_control_characters(name)
     )  # fmt: skip
 
 

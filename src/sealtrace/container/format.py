@@ -34,7 +34,7 @@ from sealtrace.container.errors import ContainerDamagedError, ContainerFormatErr
 from sealtrace.container.graphindex import LABEL_LENGTH
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import SealtraceError
-from sealtrace.limits import json_nesting_exceeds, open_regular_file
+from sealtrace.limits import has_control_characters, json_nesting_exceeds, open_regular_file
 
 MAGIC = b"\x89SEAL\r\n\x1a"
 FORMAT_NAME = "sealtrace.container"
@@ -519,7 +519,7 @@ def check_name(name: Any, what: str, where: str) -> str:
     name = _str(name, what, where)
     if not name:
         raise _fail(where, f"{what} is empty")
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if has_control_characters(name):
         raise _fail(where, f"{what} {name[:60]!r} contains control characters")
     if "\\" in name or name.startswith("/") or re.match(r"[A-Za-z]:", name):
         raise _fail(where, f"{what} {name[:60]!r} looks like an absolute or Windows path")

@@ -55,7 +55,13 @@ from sealtrace.container.signatures import (
 from sealtrace.container.weights import model_tensors
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import InputError
-from sealtrace.limits import BudgetExceededError, check_allocation, open_regular_file, read_regular_file
+from sealtrace.limits import (
+    BudgetExceededError,
+    check_allocation,
+    has_control_characters,
+    open_regular_file,
+    read_regular_file,
+)
 from sealtrace.outputs import atomic_output, check_output
 
 FORMAT_NAME = "sealtrace.manifest"
@@ -86,7 +92,7 @@ def check_relative_path(path: Any, what: str = "path") -> str:
         raise ContainerFormatError(f"manifest {what} {path[:80]!r} is absolute or not '/'-separated")
     if any(part in ("", ".", "..") for part in path.split("/")):
         raise ContainerFormatError(f"manifest {what} {path[:80]!r} has an empty, '.' or '..' component")
-    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+    if has_control_characters(path):
         raise ContainerFormatError(f"manifest {what} {path[:80]!r} contains control characters")
     return path
 

@@ -31,7 +31,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
 
 from sealtrace.digest import json_digest
 from sealtrace.errors import InvalidModelError
-from sealtrace.limits import open_regular_file, read_regular_file
+from sealtrace.limits import has_control_characters, open_regular_file, read_regular_file
 
 FILES_FORMAT = "sealtrace.onnx-files.v1"
 
@@ -175,7 +175,7 @@ def external_location(location: str, where: str, tensor: str) -> str:
     """A location normalized to a '/'-separated path inside the model's directory, or refused."""
     if not location:
         raise InvalidModelError(f"{where}: tensor {tensor[:80]!r} has external data without a location")
-    if any(ord(c) < 32 or ord(c) == 127 for c in location):
+    if has_control_characters(location):
         raise InvalidModelError(
             f"{where}: tensor {tensor[:80]!r}: external data location {location[:120]!r} has control characters"
         )
