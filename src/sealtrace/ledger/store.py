@@ -180,9 +180,8 @@ class SqlStore(ABC):
         self.ledger_id = ledger_id
 
     def _key(self, value: Any, what: str) -> int:
-        """An integer key read back from the store; in a store whose schema was altered, SQLite
-        keeps NULL, text or a float there too, which is refused here rather than converted."""
-        if isinstance(value, int) and not isinstance(value, bool):
+        """An integer key read back from the store (see :func:`is_integer_key`), refused otherwise."""
+        if is_integer_key(value):
             return value
         raise LedgerError(f"{self.location}: {what} {str(value)[:40]!r} is not an integer (the store was altered)")
 
@@ -372,6 +371,12 @@ def _marks(items: Sequence[Any]) -> str:
 def _chunks(items: list[Any], size: int = 500) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def is_integer_key(value: Any) -> bool:
+    """Whether a key read back from the store is an integer: in a store whose schema was altered,
+    SQLite keeps NULL, text or a float there too, which is never converted with int()."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def row_bytes(value: Any) -> bytes:

@@ -18,7 +18,7 @@ from typing import Any
 from sealtrace.ledger import merkle
 from sealtrace.ledger.errors import LedgerError, ProofFormatError, RecordError
 from sealtrace.ledger.records import MAX_RECORD_BYTES, parse_record
-from sealtrace.ledger.store import SqlStore, row_bytes
+from sealtrace.ledger.store import SqlStore, is_integer_key, row_bytes
 from sealtrace.ledger.treehead import TreeHead, TrustedKeys
 from sealtrace.ledger.values import decode_tensor, decompress_trail, trail_run_digest
 
@@ -145,7 +145,7 @@ def _tree_heads(store: SqlStore, trusted: TrustedKeys, report: VerifyReport) -> 
     heads: list[TreeHead] = []
     previous: str | None = None
     for column_size, body in store.iter_tree_heads():
-        if not _is_index(column_size):
+        if not is_integer_key(column_size):
             report.problem(f"tree head row with size {str(column_size)[:40]!r}: not an integer (a row was altered)")
             continue
         where = f"tree head row {column_size}"
@@ -202,7 +202,7 @@ def _check_tree(store: SqlStore, size: int, wanted: set[int], report: VerifyRepo
     stored = _StoredNodes(store, report)
     expected = 0
     for idx, record_id, body in store.iter_records(size):
-        if not _is_index(idx):
+        if not is_integer_key(idx):
             report.problem(f"record row with leaf index {str(idx)[:40]!r}: not an integer (a row was altered)")
             continue
         if idx < expected:
@@ -243,11 +243,6 @@ def _check_tree(store: SqlStore, size: int, wanted: set[int], report: VerifyRepo
     return roots
 
 
-def _is_index(value: object) -> bool:
-    # A tampered SQLite row may hold NULL, text or a float where an integer key belongs.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 class _StoredNodes:
     """The stored nodes in position order, taken one position at a time as the tree is recomputed."""
 
@@ -258,7 +253,7 @@ class _StoredNodes:
     @staticmethod
     def _positioned(store: SqlStore, report: VerifyReport) -> Iterator[tuple[int, bytes]]:
         for pos, value in store.iter_nodes():
-            if _is_index(pos):
+            if is_integer_key(pos):
                 yield pos, row_bytes(value)
             else:
                 report.problem(f"node row with position {str(pos)[:40]!r}: not an integer (a row was altered)")
