@@ -386,3 +386,21 @@ def test_onnx_without_binding_covers_the_artifacts_bytes_not_its_parse(sealed: d
     embedded = data.index(b'"container_digest"')  # inside the embedded record's value
     sealed["artifact"].write_bytes(data[:embedded] + b"X" + data[embedded + 1:])
     assert check_binding(sealed["artifact"], sealed["seal"]).ok
+
+
+def test_bytes_protobuf_takes_but_the_record_reader_refuses_are_bad_input(
+    sealed: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The binding entry is cut out along protowire's strict records; should they ever refuse bytes
+    # protobuf parsed, that is a typed error (exit 2), not an internal one.
+    import sealtrace.binding
+    from sealtrace.protowire import WireError
+
+    def refuse(data: bytes) -> None:
+        raise WireError("group ends with another field's end tag")
+
+    monkeypatch.setattr(sealtrace.binding, "records", refuse)
+    capsys.readouterr()
+    assert main(["check-binding", str(sealed["artifact"]), "--container", str(sealed["seal"])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a well-formed protobuf message" in err, err
