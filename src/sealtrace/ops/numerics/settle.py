@@ -1,0 +1,144 @@
+"""From an approximation with an error bound to the correctly rounded result (Ziv's rounding test).
+
+Every primitive first computes a float64 approximation ``y`` of each exact result ``v`` together with
+a rigorous bound ``err >= |y - v|``, in whatever order NumPy, the BLAS and the CPU choose: the bound
+holds for any order. When no rounding boundary of the target format lies in [y - err, y + err],
+RN(y - err) and RN(y + err) are the same value, and so is RN(v): that value is the result, whatever
+the machine. The rare elements whose interval holds a boundary take an exact path:
+
+1. ``accurate_sums``: the terms of a sum are re-added by Rump, Ogita and Oishi's error-free
+   extraction, whose partial sums are exact in any order; the bound shrinks to about 2**-104 of the
+   largest term, and the test runs again.
+2. ``exact_sums`` / ``exact_apply``: what is still undecided is computed by MPFR (gmpy2), whose
+   operations are correctly rounded: sums in a precision wide enough to be exact, and the last
+   operation rounded once into the target format.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import gmpy2
+import numpy as np
+
+from sealtrace.ops.numerics.formats import FloatFormat, round_to
+
+Array = np.ndarray[Any, Any]
+
+# The unit roundoff of float64.
+U = 2.0**-53
+# Bounds computed in float64 are themselves rounded: every bound is widened by this factor, which
+# covers the relative error of any bound formula here (at most a few thousand roundings of 2**-53).
+WIDEN = 1.0 + 2.0**-20
+
+Exact = Callable[[Array], Sequence[float] | Array]
+
+
+def settle(y: Array, err: Array | float, fmt: FloatFormat, exact: Exact) -> Array:
+    """RN(v) in ``fmt`` for each element, given float64 ``y`` with ``|y - v| <= err``.
+
+    Elements where RN(y - err) and RN(y + err) differ (compared bit for bit, so -0 and +0 differ)
+    are handed to ``exact`` as flat indices; it returns their correctly rounded values. A
+    non-finite ``y`` is taken as the result (the callers make sure it is the right one).
+    """
+    out = round_to(y, fmt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo = round_to(y - err, fmt)
+        hi = round_to(y + err, fmt)
+    hard = lo.view(fmt.bits) != hi.view(fmt.bits)
+    hard &= np.isfinite(y)
+    index = np.flatnonzero(hard)
+    if index.size:
+        out.reshape(-1)[index] = exact(index)
+    return out
+
+
+def two_sum(a: Array, b: Array) -> tuple[Array, Array]:
+    """Knuth's TwoSum: s = fl(a + b) and the exact error e, a + b = s + e (in any IEEE arithmetic)."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    return s, e
+
+
+def _extraction_shift(count: int) -> int:
+    """log2 of the factor by which the extraction constant exceeds the largest term: 2**M >= count + 2."""
+    return max(1, math.ceil(math.log2(count + 2)))
+
+
+def accurate_sums(terms: Array) -> tuple[Array, Array]:
+    """Row sums of ``terms`` ([rows, count], float64, each term exact) with a rigorous error bound.
+
+    Two levels of ExtractVector (Rump, Ogita, Oishi, "Accurate floating-point summation", 2008):
+    with sigma a power of two at least 2**M times the largest term, q = (sigma + p) - sigma and
+    p - q are exact, and the q of a row sum exactly in any order. The first level leaves terms below
+    2**-53 sigma, the second below 2**-106 sigma; those are added plainly. The partial results are
+    combined with TwoSum, whose exact errors enter the bound, so a row whose remainder is zero and
+    whose combination is exact gets a bound of zero (an exact tie then rounds to even, undecided by
+    nothing).
+    """
+    count = terms.shape[1]
+    shift = _extraction_shift(count)
+    rest = terms
+    parts = []
+    for _ in range(2):
+        top = np.max(np.abs(rest), axis=1)
+        _, exponent = np.frexp(top)  # top < 2**exponent
+        sigma = np.ldexp(1.0, exponent + shift)[:, None]
+        sigma[top == 0] = 0.0
+        q = (rest + sigma) - sigma
+        rest = rest - q
+        parts.append(np.sum(q, axis=1))  # exact, in any order
+    remainder = np.sum(rest, axis=1)
+    remainder_err = np.sum(np.abs(rest), axis=1) * (count * U * WIDEN)
+    high, low = parts
+    t, e1 = two_sum(low, remainder)
+    s, e2 = two_sum(high, t)
+    err = remainder_err + np.abs(e1) + np.abs(e2)
+    return s, err
+
+
+def _exact_precision(row: Sequence[float]) -> int:
+    """A precision (bits) in which the sum of ``row``'s float64 terms is exact."""
+    exponents = [math.frexp(v)[1] for v in row if v != 0.0 and math.isfinite(v)]
+    if not exponents:
+        return 64
+    return max(exponents) - min(exponents) + 53 + max(1, len(row)).bit_length() + 2
+
+
+def exact_apply(
+    rows: Iterable[Sequence[float]], fmt: FloatFormat, finish: Callable[[Any], Any] | None = None
+) -> list[float]:
+    """For each row of float64 terms: their exact sum S (MPFR, wide enough to be exact), then
+    ``finish(S)`` computed in ``fmt``'s MPFR context, which rounds once into ``fmt``
+    (``finish`` None: S itself rounded)."""
+    values: list[float] = []
+    for row in rows:
+        with gmpy2.context(precision=_exact_precision(row)):
+            total = gmpy2.fsum(row)
+        with fmt.context:
+            values.append(float(finish(total) if finish is not None else +total))
+    return values
+
+
+def exact_sums(rows: Iterable[Sequence[float]], fmt: FloatFormat) -> list[float]:
+    """RN of the exact sum of each row of float64 terms, in ``fmt`` (MPFR's correctly rounded sum)."""
+    values: list[float] = []
+    with fmt.context:
+        for row in rows:
+            values.append(float(gmpy2.fsum(row)))
+    return values
+
+
+def settle_sums(y: Array, err: Array, fmt: FloatFormat, terms_of: Callable[[Array], Array]) -> Array:
+    """``settle`` for sums: the undecided elements' terms (``terms_of(flat indices)`` -> [n, count]
+    float64, exact) are re-added accurately, and what that still leaves undecided is summed by MPFR."""
+
+    def exact(index: Array) -> Array:
+        terms = terms_of(index)
+        s, e = accurate_sums(terms)
+        return settle(s, e, fmt, lambda again: exact_sums(terms[again].tolist(), fmt)).astype(np.float64)
+
+    return settle(y, err, fmt, exact)
