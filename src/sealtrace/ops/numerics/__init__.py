@@ -24,6 +24,7 @@ from sealtrace.ops.numerics.formats import (
     FLOAT32,
     FLOAT64,
     FloatFormat,
+    canonical_nan_value,
     canonical_nans,
     format_of,
     is_float,
@@ -40,7 +41,7 @@ from sealtrace.ops.numerics.mode import (
     is_native,
     numerics_mode,
 )
-from sealtrace.ops.numerics.products import einsum, gemm, matmul, product
+from sealtrace.ops.numerics.products import determinant, einsum, gemm, matmul, product
 from sealtrace.ops.numerics.reductions import (
     mean_square,
     reduce_l1,
@@ -63,9 +64,11 @@ __all__ = [
     "SPEC_VERSION",
     "FloatFormat",
     "apply",
+    "canonical_nan_value",
     "canonical_nans",
     "check_mode",
     "current_mode",
+    "determinant",
     "einsum",
     "format_of",
     "gemm",

@@ -97,6 +97,19 @@ def _poly(z: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
     return acc
 
 
+def _tail(t: np.ndarray) -> np.ndarray:
+    """erfc(t) for t >= 1.25 (fdlibm's tail: exp(-t*t - 0.5625 + R/S) / t)."""
+    s = 1.0 / (t * t)
+    near = t < 1.0 / 0.35
+    ratio = np.where(near, _poly(s, _RA) / _poly(s, _SA), _poly(s, _RB) / _poly(s, _SB))
+    # fdlibm splits t into a 32-bit-mantissa head so exp(-t*t) keeps its accuracy
+    head = (t.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
+    r = np.exp(-head * head - 0.5625)
+    r *= np.exp((head - t) * (head + t) + ratio)
+    r /= t
+    return r
+
+
 def erf64(x: np.ndarray) -> np.ndarray:
     """erf of float64 ``x`` (any shape), within 1 ulp."""
     v = np.asarray(x, dtype=np.float64).reshape(-1)
@@ -114,15 +127,32 @@ def erf64(x: np.ndarray) -> np.ndarray:
     out[mid] = _ERX + _poly(s, _PA) / _poly(s, _QA)
     t = a[tail]
     if t.size:
-        s = 1.0 / (t * t)
-        near = t < 1.0 / 0.35
-        ratio = np.where(near, _poly(s, _RA) / _poly(s, _SA), _poly(s, _RB) / _poly(s, _SB))
-        # fdlibm splits t into a 32-bit-mantissa head so exp(-t*t) keeps its accuracy
-        head = (t.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
-        r = np.exp(-head * head - 0.5625)
-        r *= np.exp((head - t) * (head + t) + ratio)
-        r /= t
-        out[tail] = 1.0 - r
+        out[tail] = 1.0 - _tail(t)
     # erf is odd: the mid and tail branches computed erf(|x|)
     np.copysign(out, v, out=out)
+    return out.reshape(x.shape)
+
+
+def erfc64(x: np.ndarray) -> np.ndarray:
+    """erfc of float64 ``x`` (any shape), within a few ulps relative, the right tail included
+    (fdlibm's s_erf.c, erfc)."""
+    v = np.asarray(x, dtype=np.float64).reshape(-1)
+    # beyond 28, erfc underflows to 0 in float64 (and to 2 on the left)
+    a = np.minimum(np.abs(v), 28.0)
+    out = np.empty_like(v)
+    small = a < 0.84375
+    mid = a < 1.25
+    mid &= ~small
+    tail = ~(small | mid)
+    s = v[small]
+    z = s * s
+    out[small] = 1.0 - (s + s * (_poly(z, _PP) / _poly(z, _QQ)))
+    s = a[mid] - 1.0
+    d = _poly(s, _PA) / _poly(s, _QA)
+    out[mid] = np.where(v[mid] > 0, (1.0 - _ERX) - d, 1.0 + (_ERX + d))
+    t = a[tail]
+    if t.size:
+        r = _tail(t)
+        out[tail] = np.where(v[tail] > 0, r, 2.0 - r)
+    out[np.isnan(v)] = np.nan
     return out.reshape(x.shape)

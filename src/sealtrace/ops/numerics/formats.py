@@ -126,3 +126,27 @@ def canonical_nans(out: Array, fmt: FloatFormat) -> Array:
 def bits_of(values: Array, fmt: FloatFormat) -> Array:
     """The raw bits of ``values`` (an array of ``fmt``), as unsigned integers."""
     return values.view(fmt.bits)
+
+
+def canonical_nan_value(value: Any) -> Any:
+    """A step's output with every NaN of a float tensor made the canonical NaN (docs/numerics.md,
+    "NaN"): ``value`` itself when it has none or only canonical ones, else a copy. IEEE 754 leaves
+    the sign and payload of a NaN result unspecified, and CPUs differ (x86's default NaN has its
+    sign bit set, Arm's does not). Sequences (lists) are handled element by element."""
+    if type(value) is list:
+        return [canonical_nan_value(v) for v in value]
+    if type(value) is not np.ndarray or value.size == 0:
+        return value
+    fmt = _FORMATS.get(value.dtype)
+    if fmt is None:
+        return value
+    with np.errstate(invalid="ignore"):
+        if not np.isnan(np.max(value)):
+            return value
+    nan = np.isnan(value)
+    canonical = np.asarray(fmt.canonical_nan, dtype=fmt.dtype).view(fmt.bits)
+    if (value.view(fmt.bits)[nan] == canonical).all():
+        return value
+    out = value.copy()
+    out[nan] = fmt.canonical_nan
+    return out

@@ -20,7 +20,7 @@ from typing import Any
 import gmpy2
 import numpy as np
 
-from sealtrace.ops.numerics.erf import erf64
+from sealtrace.ops.numerics.erf import erf64, erfc64
 from sealtrace.ops.numerics.formats import FLOAT32, FLOAT64, FloatFormat, format_of
 from sealtrace.ops.numerics.mode import is_native
 from sealtrace.ops.numerics.settle import settle
@@ -30,20 +30,24 @@ Array = np.ndarray[Any, Any]
 # The relative error allowed to every float64 fast path (see the module's docstring).
 RELATIVE_BOUND = 2.0**-40
 # Precisions (bits) at which a composite is evaluated by MPFR until its rounding is decided.
-_ZIV_PRECISIONS = (96, 192, 384, 1536)
+_ZIV_PRECISIONS = (128, 256, 512, 2048)
 
 
 @dataclass(frozen=True)
 class Function:
-    """One elementwise function: its float64 fast path, its MPFR definition, its native form."""
+    """One elementwise function of x and its constant parameters (attribute values, taken at their
+    own value): its float64 fast path, its MPFR definition, its native form."""
 
     name: str
-    approximate: Callable[[Array], Array]
-    exact: Callable[[Any], Any]
+    approximate: Callable[..., Array]
+    exact: Callable[..., Any]
     # Whether ``exact`` is one MPFR function, correctly rounded in the current context; otherwise it
     # is a formula evaluated at rising precisions until the rounding is decided.
     single: bool
-    native: Callable[[Array], Array]
+    native: Callable[..., Array]
+    # The relative error bound of ``approximate`` at (x, y, *parameters), where it exceeds
+    # RELATIVE_BOUND (a formula whose inner argument is itself rounded); None: RELATIVE_BOUND.
+    bound: Callable[..., Array] | None = None
 
 
 def _sigmoid64(x: Array) -> Array:
@@ -65,6 +69,93 @@ def _softplus_exact(v: Any) -> Any:
     return gmpy2.log1p(gmpy2.exp(v))
 
 
+def _elu64(x: Array, alpha: float) -> Array:
+    return np.where(x < 0, alpha * np.expm1(x), x)
+
+
+def _elu_exact(v: Any, alpha: float) -> Any:
+    return gmpy2.mpfr(alpha, 53) * gmpy2.expm1(v) if v < 0 else +v
+
+
+def _selu64(x: Array, alpha: float, gamma: float) -> Array:
+    return np.where(x > 0, gamma * x, (gamma * alpha) * np.expm1(x))
+
+
+def _selu_exact(v: Any, alpha: float, gamma: float) -> Any:
+    g = gmpy2.mpfr(gamma, 53)
+    return g * v if v > 0 else g * gmpy2.mpfr(alpha, 53) * gmpy2.expm1(v)
+
+
+def _celu64(x: Array, alpha: float) -> Array:
+    return np.where(x >= 0, x, alpha * np.expm1(x / alpha))
+
+
+def _celu_exact(v: Any, alpha: float) -> Any:
+    a = gmpy2.mpfr(alpha, 53)
+    return +v if v >= 0 else a * gmpy2.expm1(v / a)
+
+
+_SQRT_HALF = math.sqrt(0.5)
+
+
+def _gelu64(x: Array) -> Array:
+    return 0.5 * x * erfc64(-_SQRT_HALF * x)
+
+
+def _gelu_bound(x: Array, y: Array) -> Array:
+    # erfc(z) moves by about 2 z dz relative when its argument z = -x / sqrt 2 > 0 is rounded (for
+    # x < 0); for x > 0 erfc(z) is near 2 and does not move
+    return RELATIVE_BOUND + np.where(x < 0, x * x, 0.0) * 2.0**-50
+
+
+def _gelu_exact(v: Any) -> Any:
+    return v * gmpy2.erfc(-v / gmpy2.sqrt(2)) / 2
+
+
+_GELU_CUBIC = 0.044715
+_SQRT_TWO_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh_argument(x: Array) -> Array:
+    """2 u = 2 sqrt(2/pi) (x + 0.044715 x**3): 0.5 (1 + tanh u) = sigmoid(2 u), without the
+    cancellation of 1 + tanh u for x << 0."""
+    return (2.0 * _SQRT_TWO_OVER_PI) * (x + _GELU_CUBIC * (x * x * x))
+
+
+def _gelu_tanh64(x: Array) -> Array:
+    return x / (1.0 + np.exp(-_gelu_tanh_argument(x)))
+
+
+def _gelu_tanh_bound(x: Array, y: Array) -> Array:
+    # sigmoid(v) moves by at most |dv| relative; v carries a few roundings of itself
+    return RELATIVE_BOUND + np.abs(_gelu_tanh_argument(x)) * 2.0**-49
+
+
+def _gelu_tanh_exact(v: Any) -> Any:
+    inner = v + gmpy2.mpfr("0.044715") * v**3
+    return v / (1 + gmpy2.exp(-2 * gmpy2.sqrt(2 / gmpy2.const_pi()) * inner))
+
+
+def _mish64(x: Array) -> Array:
+    return x * np.tanh(_softplus64(x))
+
+
+def _mish_exact(v: Any) -> Any:
+    return v * gmpy2.tanh(_softplus_exact(v))
+
+
+def _swish64(x: Array, alpha: float) -> Array:
+    return x / (1.0 + np.exp(-(alpha * x)))
+
+
+def _swish_bound(x: Array, y: Array, alpha: float) -> Array:
+    return RELATIVE_BOUND + np.abs(alpha * x) * 2.0**-50
+
+
+def _swish_exact(v: Any, alpha: float) -> Any:
+    return v / (1 + gmpy2.exp(-gmpy2.mpfr(alpha, 53) * v))
+
+
 def _native_sigmoid(x: Array) -> Array:
     out = np.negative(x)
     np.exp(out, out=out)
@@ -76,30 +167,48 @@ def _native_softplus(x: Array) -> Array:
     return np.logaddexp(x, x.dtype.type(0))
 
 
-def _native_erf(x: Array) -> Array:
-    return erf64(x.astype(np.float64)).astype(x.dtype)
+def _native_via_float64(approximate: Callable[..., Array]) -> Callable[..., Array]:
+    """Native form of a function with no NumPy ufunc: the fast path, rounded once (not portable:
+    it carries the host's float64 exp and friends)."""
+
+    def native(x: Array, *parameters: float) -> Array:
+        return np.asarray(approximate(x.astype(np.float64), *parameters)).astype(x.dtype)
+
+    return native
+
+
+def _function(name: str, approximate: Callable[..., Array], exact: Callable[..., Any], single: bool,
+              native: Callable[..., Array] | None = None, bound: Callable[..., Array] | None = None) -> Function:
+    return Function(name, approximate, exact, single, native or _native_via_float64(approximate), bound)
 
 
 FUNCTIONS: dict[str, Function] = {
     f.name: f
     for f in (
-        Function("exp", np.exp, gmpy2.exp, True, np.exp),
-        Function("log", np.log, gmpy2.log, True, np.log),
-        Function("tanh", np.tanh, gmpy2.tanh, True, np.tanh),
-        Function("sin", np.sin, gmpy2.sin, True, np.sin),
-        Function("cos", np.cos, gmpy2.cos, True, np.cos),
-        Function("tan", np.tan, gmpy2.tan, True, np.tan),
-        Function("asin", np.arcsin, gmpy2.asin, True, np.arcsin),
-        Function("acos", np.arccos, gmpy2.acos, True, np.arccos),
-        Function("atan", np.arctan, gmpy2.atan, True, np.arctan),
-        Function("sinh", np.sinh, gmpy2.sinh, True, np.sinh),
-        Function("cosh", np.cosh, gmpy2.cosh, True, np.cosh),
-        Function("asinh", np.arcsinh, gmpy2.asinh, True, np.arcsinh),
-        Function("acosh", np.arccosh, gmpy2.acosh, True, np.arccosh),
-        Function("atanh", np.arctanh, gmpy2.atanh, True, np.arctanh),
-        Function("erf", erf64, gmpy2.erf, True, _native_erf),
-        Function("sigmoid", _sigmoid64, _sigmoid_exact, False, _native_sigmoid),
-        Function("softplus", _softplus64, _softplus_exact, False, _native_softplus),
+        _function("exp", np.exp, gmpy2.exp, True, np.exp),
+        _function("log", np.log, gmpy2.log, True, np.log),
+        _function("tanh", np.tanh, gmpy2.tanh, True, np.tanh),
+        _function("sin", np.sin, gmpy2.sin, True, np.sin),
+        _function("cos", np.cos, gmpy2.cos, True, np.cos),
+        _function("tan", np.tan, gmpy2.tan, True, np.tan),
+        _function("asin", np.arcsin, gmpy2.asin, True, np.arcsin),
+        _function("acos", np.arccos, gmpy2.acos, True, np.arccos),
+        _function("atan", np.arctan, gmpy2.atan, True, np.arctan),
+        _function("sinh", np.sinh, gmpy2.sinh, True, np.sinh),
+        _function("cosh", np.cosh, gmpy2.cosh, True, np.cosh),
+        _function("asinh", np.arcsinh, gmpy2.asinh, True, np.arcsinh),
+        _function("acosh", np.arccosh, gmpy2.acosh, True, np.arccosh),
+        _function("atanh", np.arctanh, gmpy2.atanh, True, np.arctanh),
+        _function("erf", erf64, gmpy2.erf, True),
+        _function("sigmoid", _sigmoid64, _sigmoid_exact, False, _native_sigmoid),
+        _function("softplus", _softplus64, _softplus_exact, False, _native_softplus),
+        _function("elu", _elu64, _elu_exact, False),
+        _function("selu", _selu64, _selu_exact, False),
+        _function("celu", _celu64, _celu_exact, False),
+        _function("gelu", _gelu64, _gelu_exact, False, bound=_gelu_bound),
+        _function("gelu_tanh", _gelu_tanh64, _gelu_tanh_exact, False, bound=_gelu_tanh_bound),
+        _function("mish", _mish64, _mish_exact, False),
+        _function("swish", _swish64, _swish_exact, False, bound=_swish_bound),
     )
 }
 
@@ -109,22 +218,23 @@ def _widened(x: Array) -> Array:
     return x.astype(np.float32) if x.dtype != np.float64 and x.dtype != np.float32 else x
 
 
-def apply(name: str, x: Array) -> Array:
-    """``name`` (a key of FUNCTIONS) of float array ``x``: RN(f(x)) in x's format (portable), or
-    NumPy's own function in x's type (native)."""
+def apply(name: str, x: Array, *parameters: float) -> Array:
+    """``name`` (a key of FUNCTIONS) of float array ``x`` and the function's constant
+    ``parameters``: RN(f(x)) in x's format (portable), or the host's evaluation (native)."""
     function = FUNCTIONS[name]
     if is_native():
         wide = _widened(x)
-        return np.asarray(function.native(wide)).astype(x.dtype, copy=False)
+        return np.asarray(function.native(wide, *parameters)).astype(x.dtype, copy=False)
     fmt = _format(x)
     x64 = np.asarray(x, dtype=np.float64)
     flat = x64.reshape(-1)
-    exact = _exact_of(function, fmt)
+    exact = _exact_of(function, fmt, parameters)
     if fmt is FLOAT64:
         return np.array([exact(v) for v in flat.tolist()], dtype=np.float64).reshape(x.shape)
     with np.errstate(all="ignore"):
-        y = function.approximate(x64)
-        err = np.abs(y) * RELATIVE_BOUND
+        y = function.approximate(x64, *parameters)
+        relative = RELATIVE_BOUND if function.bound is None else function.bound(x64, y, *parameters)
+        err = np.abs(y) * relative
     return settle(y, err, fmt, lambda index: [exact(v) for v in flat[index].tolist()])
 
 
@@ -135,36 +245,37 @@ def _format(x: Array) -> FloatFormat:
     return fmt
 
 
-def _exact_of(function: Function, fmt: FloatFormat) -> Callable[[float], float]:
+def _exact_of(function: Function, fmt: FloatFormat, parameters: tuple[float, ...]) -> Callable[[float], float]:
     """The MPFR evaluation of ``function`` at one float, rounded into ``fmt``."""
     if function.single:
 
         def single(v: float) -> float:
             argument = gmpy2.mpfr(v, 53)  # exact: made outside the narrow context
             with fmt.context:
-                return float(function.exact(argument))
+                return float(function.exact(argument, *parameters))
 
         return single
 
     def composite(v: float) -> float:
         if math.isnan(v):
             return math.nan
-        return ziv(function.exact, gmpy2.mpfr(v, 53), fmt=fmt)
+        return ziv(function.exact, gmpy2.mpfr(v, 53), *parameters, fmt=fmt)
 
     return composite
 
 
 def ziv(evaluate: Callable[..., Any], *arguments: Any, fmt: FloatFormat = FLOAT32) -> float:
     """RN(f(arguments)) in ``fmt`` for a formula ``evaluate`` of MPFR operations: evaluated at
-    rising precisions, each time with a margin of 2**(8 - precision) relative (far above the error
-    of a handful of correctly rounded operations), until both ends of the margin round alike."""
+    rising precisions, each time with a margin of 2**(32 - precision) relative, until both ends of
+    the margin round alike. The margin covers a handful of correctly rounded operations whose
+    rounding errors are amplified up to 2**30 times (exp of an argument near MPFR's overflow)."""
     value: Any = None
     for precision in _ZIV_PRECISIONS:
         with gmpy2.context(precision=precision):
             value = evaluate(*arguments)
             if not gmpy2.is_finite(value):
                 break
-            slack = abs(value) * gmpy2.mpfr(2) ** (8 - precision)
+            slack = abs(value) * gmpy2.mpfr(2) ** (32 - precision)
         with fmt.context:
             low = float(value - slack)
             high = float(value + slack)

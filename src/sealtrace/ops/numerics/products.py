@@ -42,17 +42,22 @@ def _gamma(count: int) -> float:
 def product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None = None, alpha: float = 1.0) -> Array:
     """RN(alpha * a @ b + addend) in ``fmt``, element by element, for stacks of matrices.
 
-    ``a`` [G, M, K] and ``b`` [G, K, N] hold values of ``fmt`` (in any float dtype that holds them
-    exactly, float64 included); ``addend`` (values exact in float64, such as a bias or beta * C of
-    narrow inputs) broadcasts to [G, M, N]. Returns [G, M, N] of ``fmt``.
+    ``a`` [G or 1, M, K] and ``b`` [G or 1, K, N] hold values of ``fmt`` (in any float dtype that
+    holds them exactly, float64 included); a stack of one is used for every matrix of the other.
+    ``addend`` (values exact in float64, such as a bias or beta * C of narrow inputs) broadcasts to
+    [G, M, N]. Returns [G, M, N] of ``fmt``.
     """
+    groups = max(a.shape[0], b.shape[0])
     if fmt is FLOAT64 or not exact_in_float64(fmt):
-        return _product_float64(a, b, addend, alpha)
+        return _product_float64(_stacked(a, groups), _stacked(b, groups), addend, alpha)
     a64 = np.asarray(a, dtype=np.float64)
     b64 = np.asarray(b, dtype=np.float64)
-    groups, rows, count = a64.shape
-    cols = b64.shape[2]
-    y = np.dot(a64[0], b64[0])[None] if groups == 1 else np.matmul(a64, b64)
+    count = a64.shape[2]
+    rows, cols = a64.shape[1], b64.shape[2]
+    if a64.shape[0] == b64.shape[0] == 1:
+        y = np.dot(a64[0], b64[0])[None]
+    else:
+        y = np.matmul(a64, b64)
     operations = 0
     if alpha != 1.0:
         y *= alpha
@@ -62,38 +67,49 @@ def product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None = None, a
         operations += 1
     y += 0.0  # an exact zero is +0 (a BLAS may return -0 for it)
     if not np.isfinite(y).all():
-        return _with_non_finite(a64, b64, y, fmt, addend, alpha)
+        return _with_non_finite(_stacked(a64, groups), _stacked(b64, groups), y, fmt, addend, alpha)
     row_norm = np.sqrt(np.einsum("gmk,gmk->gm", a64, a64))
     col_norm = np.sqrt(np.einsum("gkn,gkn->gn", b64, b64))
     err = row_norm[:, :, None] * col_norm[:, None, :]
     err *= _gamma(count) * abs(alpha)
     if operations:
         err += np.abs(y) * (operations * U * WIDEN)
+    a_of = 0 if a64.shape[0] == 1 else None
+    b_of = 0 if b64.shape[0] == 1 else None
+    full_addend = None if addend is None else np.broadcast_to(np.asarray(addend, dtype=np.float64), y.shape)
 
-    def terms_of(index: Array) -> Array:
+    def positions(index: Array) -> tuple[Array, Array, Array]:
         g, rest = np.divmod(index, rows * cols)
         i, j = np.divmod(rest, cols)
-        return a64[g, i, :] * b64[g, :, j]
+        return g, i, j
+
+    def terms_of(index: Array) -> Array:
+        g, i, j = positions(index)
+        products = a64[g if a_of is None else 0, i, :] * b64[g if b_of is None else 0, :, j]
+        if full_addend is None:
+            return products
+        return np.concatenate([products, full_addend[g, i, j][:, None]], axis=1)
 
     if alpha == 1.0:
-        if addend is None:
-            return settle_sums(y, err, fmt, terms_of)
-        full_addend = np.broadcast_to(np.asarray(addend, dtype=np.float64), y.shape).reshape(-1)
-        return settle_sums(y, err, fmt, lambda index: np.concatenate([terms_of(index), full_addend[index, None]], 1))
+        return settle_sums(y, err, fmt, terms_of)
 
     # alpha * (sum of products) + addend: the products of three values are not exact in float64,
     # so undecided elements go to MPFR directly (Gemm with alpha != 1 is rare).
-    flat_addend = None if addend is None else np.broadcast_to(addend, y.shape).reshape(-1)
-
     def exact(index: Array) -> list[float]:
-        rows_of_terms = terms_of(index).tolist()
+        g, i, j = positions(index)
+        products = (a64[g if a_of is None else 0, i, :] * b64[g if b_of is None else 0, :, j]).tolist()
+        extras = [0.0] * index.size if full_addend is None else full_addend[g, i, j].tolist()
         values = []
-        for n, row in enumerate(rows_of_terms):
-            extra = 0.0 if flat_addend is None else float(flat_addend[index[n]])
+        for row, extra in zip(products, extras, strict=True):
             values.extend(exact_apply([row], fmt, _scaled_plus(alpha, extra)))
         return values
 
     return settle(y, err, fmt, exact)
+
+
+def _stacked(x: Array, groups: int) -> Array:
+    """A stack of ``groups`` matrices: ``x`` itself, or its one matrix repeated (a view)."""
+    return x if x.shape[0] == groups else np.broadcast_to(x, (groups, *x.shape[1:]))
 
 
 def _scaled_plus(alpha: float, addend: float) -> Any:
@@ -271,7 +287,7 @@ def matmul(a: Array, b: Array) -> Array:
         y = y[..., 0, :]
     if squeeze_cols:
         y = y[..., 0]
-    return np.ascontiguousarray(y)
+    return y if y.flags.c_contiguous else y.copy()  # (ascontiguousarray would make a scalar 1-D)
 
 
 def gemm(a: Array, b: Array, c: Array | None, alpha: float, beta: float) -> Array:
@@ -370,7 +386,7 @@ def einsum(equation: str, *operands: Array) -> Array:
 
     def terms_of(index: Array) -> Array:
         """The terms (products over the summed labels) of the elements at flat ``index``."""
-        positions = np.unravel_index(index, y.shape)
+        positions = np.unravel_index(index, y.shape) if y.ndim else ()
         fixed = dict(zip(eq.output, positions, strict=True))
         rows = []
         for n in range(index.size):
@@ -410,7 +426,7 @@ def _einsum_exact(y: Array, fmt: FloatFormat, terms_of: Any, count: int, eq: _Eq
 def _einsum_factors(index: Array, shape: tuple[int, ...], eq: _Equation, wide: list[Array]) -> list[list[float]]:
     """For the one element at flat ``index``: the factors of each of its terms, one row per point
     of the grid of summed labels."""
-    positions = [int(p[0]) for p in np.unravel_index(index, shape)]
+    positions = [int(p[0]) for p in np.unravel_index(index, shape)] if shape else []
     fixed = dict(zip(eq.output, positions, strict=True))
     sizes: dict[str, int] = {}
     views = []
@@ -431,3 +447,51 @@ def _einsum_factors(index: Array, shape: tuple[int, ...], eq: _Equation, wide: l
         order = [labels.index(label) for label in eq.summed]
         columns.append(np.broadcast_to(np.transpose(view, order), grid).reshape(-1))
     return np.stack(columns, axis=1).tolist()
+
+
+# ------------------------------------------------------------------------------------------------
+# Det
+
+
+def determinant(x: Array) -> Array:
+    """ONNX Det: RN(the exact determinant) of each trailing square matrix, computed in rationals
+    (Gaussian elimination over exact fractions; Det is for small matrices). A matrix with an
+    infinite or NaN entry gives NaN."""
+    fmt = format_of(x.dtype)
+    if fmt is None:
+        raise TypeError(f"Det takes float16, bfloat16, float32 or float64, not {x.dtype}")
+    if is_native():
+        wide = _native_wide(x)
+        return np.asarray(np.linalg.det(wide)).astype(x.dtype, copy=False)
+    n = x.shape[-1]
+    matrices = np.asarray(x, dtype=np.float64).reshape(-1, n, n)
+    out = np.empty(matrices.shape[0], dtype=fmt.dtype)
+    for index, matrix in enumerate(matrices):
+        if not np.isfinite(matrix).all():
+            out[index] = fmt.canonical_nan
+            continue
+        value = _exact_determinant([[gmpy2.mpq(v) for v in row] for row in matrix.tolist()])
+        with fmt.context:
+            out[index] = float(gmpy2.mpfr(value))
+    return out.reshape(x.shape[:-2])
+
+
+def _exact_determinant(rows: list[list[Any]]) -> Any:
+    """The determinant of a matrix of exact rationals, by Gaussian elimination."""
+    n = len(rows)
+    sign = 1
+    det = gmpy2.mpq(1)
+    for col in range(n):
+        pivot = next((r for r in range(col, n) if rows[r][col] != 0), None)
+        if pivot is None:
+            return gmpy2.mpq(0)
+        if pivot != col:
+            rows[col], rows[pivot] = rows[pivot], rows[col]
+            sign = -sign
+        head = rows[col][col]
+        det *= head
+        for r in range(col + 1, n):
+            factor = rows[r][col] / head
+            if factor:
+                rows[r] = [a - factor * b for a, b in zip(rows[r], rows[col], strict=True)]
+    return det * sign

@@ -30,7 +30,8 @@ def _rows(x: Array, axes: Axes) -> tuple[Array, tuple[int, ...]]:
     out_shape = tuple(1 if a in axes else d for a, d in enumerate(x.shape))
     count = math.prod(x.shape[a] for a in axes)
     moved = np.transpose(x, keep + list(axes)) if axes != tuple(range(x.ndim - len(axes), x.ndim)) else x
-    return np.asarray(moved, dtype=np.float64).reshape(-1, count), out_shape
+    outputs = math.prod(x.shape[a] for a in keep)
+    return np.asarray(moved, dtype=np.float64).reshape(outputs, count), out_shape
 
 
 def _format(x: Array) -> FloatFormat:
