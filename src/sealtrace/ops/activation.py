@@ -1,9 +1,10 @@
 """Activation functions and Softmax/LogSoftmax/Hardmax (default domain).
 
-Float32 inputs are computed in float32 (attribute constants are converted to the input's type
-first, so NumPy never promotes to float64). Formulas with several steps widen float16/bfloat16
-to float32 once and round once at the end. Chains run in place on one freshly allocated buffer:
-the inputs are never written.
+The numerics are docs/numerics.md's: a function of one argument (Sigmoid, Tanh, Softplus) is
+correctly rounded by ``numerics``; an operator with an ONNX function body runs that body's steps
+in the input's own type T, half precision included (attribute constants converted to T first, so
+NumPy never promotes), each transcendental step correctly rounded and the others exact IEEE
+operations. Chains run in place on freshly allocated buffers: the inputs are never written.
 """
 
 from __future__ import annotations
@@ -12,41 +13,22 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.ops._elementwise_common import erf, narrow, normal_cdf, quiet, widen
+from sealtrace.ops import numerics
+from sealtrace.ops._elementwise_common import quiet
 from sealtrace.ops.registry import register
 
 Array = np.ndarray
 
 
-_FLOAT32 = np.dtype(np.float32)
-_ONE32 = np.float32(1)
+def _attribute(value: float) -> float:
+    """A float attribute at its own value: a float32 in the model."""
+    return float(np.float32(value))
 
 
 def _scalar(value: float, dtype: np.dtype[Any]) -> Any:
-    """An attribute constant in the computation's dtype (no float64 promotion)."""
-    return dtype.type(value)
-
-
-def _sigmoid_inplace(out: Array) -> Array:
-    """out <- 1 / (1 + exp(-out)); saturates to 0 and 1 at the ends without NaN."""
-    np.negative(out, out=out)
-    return _logistic_of_negated(out)
-
-
-def _logistic_of_negated(out: Array) -> Array:
-    """out <- 1 / (1 + exp(out)), for ``out`` holding -x."""
-    np.exp(out, out=out)
-    out += out.dtype.type(1)
-    # divide, not np.reciprocal: the same IEEE quotient, but NumPy vectorizes only the division
-    # (measured 2x faster on float32).
-    np.divide(out.dtype.type(1), out, out=out)
-    return out
-
-
-def _fresh(x: Array) -> Array:
-    """A new, writable array holding x in its compute dtype."""
-    wide = widen(x)
-    return wide.copy() if wide is x else wide
+    """An attribute constant (a float32 in the model) in the computation's type T: the body's
+    ``CastLike(Constant(value), X)``."""
+    return np.asarray(np.float32(value)).astype(dtype)[()]
 
 
 # Per input dtype: Relu's zero and whether the type has a -0 to normalize (its per-call cost was a
@@ -104,13 +86,9 @@ def prelu(x: Array, slope: Array) -> Array:
 @register("Elu", 1, 6, 22)
 @quiet
 def elu(x: Array, *, alpha: float = 1.0, consumed_inputs: tuple[int, ...] | None = None) -> Array:
-    """ONNX Elu (1, 6, 22): x if x >= 0 else alpha * (exp(x) - 1)."""
-    out = _fresh(x)
-    negative = out < 0
-    # expm1 is exp(x) - 1 without the cancellation near 0
-    np.expm1(out, out=out, where=negative)
-    np.multiply(out, _scalar(alpha, out.dtype), out=out, where=negative)
-    return narrow(out, x.dtype)
+    """ONNX Elu (1, 6, 22): RN(x if x >= 0 else alpha * (exp(x) - 1)), one function (the body's
+    Exp(x) - 1 cancels near 0)."""
+    return numerics.apply("elu", x, _attribute(alpha))
 
 
 @register("Selu", 1, 6, 22)
@@ -122,45 +100,22 @@ def selu(
     gamma: float = 1.05070102214813232421875,
     consumed_inputs: tuple[int, ...] | None = None,
 ) -> Array:
-    """ONNX Selu (1, 6, 22): gamma * (x if x > 0 else alpha * exp(x) - alpha)."""
-    out = _fresh(x)
-    a = _scalar(alpha, out.dtype)
-    nonpositive = out <= 0
-    # alpha * exp(x) - alpha == alpha * expm1(x), without the cancellation near 0
-    np.expm1(out, out=out, where=nonpositive)
-    np.multiply(out, a, out=out, where=nonpositive)
-    out *= _scalar(gamma, out.dtype)
-    return narrow(out, x.dtype)
+    """ONNX Selu (1, 6, 22): RN(gamma * x if x > 0 else gamma * alpha * (exp(x) - 1)), one function."""
+    return numerics.apply("selu", x, _attribute(alpha), _attribute(gamma))
 
 
 @register("Celu", 12, 28)
 @quiet
 def celu(x: Array, *, alpha: float = 1.0) -> Array:
-    """ONNX Celu (12, 28): max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
-    wide = widen(x)
-    a = _scalar(alpha, wide.dtype)
-    negative_part = np.asarray(np.expm1(wide / a))  # exp(x/alpha) - 1 without cancellation
-    negative_part *= a
-    np.minimum(negative_part, wide.dtype.type(0), out=negative_part)
-    negative_part += np.maximum(wide, wide.dtype.type(0))
-    return narrow(negative_part, x.dtype)
+    """ONNX Celu (12, 28): RN(x if x >= 0 else alpha * (exp(x / alpha) - 1)), one function."""
+    return numerics.apply("celu", x, _attribute(alpha))
 
 
 @register("Sigmoid", 1, 6, 13)
 @quiet
 def sigmoid(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
-    """ONNX Sigmoid (1, 6, 13)."""
-    if x.dtype is _FLOAT32:  # the common case, in four NumPy calls (small tensors: calls are the cost)
-        out = np.negative(x)
-        if type(out) is not np.ndarray:
-            out = np.asarray(out)
-        np.exp(out, out=out)
-        out += _ONE32
-        return np.divide(_ONE32, out, out=out)
-    wide = widen(x)
-    # Negating into a new array doubles as the copy the in-place chain needs (one pass fewer).
-    negated = np.negative(wide) if wide is x else np.negative(wide, out=wide)
-    return narrow(_logistic_of_negated(negated), x.dtype)
+    """ONNX Sigmoid (1, 6, 13): RN(1 / (1 + exp(-x)))."""
+    return numerics.apply("sigmoid", x)
 
 
 @register("HardSigmoid", 1, 6, 22)
@@ -168,119 +123,88 @@ def sigmoid(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Arra
 def hard_sigmoid(
     x: Array, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs: tuple[int, ...] | None = None
 ) -> Array:
-    """ONNX HardSigmoid (1, 6, 22): max(0, min(1, alpha * x + beta))."""
-    out = _fresh(x)
-    out *= _scalar(alpha, out.dtype)
-    out += _scalar(beta, out.dtype)
-    np.clip(out, out.dtype.type(0), out.dtype.type(1), out=out)
-    out += out.dtype.type(0)  # clip's SIMD max may return -0 or +0 at 0: make it +0 everywhere
-    return narrow(out, x.dtype)
+    """ONNX HardSigmoid (1, 6, 22), its body: max(0, min(1, alpha * x + beta)) in x's type."""
+    return _hard_sigmoid(x, alpha, beta)
+
+
+def _hard_sigmoid(x: Array, alpha: float, beta: float) -> Array:
+    t = x.dtype.type
+    out = np.multiply(x, _scalar(alpha, x.dtype))
+    out += _scalar(beta, x.dtype)
+    np.clip(out, t(0), t(1), out=out)
+    out += t(0)  # clip's SIMD max may return -0 or +0 at 0: make it +0 everywhere
+    return np.asarray(out)
 
 
 @register("HardSwish", 14, 22)
 @quiet
 def hard_swish(x: Array) -> Array:
-    """ONNX HardSwish (14, 22): x * max(0, min(1, x / 6 + 0.5))."""
-    wide = widen(x)
-    out = np.asarray(np.multiply(wide, _scalar(1.0 / 6.0, wide.dtype)))
-    out += wide.dtype.type(0.5)
-    # No -0 to normalize after the clip (unlike HardSigmoid with beta 0): x / 6 + 0.5 is never -0
-    # (a sum with 0.5 that cancels exactly rounds to +0), so clip's max only ever meets +0.
-    np.clip(out, wide.dtype.type(0), wide.dtype.type(1), out=out)
-    out *= wide
-    return narrow(out, x.dtype)
+    """ONNX HardSwish (14, 22), its body: x * HardSigmoid(x, alpha=1/6 (as a float32), beta=0.5)."""
+    out = _hard_sigmoid(x, 1.0 / 6.0, 0.5)
+    out *= x
+    return out
 
 
 @register("Softplus", 1, 22)
 @quiet
 def softplus(x: Array) -> Array:
-    """ONNX Softplus (1, 22): log(exp(x) + 1), computed without overflow."""
-    wide = widen(x)
-    return narrow(np.asarray(np.logaddexp(wide, wide.dtype.type(0))), x.dtype)
+    """ONNX Softplus (1, 22): RN(log(exp(x) + 1)), one function (the body's Exp overflows for
+    x > 88 in float32, where softplus(x) is about x)."""
+    return numerics.apply("softplus", x)
 
 
 @register("Softsign", 1, 22)
 @quiet
 def softsign(x: Array) -> Array:
-    """ONNX Softsign (1, 22): x / (1 + |x|)."""
-    wide = widen(x)
-    denominator = np.asarray(np.abs(wide))
-    denominator += wide.dtype.type(1)
-    np.divide(wide, denominator, out=denominator)
-    return narrow(denominator, x.dtype)
+    """ONNX Softsign (1, 22), its body: x / (1 + |x|) in x's type."""
+    denominator = np.asarray(np.abs(x))
+    denominator += x.dtype.type(1)
+    np.divide(x, denominator, out=denominator)
+    return denominator
 
 
 @register("Tanh", 1, 6, 13)
 def tanh(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
-    """ONNX Tanh (1, 6, 13)."""
-    return np.asarray(np.tanh(x))
+    """ONNX Tanh (1, 6, 13): RN(tanh(x))."""
+    return numerics.apply("tanh", x)
 
 
 @register("Gelu", 20)
 @quiet
 def gelu(x: Array, *, approximate: str = "none") -> Array:
-    """ONNX Gelu 20: exact (erf) or approximate='tanh'."""
-    wide = widen(x)
-    t = wide.dtype.type
+    """ONNX Gelu 20: RN(x * Phi(x)), Phi the normal distribution (approximate 'none'), or
+    RN(0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))) (approximate 'tanh'): one function each
+    (the body's 1 + Erf(..) cancels for x << 0)."""
+    if approximate == "none":
+        return numerics.apply("gelu", x)
     if approximate == "tanh":
-        # 0.5 * (1 + tanh(u)) == sigmoid(2u): the same value without 1 + tanh(u) cancelling for x << 0
-        inner = np.asarray(np.multiply(wide, wide))
-        inner *= t(0.044715)
-        inner += t(1)
-        inner *= wide
-        inner *= t(2.0 * np.sqrt(2.0 / np.pi))
-        _sigmoid_inplace(inner)
-        inner *= wide
-        return narrow(inner, x.dtype)
-    if approximate != "none":
-        raise ValueError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    if x.dtype == np.float64:
-        inner = erf(np.multiply(wide, t(1.0 / np.sqrt(2.0))))
-        inner += t(1)
-        inner *= wide
-        inner *= t(0.5)
-        return narrow(inner, x.dtype)
-    # x * Phi(x) with Phi from erfc: no cancellation in 1 + erf(x/sqrt2) for x << 0
-    cdf = normal_cdf(wide)
-    cdf *= wide
-    return cdf.astype(x.dtype)
+        return numerics.apply("gelu_tanh", x)
+    raise ValueError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
 @register("Mish", 18, 22)
 @quiet
 def mish(x: Array) -> Array:
-    """ONNX Mish (18, 22): x * tanh(softplus(x))."""
-    wide = widen(x)
-    out = np.asarray(np.logaddexp(wide, wide.dtype.type(0)))
-    np.tanh(out, out=out)
-    out *= wide
-    return narrow(out, x.dtype)
-
-
-def _swish(x: Array, alpha: float) -> Array:
-    wide = widen(x)
-    gate = np.asarray(np.multiply(wide, _scalar(alpha, wide.dtype)))
-    _sigmoid_inplace(gate)
-    gate *= wide
-    return gate
+    """ONNX Mish (18, 22): RN(x * tanh(log(1 + exp(x)))), one function."""
+    return numerics.apply("mish", x)
 
 
 @register("Swish", 24)
 @quiet
 def swish(x: Array, *, alpha: float = 1.0) -> Array:
-    """ONNX Swish 24: x * sigmoid(alpha * x)."""
-    return narrow(_swish(x, alpha), x.dtype)
+    """ONNX Swish 24: RN(x * sigmoid(alpha * x)), one function."""
+    return numerics.apply("swish", x, _attribute(alpha))
 
 
 @register("SwiGLU", 28)
 @quiet
 def swiglu(a: Array, b: Array, *, alpha: float = 1.0) -> Array:
-    """ONNX SwiGLU 28: Swish_alpha(A) * B (A and B of one shape)."""
+    """ONNX SwiGLU 28, its body: Swish_alpha(A) * B in A's type (A and B of one shape)."""
     if a.shape != b.shape:
         raise ValueError(f"SwiGLU inputs must have one shape, got {a.shape} and {b.shape}")
-    out = _swish(a, alpha)
-    out *= widen(b)
-    return narrow(out, a.dtype)
+    out = numerics.apply("swish", a, _attribute(alpha))
+    out *= b
+    return out
 
 
 @register("ThresholdedRelu", 10, 22)
@@ -306,26 +230,18 @@ def shrink(x: Array, *, bias: float = 0.0, lambd: float = 0.5) -> Array:
 
 # --------------------------------------------------------------------------------------------
 # Softmax family: before opset 13 the input is coerced to 2-D at `axis` and normalized over the
-# flattened trailing block; from 13 the normalization runs along the one axis. Unlike the other
-# activations these run step by step in the input's own type, half precision included: that is
-# what ONNX's reference and ONNX Runtime compute, and the fp16/bf16 Attention cases of the
-# conformance suite expect exactly those roundings (a bf16 ulp exceeds their tolerance).
+# flattened trailing block; from 13 the normalization runs along the one axis. Softmax-13's and
+# LogSoftmax-13's bodies in the input's own type (numerics.softmax, numerics.log_softmax), half
+# precision included: ONNX Runtime computes those steps too, and the fp16/bf16 Attention cases of
+# the conformance suite expect exactly those roundings (a bf16 ulp exceeds their tolerance).
 
 
 def _softmax(x: Array, axis: int) -> Array:
-    out = np.subtract(x, np.max(x, axis=axis, keepdims=True))
-    np.exp(out, out=out)
-    out /= np.sum(out, axis=axis, keepdims=True)
-    return out
+    return numerics.softmax(x, axis)
 
 
 def _log_softmax(x: Array, axis: int) -> Array:
-    out = np.subtract(x, np.max(x, axis=axis, keepdims=True))
-    total = np.exp(out)
-    total = np.sum(total, axis=axis, keepdims=True)
-    np.log(total, out=total)
-    out -= total
-    return out
+    return numerics.log_softmax(x, axis)
 
 
 def _hardmax(x: Array, axis: int) -> Array:

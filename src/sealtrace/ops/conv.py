@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops import numerics
 from sealtrace.ops._windows import (
     Array,
     FlatTaps,
@@ -33,12 +34,46 @@ from sealtrace.ops._windows import (
 )
 from sealtrace.ops.registry import register
 
-# float16/bfloat16 have no BLAS: they are computed in float32 and rounded once at the end.
+
+class _Products:
+    """How a convolution's matrix products run, and which dtypes they use.
+
+    Every convolution here is GEMMs of a weight matrix [M, K] and im2col blocks [K, L] (of one
+    image, one group, one channel ...), each a stack [G, M, K] x [G or 1, K, L]; a stack of one
+    weight is used for every block. The strategy decides the arithmetic: portable numerics
+    (docs/numerics.md: each output RN(sum of its products + bias), im2col built in float64, whose
+    products are exact), native (the BLAS in float32 or float64, the bias added after), or exact
+    integer sums (ConvInteger: float64 GEMM, exact below 2**53).
+    """
+
+    def __init__(self, dtype: np.dtype[Any], integer: bool = False) -> None:
+        self.fmt = None if integer or numerics.is_native() else numerics.format_of(dtype)
+        if integer:
+            self.cols_dtype = self.out_dtype = np.dtype(np.float64)
+        elif self.fmt is not None:
+            self.cols_dtype = np.dtype(np.float64)
+            self.out_dtype = self.fmt.dtype
+        else:  # native: float16/bfloat16 have no BLAS, they are computed in float32
+            self.cols_dtype = self.out_dtype = dtype if dtype in _WIDE else np.dtype(np.float32)
+
+    def __call__(self, w: Array, cols: Array, bias: Array | None = None) -> Array:
+        """[G or 1, M, K] x [G or 1, K, L] (+ bias [G or 1, M]) -> [G, M, L] of ``out_dtype``."""
+        if self.fmt is not None:
+            addend = None if bias is None else np.asarray(bias, dtype=np.float64)[..., None]
+            return numerics.product(w, cols, self.fmt, addend)
+        wide = w.astype(self.cols_dtype, copy=False)
+        y = np.dot(wide[0], cols[0])[None] if w.shape[0] == cols.shape[0] == 1 else np.matmul(wide, cols)
+        if bias is not None:
+            y += bias.astype(y.dtype, copy=False)[..., None]
+        return y
+
+
 _WIDE = {np.dtype(np.float32), np.dtype(np.float64)}
 
 
-def _compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
-    return dtype if dtype in _WIDE else np.dtype(np.float32)
+def _group_bias(b: Array | None, group: int) -> Array | None:
+    """A per-output-channel bias as [group, M / group] rows of the grouped products."""
+    return None if b is None else b.reshape(group, -1)
 
 
 def _check_groups(channels: int, w: Array, group: int) -> None:
@@ -46,8 +81,9 @@ def _check_groups(channels: int, w: Array, group: int) -> None:
         raise ValueError(f"Conv: input channels {channels}, weight {w.shape} and group {group} disagree")
 
 
-def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
-    """Convolution of float ``x`` [N, C, *in] with ``w`` [M, C/group, *k]; no bias, same dtype."""
+def _conv_core(x: Array, w: Array, window: Window, group: int, products: _Products, b: Array | None) -> Array:
+    """Convolution of ``x`` [N, C, *in] with ``w`` [M, C/group, *k], bias ``b`` [M] added, in
+    ``products.out_dtype``."""
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
     _check_groups(c, w, group)
@@ -60,34 +96,34 @@ def _conv_core(x: Array, w: Array, window: Window, group: int) -> Array:
         if any(s != 1 for s in window.strides):
             x = x[(slice(None), slice(None), *(slice(None, None, s) for s in window.strides))]
             x = x[(slice(None), slice(None), *(slice(0, o) for o in out_shape))]
-        if group == 1 and n == 1:
-            y = np.dot(w.reshape(m, c), x.reshape(c, length))  # np.dot: less call overhead than a stack of one
-        elif group == 1:
-            y = np.matmul(w.reshape(m, c), x.reshape(n, c, length))
+        columns = np.asarray(x, dtype=products.cols_dtype).reshape(n * group, cg, length)
+        if group == 1:
+            y = products(w.reshape(1, m, c), columns, None if b is None else b[None])
         else:
-            y = np.matmul(w.reshape(group, mg, cg), x.reshape(n, group, cg, length))
+            weights = np.broadcast_to(w.reshape(1, group, mg, cg), (n, group, mg, cg)).reshape(n * group, mg, cg)
+            bias = None if b is None else np.broadcast_to(b.reshape(1, group, mg), (n, group, mg)).reshape(n * group, mg)
+            y = products(weights, columns, bias)
         return y.reshape((n, m, *out_shape))
     k = prod(window.kernel)
     if cg == 1 and m == c and group == c:
-        return _depthwise_conv(x, w.reshape(c, k), window)
+        return _depthwise_conv(x, w.reshape(c, k), window, products, b)
     if any(s != 1 for s in window.strides) or length <= _SMALL_OUTPUT or _flat_waste(window) > _MAX_WASTE:
         # Strided windows, small outputs, wide kernels: a direct strided im2col copy is cheaper
         # than the flat layout's stride-phase copies and cropped columns.
-        return _direct_conv(x, w, window, group)
+        return _direct_conv(x, w, window, group, products, b)
     taps = flat_taps(x, window, slot="canvas")
     # im2col (unit strides): every tap is a contiguous slice; copied into [N, C, K, chunk] a chunk
     # of output columns at a time (so the copy stays in cache), then one GEMM per group and chunk.
     span = taps.span
-    chunk = max(256, _IM2COL_BYTES // (c * k * x.itemsize))
-    y = _grid_output(taps, (n, group, mg, span), x.dtype)
+    chunk = max(256, _IM2COL_BYTES // (c * k * products.cols_dtype.itemsize))
+    y = _grid_output(taps, (n, group, mg, span), products.out_dtype)
     wg = w.reshape(group, mg, cg * k)
+    bias = _group_bias(b, group)
     for start in range(0, span, chunk):
         stop = min(span, start + chunk)
-        cols = _im2col(taps, window, start, stop).reshape(n, group, cg * k, stop - start)
-        if group == 1:
-            np.matmul(wg[0], cols[:, 0], out=y[:, 0, :, start:stop])
-        else:
-            np.matmul(wg, cols, out=y[:, :, :, start:stop])
+        cols = _im2col(taps, window, start, stop, products.cols_dtype).reshape(n, group, cg * k, stop - start)
+        for image in range(n):
+            y[image, :, :, start:stop] = products(wg, cols[image], bias)
     return taps.crop(y.reshape(n, m, span))
 
 
@@ -153,7 +189,7 @@ class _Geometry:
         )
 
 
-def _one_block_conv(x: Array, w: Array, b: Array | None, geometry: _Geometry, group: int) -> Array:
+def _one_block_conv(x: Array, w: Array, b: Array | None, geometry: _Geometry, group: int, products: _Products) -> Array:
     """Convolution of one small image (or a small batch, one group), bias added: its windows copied
     into one im2col matrix, one GEMM per group (the arithmetic of _direct_conv's single-block case,
     with none of its set-up)."""
@@ -172,15 +208,10 @@ def _one_block_conv(x: Array, w: Array, b: Array | None, geometry: _Geometry, gr
         # A batch (one group): the images side by side in the GEMM's columns, [M, C*K] x [C*K, N*L],
         # instead of N thin products that each read the whole weight (Silero's 8-chunk convolutions).
         columns = np.moveaxis(windows, 0, 1 + len(out)).reshape(-1, n * length)  # [C, *kernel, N, *out]
-        y = np.matmul(w.reshape(m, -1), columns)
-    elif group == 1:
-        y = np.matmul(w.reshape(m, -1), windows.reshape(-1, length))
-    else:
-        y = np.matmul(w.reshape(group, m // group, -1), windows.reshape(group, -1, length)).reshape(m, length)
-    if b is not None:
-        y += b.astype(y.dtype, copy=False)[:, None]
-    if n > 1:
+        y = products(w.reshape(1, m, -1), np.asarray(columns, dtype=products.cols_dtype)[None], None if b is None else b[None])
         return np.ascontiguousarray(y.reshape(m, n, length).transpose(1, 0, 2)).reshape((n, m, *out))
+    columns = np.asarray(windows, dtype=products.cols_dtype).reshape(group, -1, length)
+    y = products(w.reshape(group, m // group, -1), columns, _group_bias(b, group))
     return y.reshape((1, m, *out))
 
 
@@ -217,7 +248,13 @@ def _conv_geometry(
 
 
 def _im2col(
-    taps: FlatTaps, window: Window, start: int, stop: int, first: int = 0, last: int | None = None
+    taps: FlatTaps,
+    window: Window,
+    start: int,
+    stop: int,
+    dtype: np.dtype[Any],
+    first: int = 0,
+    last: int | None = None,
 ) -> Array:
     """Columns ``start:stop`` of the im2col matrix for channels ``first:last``, as a
     [N, channels, K, stop - start] scratch array: one strided view covers every tap."""
@@ -231,12 +268,12 @@ def _im2col(
         (*source.strides[:2], *(t * itemsize for t in taps.tap_strides), itemsize),
         offset=first * positions + start,
     )
-    cols = scratch("im2col", view.shape, source.dtype)
+    cols = scratch("im2col", view.shape, dtype)
     np.copyto(cols, view)
     return cols.reshape(n, last - first, prod(window.kernel), stop - start)
 
 
-def _direct_conv(x: Array, w: Array, window: Window, group: int) -> Array:
+def _direct_conv(x: Array, w: Array, window: Window, group: int, products: _Products, b: Array | None) -> Array:
     """Convolution by a direct strided im2col: every window copied from the padded input, a
     block of output rows at a time (so the copy stays in cache), each block one GEMM per group."""
     n, c = x.shape[:2]
@@ -247,9 +284,10 @@ def _direct_conv(x: Array, w: Array, window: Window, group: int) -> Array:
     rest = prod(out[1:])
     xp = pad_spatial(x, window.pads_begin, window.needed_end_pads(x.shape[2:]), slot="canvas")
     windows = all_windows(xp, window)  # [N, C, *kernel, *out]
-    y = np.empty((n, group, mg, prod(out)), dtype=x.dtype)
+    y = np.empty((n, group, mg, prod(out)), dtype=products.out_dtype)
     wg = w.reshape(group, mg, cg * k)
-    step = max(1, _IM2COL_BYTES // max(c * k * rest * x.itemsize, 1))
+    bias = _group_bias(b, group)
+    step = max(1, _IM2COL_BYTES // max(c * k * rest * products.cols_dtype.itemsize, 1))
     for r0 in range(0, out[0], step):
         r1 = min(out[0], r0 + step)
         block = windows[(slice(None),) * (2 + len(out)) + (slice(r0, r1),)]  # rows r0:r1 of the output
@@ -258,18 +296,16 @@ def _direct_conv(x: Array, w: Array, window: Window, group: int) -> Array:
             # product instead of N thin ones that each read the whole weight (Silero's 8-chunk
             # convolutions: 4x faster).
             block = np.moveaxis(block, 0, 1 + len(out))  # [C, *kernel, N, rows, ...]
-            cols = scratch("im2col", block.shape, x.dtype)
+            cols = scratch("im2col", block.shape, products.cols_dtype)
             np.copyto(cols, block)
-            product = np.matmul(wg[0], cols.reshape(c * k, n * (r1 - r0) * rest))
+            product = products(wg, cols.reshape(1, c * k, n * (r1 - r0) * rest), bias)
             y[:, 0, :, r0 * rest : r1 * rest] = product.reshape(m, n, (r1 - r0) * rest).transpose(1, 0, 2)
             continue
-        cols = scratch("im2col", block.shape, x.dtype)
+        cols = scratch("im2col", block.shape, products.cols_dtype)
         np.copyto(cols, block)
         cols = cols.reshape(n, group, cg * k, (r1 - r0) * rest)
-        if group == 1:
-            np.matmul(wg[0], cols[:, 0], out=y[:, 0, :, r0 * rest : r1 * rest])
-        else:
-            np.matmul(wg, cols, out=y[:, :, :, r0 * rest : r1 * rest])
+        for image in range(n):
+            y[image, :, :, r0 * rest : r1 * rest] = products(wg, cols[image], bias)
     return y.reshape((n, m, *out))
 
 
@@ -286,7 +322,7 @@ def _flat_waste(window: Window) -> float:
     return prod(grid[1:]) / max(prod(window.out_shape[1:]), 1)
 
 
-def _depthwise_conv(x: Array, w: Array, window: Window) -> Array:
+def _depthwise_conv(x: Array, w: Array, window: Window, products: _Products, b: Array | None) -> Array:
     """Depthwise convolution (one filter per channel, ``w`` [C, K]) as one gemv per channel.
 
     Each channel's K taps are copied into a [K, L] im2col block and contracted with its K weights
@@ -298,22 +334,27 @@ def _depthwise_conv(x: Array, w: Array, window: Window) -> Array:
     n, c = x.shape[:2]
     k = w.shape[1]
     wk = w.reshape(c, 1, k)
+    bias = None if b is None else b.reshape(c, 1)
+    itemsize = products.cols_dtype.itemsize
     if all(s == 1 for s in window.strides):
         taps = flat_taps(x, window, slot="canvas")
-        y = _grid_output(taps, (n, c, 1, taps.span), x.dtype)
-        for start, stop in _channel_blocks(c, k * taps.span * x.itemsize):
-            cols = _im2col(taps, window, 0, taps.span, start, stop)
-            np.matmul(wk[start:stop], cols, out=y[:, start:stop])
+        y = _grid_output(taps, (n, c, 1, taps.span), products.out_dtype)
+        for start, stop in _channel_blocks(c, k * taps.span * itemsize):
+            cols = _im2col(taps, window, 0, taps.span, products.cols_dtype, start, stop)
+            for image in range(n):
+                y[image, start:stop] = products(wk[start:stop], cols[image], None if bias is None else bias[start:stop])
         return taps.crop(y.reshape(n, c, taps.span))
     xp = pad_spatial(x, window.pads_begin, window.needed_end_pads(x.shape[2:]), slot="canvas")
     windows = all_windows(xp, window)
     length = prod(window.out_shape)
-    y = np.empty((n, c, 1, length), dtype=x.dtype)
-    for start, stop in _channel_blocks(c, k * length * x.itemsize):
+    y = np.empty((n, c, 1, length), dtype=products.out_dtype)
+    for start, stop in _channel_blocks(c, k * length * itemsize):
         block = windows[:, start:stop]
-        cols = scratch("im2col", block.shape, x.dtype)
+        cols = scratch("im2col", block.shape, products.cols_dtype)
         np.copyto(cols, block)
-        np.matmul(wk[start:stop], cols.reshape(n, stop - start, k, length), out=y[:, start:stop])
+        cols = cols.reshape(n, stop - start, k, length)
+        for image in range(n):
+            y[image, start:stop] = products(wk[start:stop], cols[image], None if bias is None else bias[start:stop])
     return y.reshape((n, c, *window.out_shape))
 
 
@@ -363,14 +404,18 @@ def conv(
     pads: Sequence[int] | None,
     strides: Sequence[int] | None,
 ) -> Array:
-    """ONNX Conv (versions 1, 11, 22): N-D grouped, dilated, strided, padded convolution."""
-    dtype = _compute_dtype(x.dtype)
-    xc = x.astype(dtype, copy=False)
-    geometry = _conv_geometry(xc, w, kernel_shape, strides, dilations, pads, auto_pad)
+    """ONNX Conv (versions 1, 11, 22): N-D grouped, dilated, strided, padded convolution; each
+    float output RN(sum of its products + bias) (docs/numerics.md)."""
+    if x.dtype.kind == "V" and numerics.format_of(x.dtype) is None:  # float8: computed in float32
+        wide_b = None if b is None else b.astype(np.float32)
+        return conv(x.astype(np.float32), w.astype(np.float32), wide_b, auto_pad=auto_pad, dilations=dilations,
+                    group=group, kernel_shape=kernel_shape, pads=pads, strides=strides).astype(x.dtype)
+    products = _Products(x.dtype)
+    geometry = _conv_geometry(x, w, kernel_shape, strides, dilations, pads, auto_pad)
     if geometry.one_block:
-        y = _one_block_conv(xc, w.astype(dtype, copy=False), b, geometry, group)
+        y = _one_block_conv(x, w, b, geometry, group, products)
     else:
-        y = _add_bias(_conv_core(xc, w.astype(dtype, copy=False), geometry.window, group), b)
+        y = _conv_core(x, w, geometry.window, group, products, b)
     return y.astype(x.dtype, copy=False)
 
 
@@ -407,7 +452,7 @@ def _integer_accumulate(
     if w_zero_point is not None:
         wz = np.asarray(w_zero_point, dtype=np.float64).reshape(-1)
         wf -= wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.size > 1 else wz[0]
-    return _conv_core(xf, wf, window, group).astype(np.int32)
+    return _conv_core(xf, wf, window, group, _Products(xf.dtype, integer=True), None).astype(np.int32)
 
 
 @register("QLinearConv", 10)
@@ -549,7 +594,10 @@ def conv_transpose(
     pads: Sequence[int] | None,
     strides: Sequence[int] | None,
 ) -> Array:
-    """ONNX ConvTranspose (versions 1, 11, 22): matmul, then col2im scatter-add over taps."""
+    """ONNX ConvTranspose (versions 1, 11, 22): each float output RN(sum of the products of the
+    taps that land on it + bias) (docs/numerics.md). Portable numerics compute it as the
+    convolution it equals (see _transposed_as_convolution); native numerics as a matmul, then a
+    col2im scatter-add over taps."""
     n, c = x.shape[:2]
     in_shape = x.shape[2:]
     rank = len(in_shape)
@@ -560,7 +608,17 @@ def conv_transpose(
     begin, out_shape = _transpose_geometry(
         in_shape, kernel, strides_t, dilations_t, out_pad, pads, output_shape, auto_pad
     )
-    dtype = _compute_dtype(x.dtype)
+    if x.dtype.kind == "V" and numerics.format_of(x.dtype) is None:  # float8: computed in float32
+        wide_b = None if b is None else b.astype(np.float32)
+        return conv_transpose(x.astype(np.float32), w.astype(np.float32), wide_b, auto_pad=auto_pad,
+                              dilations=dilations, group=group, kernel_shape=kernel_shape,
+                              output_padding=output_padding, output_shape=output_shape, pads=pads,
+                              strides=strides).astype(x.dtype)
+    products = _Products(x.dtype)
+    if products.fmt is not None:
+        y = _transposed_as_convolution(x, w, b, group, kernel, strides_t, dilations_t, begin, out_shape, products)
+        return y.astype(x.dtype, copy=False)
+    dtype = products.cols_dtype
     mg = w.shape[1]
     cg = c // group
     k = prod(kernel)
@@ -571,6 +629,42 @@ def conv_transpose(
     cols = cols.reshape((n, group * mg, *kernel, *in_shape))
     y = _scatter_taps(cols, strides_t, dilations_t, begin, out_shape)
     return _add_bias(y, b).astype(x.dtype, copy=False)
+
+
+def _transposed_as_convolution(
+    x: Array,
+    w: Array,
+    b: Array | None,
+    group: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    begin: Sequence[int],
+    out_shape: Sequence[int],
+    products: _Products,
+) -> Array:
+    """A transposed convolution as the convolution it equals: output o gathers input i through tap
+    t where o = i * stride + t * dilation - begin, which is a unit-stride correlation of the input
+    spread out by the stride (stride - 1 zeros between values) with the flipped kernel, padded by
+    (k - 1) * dilation - begin in front. Every output is then one sum of its products (the zeros add
+    nothing), rounded once with the bias, where a scatter-add would round once per tap."""
+    n, c = x.shape[:2]
+    rank = len(kernel)
+    spread_shape = tuple((i - 1) * s + 1 for i, s in zip(x.shape[2:], strides, strict=True))
+    spread = np.zeros((n, c, *spread_shape), dtype=x.dtype)
+    spread[(slice(None), slice(None), *(slice(None, None, s) for s in strides))] = x
+    cg = c // group
+    mg = w.shape[1]
+    # [C, M/group, *k] -> [M, C/group, *k], every spatial axis flipped
+    weights = w.reshape(group, cg, mg, *kernel).swapaxes(1, 2).reshape(group * mg, cg, *kernel)
+    weights = np.ascontiguousarray(np.flip(weights, axis=tuple(range(2, 2 + rank))))
+    front = [(k - 1) * d - bg for k, d, bg in zip(kernel, dilations, begin, strict=True)]
+    back = [
+        o + (k - 1) * d - size - f
+        for o, k, d, size, f in zip(out_shape, kernel, dilations, spread_shape, front, strict=True)
+    ]
+    window = Window(tuple(kernel), (1,) * rank, tuple(dilations), tuple(front), tuple(back), tuple(out_shape))
+    return _conv_core(spread, weights, window, group, products, b)
 
 
 @register("Col2Im", 18)
@@ -620,7 +714,14 @@ def deform_conv(
     """ONNX DeformConv (versions 19, 22), 2-D: bilinear sampling at offset taps, then GEMM."""
     if x.ndim != 4:
         raise NotImplementedError(f"DeformConv: only 2-D inputs are supported, got {x.shape}")
-    dtype = _compute_dtype(x.dtype)
+    if x.dtype != np.float32 and x.dtype != np.float64:
+        # half precision and float8: the sampling and the products in float32, rounded once
+        wide = [None if v is None else v.astype(np.float32) for v in (b, mask)]
+        return deform_conv(x.astype(np.float32), w.astype(np.float32), offset.astype(np.float32), wide[0], wide[1],
+                           dilations=dilations, group=group, kernel_shape=kernel_shape, offset_group=offset_group,
+                           pads=pads, strides=strides).astype(x.dtype)
+    dtype = x.dtype
+    products = _Products(dtype)
     n, c, h, wd = x.shape
     m = w.shape[0]
     kh, kw = _kernel_of(w, kernel_shape)
@@ -662,9 +763,9 @@ def deform_conv(
         sampled *= mask.astype(dtype, copy=False).reshape(n, og, 1, k, length)
     cg = c // group
     cols = sampled.reshape(n, group, cg * k, length)
-    y = np.matmul(w.astype(dtype, copy=False).reshape(group, m // group, cg * k), cols)
-    y = y.reshape(n, m, oh, ow)
-    return _add_bias(y, b).astype(x.dtype, copy=False)
+    wg = w.reshape(group, m // group, cg * k)
+    y = np.stack([products(wg, cols[image].astype(products.cols_dtype), _group_bias(b, group)) for image in range(n)])
+    return y.reshape(n, m, oh, ow).astype(x.dtype, copy=False)
 
 
 @register("CausalConvWithState", 27)
@@ -684,11 +785,10 @@ def causal_conv_with_state(
     if past_state is None:
         past_state = np.zeros((batch, channels, k - 1), dtype=x.dtype)
     padded = np.concatenate([past_state, x], axis=2)
-    dtype = _compute_dtype(x.dtype)
+    products = _Products(x.dtype)
     window = resolve_window(padded.shape[2:], (k,), None, None, None)
-    y = _depthwise_conv(padded.astype(dtype, copy=False), weight.astype(dtype, copy=False).reshape(channels, k), window)
-    y = _add_bias(y, bias)
+    y = _depthwise_conv(padded, weight.reshape(channels, k), window, products, bias)
     if activation != "none":
-        y = y / (1 + np.exp(-y))
+        y = numerics.apply("swish", y, 1.0)  # SiLU: RN(y * sigmoid(y))
     present = np.ascontiguousarray(padded[:, :, padded.shape[2] - (k - 1) :])
     return y.astype(x.dtype, copy=False), present

@@ -12,15 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.ops._elementwise_common import (
-    compute_dtype,
-    erf,
-    is_float,
-    legacy_operand,
-    narrow,
-    quiet,
-    widen,
-)
+from sealtrace.ops import numerics
+from sealtrace.ops._elementwise_common import is_float, legacy_operand, quiet
 from sealtrace.ops.registry import VARIES, KernelFn, register, specializes
 
 Array = np.ndarray
@@ -43,23 +36,10 @@ def _unary(op_type: str, ufunc: Callable[..., Any], *versions: int) -> None:
 _UNARY: tuple[tuple[str, np.ufunc, tuple[int, ...]], ...] = (
     ("Abs", np.abs, (1, 6, 13)),
     ("Neg", np.negative, (1, 6, 13)),
-    ("Exp", np.exp, (1, 6, 13)),
-    ("Log", np.log, (1, 6, 13)),
     ("Sqrt", np.sqrt, (1, 6, 13)),
     ("Reciprocal", np.reciprocal, (1, 6, 13)),
     ("Floor", np.floor, (1, 6, 13)),
     ("Ceil", np.ceil, (1, 6, 13)),
-    ("Sin", np.sin, (7, 22)),
-    ("Cos", np.cos, (7, 22)),
-    ("Tan", np.tan, (7, 22)),
-    ("Asin", np.arcsin, (7, 22)),
-    ("Acos", np.arccos, (7, 22)),
-    ("Atan", np.arctan, (7, 22)),
-    ("Sinh", np.sinh, (9, 22)),
-    ("Cosh", np.cosh, (9, 22)),
-    ("Asinh", np.arcsinh, (9, 22)),
-    ("Acosh", np.arccosh, (9, 22)),
-    ("Atanh", np.arctanh, (9, 22)),
     ("Round", np.rint, (11, 22)),  # rint rounds half to even, as ONNX Round does
     ("Sign", np.sign, (9, 13)),
     ("IsNaN", np.isnan, (9, 13, 20)),
@@ -70,13 +50,46 @@ for _op, _ufunc, _versions in _UNARY:
     _unary(_op, _ufunc, *_versions)
 
 
+def _function(op_type: str, name: str, *versions: int) -> None:
+    """Register the correctly rounded function ``name`` of numerics for ``versions``."""
+
+    def kernel(x: Array, *, consumed_inputs: tuple[int, ...] | None = None) -> Array:
+        return numerics.apply(name, x)
+
+    kernel.__name__ = kernel.__qualname__ = op_type.lower()
+    kernel.__doc__ = f"ONNX {op_type} (since_versions {', '.join(map(str, versions))}): RN({name}(x))."
+    register(op_type, *versions)(quiet(kernel))
+
+
+# The transcendental functions: correctly rounded (docs/numerics.md), never NumPy's SIMD ufuncs,
+# whose float32 results differ between CPUs.
+_FUNCTIONS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
+    ("Exp", "exp", (1, 6, 13)),
+    ("Log", "log", (1, 6, 13)),
+    ("Sin", "sin", (7, 22)),
+    ("Cos", "cos", (7, 22)),
+    ("Tan", "tan", (7, 22)),
+    ("Asin", "asin", (7, 22)),
+    ("Acos", "acos", (7, 22)),
+    ("Atan", "atan", (7, 22)),
+    ("Sinh", "sinh", (9, 22)),
+    ("Cosh", "cosh", (9, 22)),
+    ("Asinh", "asinh", (9, 22)),
+    ("Acosh", "acosh", (9, 22)),
+    ("Atanh", "atanh", (9, 22)),
+)
+for _op, _name, _versions in _FUNCTIONS:
+    _function(_op, _name, *_versions)
+
+
 @register("Erf", 9, 13)
 @quiet
 def erf_op(x: Array) -> Array:
-    """ONNX Erf (9, 13); integer inputs (allowed by the schema) keep their type."""
+    """ONNX Erf (9, 13): RN(erf(x)); integer inputs (allowed by the schema) are computed in float64
+    and truncated back to their type."""
     if is_float(x.dtype):
-        return erf(x)
-    return erf(x.astype(np.float64)).astype(x.dtype)
+        return numerics.apply("erf", x)
+    return numerics.apply("erf", x.astype(np.float64)).astype(x.dtype)
 
 
 @register("IsInf", 10, 20)
@@ -160,28 +173,15 @@ def _power(base: Array, exponent: Array) -> Array:
     """Pow with the base's type as the result type (the exponent may be of another type)."""
     dtype = base.dtype
     if is_float(dtype):
-        if exponent.size == 1 and exponent.ndim <= base.ndim:
-            # ONNX Runtime special-cases scalar exponents 2 and 3 as x*x and x*x*x (so does this;
-            # x*x is also what a correctly rounded pow gives, and libm's pow is slow on x < 0)
-            value = exponent.reshape(())
-            if value == 2:
-                return narrow(np.asarray(np.square(widen(base))), dtype)
-            if value == 3:
-                wide = widen(base)
-                cube = np.asarray(np.square(wide))
-                cube *= wide
-                return narrow(cube, dtype)
-        # evaluate in the wider of the two types (half precision in float32), round once: a
-        # float64 exponent is not first rounded to the base's type (C++'s pow(float, double))
-        work = compute_dtype(dtype)
-        if is_float(exponent.dtype) and exponent.dtype.itemsize > work.itemsize:
-            work = exponent.dtype
-        result = np.power(base.astype(work, copy=False), exponent.astype(work, copy=False))
-        return narrow(np.asarray(result), dtype)
+        if exponent.size == 1 and exponent.ndim <= base.ndim and exponent.reshape(()) == 2:
+            # x * x is RN(x**2), what a correctly rounded pow gives, in one multiplication
+            return np.asarray(np.square(base))
+        # RN(base ** exponent), the exponent at its own value (never first rounded to the base's type)
+        return numerics.power(base, exponent)
     if is_float(exponent.dtype) or (exponent.dtype.kind == "i" and bool((exponent < 0).any())):
-        # an integer base with a fractional or negative exponent: compute in double, truncate
+        # an integer base with a fractional or negative exponent: RN in float64, truncated
         with np.errstate(all="ignore"):
-            return np.power(base.astype(np.float64), exponent.astype(np.float64)).astype(dtype)
+            return numerics.power(base.astype(np.float64), exponent.astype(np.float64)).astype(dtype)
     return np.asarray(np.power(base, exponent)).astype(dtype, copy=False)
 
 
@@ -199,9 +199,6 @@ def pow_op(a: Array, b: Array) -> Array:
     return _power(a, b)
 
 
-_SQUARE_EXACT = (np.dtype(np.float32), np.dtype(np.float64))
-
-
 @specializes(pow_op)
 def _pow_constant_exponent(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
     """x ** 2 with a constant exponent (Silero's STFT magnitude): _power's own x*x, without
@@ -215,7 +212,7 @@ def _pow_constant_exponent(inputs: tuple[Any, ...], attributes: Any) -> KernelFn
         return None
 
     def square(base: Array, _exponent: Array) -> Array:
-        if base.dtype not in _SQUARE_EXACT:
+        if not is_float(base.dtype):
             return _power(base, exponent)
         out = np.square(base)
         return out if type(out) is np.ndarray else np.asarray(out)

@@ -6,76 +6,31 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops import numerics
 from sealtrace.ops.registry import register
 
 Array = np.ndarray[Any, Any]
 
 
-_FLOAT32 = np.dtype(np.float32)
-
-
-def _compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """The dtype a product is computed in: float16/bfloat16 (and other ml_dtypes) go through float32."""
-    if dtype == np.float16 or dtype.kind == "V":
-        return np.dtype(np.float32)
-    return dtype
-
-
-def _matmul(a: Array, b: Array) -> Array:
-    if a.dtype is _FLOAT32 and b.dtype is _FLOAT32 and a.ndim == 2 and b.ndim == 2:
-        # The common case, without the checks below. np.dot: the same BLAS product as np.matmul
-        # for matrices, with a third less call overhead (which is most of a [1, 50] x [50, 50]).
-        return np.dot(a, b)
-    if a.dtype == _FLOAT32 and b.dtype == _FLOAT32:
-        return np.asarray(_product(a, b))
-    # float16/bfloat16 accumulate in float32 (as ORT's MLAS does) and round once at the end.
-    work = _compute_dtype(a.dtype)
-    if work != a.dtype:
-        return np.asarray(_product(a.astype(work), b.astype(work))).astype(a.dtype)
-    return np.asarray(_product(a, b))
-
-
-def _product(a: Array, b: Array) -> Array:
-    """numpy.matmul, with a stack of rows times one matrix done as a single GEMM.
-
-    A [batch, seq, k] activation times a [k, n] weight (every Transformer projection): NumPy
-    would call GEMM once per batch entry, each reading the whole weight for a handful of rows;
-    as one [batch * seq, k] GEMM the weight is read once (1.4x faster on MiniLM's projections).
-    ONNX Runtime flattens the same way.
-    """
-    if b.ndim == 2 and a.ndim > 2 and a.size and a.flags.c_contiguous and a.shape[-1] == b.shape[0]:
-        return np.dot(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
-    return np.matmul(a, b)
+def _via_float32(dtype: np.dtype[Any]) -> bool:
+    """float8 and the other ml_dtypes floats numerics has no format for are computed in float32."""
+    return dtype.kind == "V" and numerics.format_of(dtype) is None
 
 
 @register("MatMul", 1, 9, 13)
 def matmul(a: Array, b: Array) -> Array:
-    """ONNX MatMul v1/9/13: numpy.matmul semantics (1-D promotion, batched broadcast)."""
-    if a.dtype is _FLOAT32 and b.dtype is _FLOAT32 and a.ndim == 2 and b.ndim == 2:
-        return np.dot(a, b)  # _matmul's common case, one call less (ACAS Xu runs seven of [1, 50])
-    return _matmul(a, b)
+    """ONNX MatMul v1/9/13: numpy.matmul semantics (1-D promotion, batched broadcast); each float
+    element RN(sum_k a_k b_k) (docs/numerics.md)."""
+    if _via_float32(a.dtype):
+        return numerics.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    return numerics.matmul(a, b)
 
 
 def _gemm(a: Array, b: Array, c: Array | None, alpha: float, beta: float, trans_a: int, trans_b: int) -> Array:
-    dtype = a.dtype
-    work = _compute_dtype(dtype)
-    if work != dtype:
-        a, b = a.astype(work), b.astype(work)
-        c = None if c is None else c.astype(work)
-    if trans_a:
-        a = a.T
-    if trans_b:
-        b = b.T
-    y = np.dot(a, b) if a.ndim == 2 and b.ndim == 2 else np.matmul(a, b)
-    # Scalars cast to the working dtype so float32 products are never promoted to float64;
-    # integer Gemm keeps its dtype (alpha/beta are integral there in practice).
-    if alpha != 1.0:
-        y = (y * work.type(alpha)) if work.kind == "f" else (y * alpha).astype(work)
-    if c is not None and beta != 0.0:
-        if beta != 1.0:
-            c = (c * work.type(beta)) if work.kind == "f" else (c * beta).astype(work)
-        y = y + c
-    return np.asarray(y).astype(dtype, copy=False)
+    if _via_float32(a.dtype):
+        wide_c = None if c is None else c.astype(np.float32)
+        return _gemm(a.astype(np.float32), b.astype(np.float32), wide_c, alpha, beta, trans_a, trans_b).astype(a.dtype)
+    return numerics.gemm(a.T if trans_a else a, b.T if trans_b else b, c, alpha, beta)
 
 
 @register("Gemm", 1, 6)
@@ -98,18 +53,17 @@ def gemm_v1(
 def gemm(
     a: Array, b: Array, c: Array | None = None, *, alpha: float, beta: float, transA: int, transB: int
 ) -> Array:
-    """ONNX Gemm v7/9/11/13: Y = alpha * A' B' + beta * C with unidirectional broadcast of C."""
+    """ONNX Gemm v7/9/11/13: Y = alpha * A' B' + beta * C with unidirectional broadcast of C, each
+    float element one rounding of the exact value."""
     return _gemm(a, b, c, alpha, beta, transA, transB)
 
 
 @register("Einsum", 12, 28)
 def einsum(*inputs: Array, equation: str) -> Array:
-    """ONNX Einsum v12/28: numpy.einsum (optimized contraction order)."""
-    dtype = inputs[0].dtype
-    work = _compute_dtype(dtype)
-    operands = [x.astype(work) for x in inputs] if work != dtype else list(inputs)
-    result = np.asarray(np.einsum(equation.strip(), *operands, optimize=True))
-    return result.astype(dtype, copy=False)
+    """ONNX Einsum v12/28: each float element RN(sum of its products)."""
+    if _via_float32(inputs[0].dtype):
+        return numerics.einsum(equation.strip(), *(x.astype(np.float32) for x in inputs)).astype(inputs[0].dtype)
+    return numerics.einsum(equation.strip(), *inputs)
 
 
 def _zero_point_rows(zp: Array | None, a: Array) -> Array | int:
@@ -174,6 +128,7 @@ def qlinear_matmul(
 
 @register("Det", 11, 22)
 def det(x: Array) -> Array:
-    """ONNX Det v11/22: determinant of the trailing square matrices."""
-    work = _compute_dtype(x.dtype)
-    return np.asarray(np.linalg.det(x.astype(work, copy=False))).astype(x.dtype, copy=False)
+    """ONNX Det v11/22: RN(the exact determinant) of each trailing square matrix."""
+    if _via_float32(x.dtype):
+        return numerics.determinant(x.astype(np.float32)).astype(x.dtype)
+    return numerics.determinant(x)

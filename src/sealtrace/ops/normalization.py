@@ -3,6 +3,8 @@ GroupNormalization, RMSNormalization, LRN, MeanVarianceNormalization, LpNormaliz
 
 Statistics are computed in float32 for float16/bfloat16/float32 inputs (ONNX Runtime does the
 same; ``stash_type=1`` asks for it) and in float64 for float64 inputs; results are cast back once.
+Means and norms are correctly rounded reductions of ``numerics``; the other steps are exact IEEE
+operations in that type, in the order docs/numerics.md gives for each operator.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from sealtrace.ops import numerics
 from sealtrace.ops._values import remember
 from sealtrace.ops.registry import VARIES, KernelFn, register, specializes
 
@@ -115,8 +118,11 @@ def batch_norm_v14(
     work = _work_dtype(x.dtype)
     xw = x.astype(work, copy=False)
     axes = (0, *range(2, x.ndim))
-    current_mean = xw.mean(axis=axes)
-    current_var = xw.var(axis=axes)  # population variance, as the spec says
+    current_mean = numerics.reduce_mean(xw, axes)
+    # population variance, as the spec says: the mean of the squared deviations
+    deviation = xw - current_mean
+    current_var = numerics.reduce_mean(deviation * deviation, axes).reshape(-1)
+    current_mean = current_mean.reshape(-1)
     y = _batch_norm_inference(x, scale, b, current_mean, current_var, epsilon)
     m = work.type(momentum)
     running_mean = input_mean.astype(work) * m + current_mean * (1 - m)
@@ -153,22 +159,25 @@ def instance_norm(
     work = _work_dtype(x.dtype)
     xw = x.astype(work, copy=False)
     axes = tuple(range(2, x.ndim))
-    mean = xw.mean(axis=axes, keepdims=True)
+    mean = numerics.reduce_mean(xw, axes)
     y = xw - mean
-    var = np.mean(np.square(y), axis=axes, keepdims=True)
+    var = numerics.reduce_mean(y * y, axes)
     y *= _channel_shaped(scale, x, work) / np.sqrt(var + work.type(epsilon))
     y += _channel_shaped(b, x, work)
     return y.astype(x.dtype, copy=False)
 
 
 def _standardize(xw: Array, axes: tuple[int, ...], epsilon: float) -> tuple[Array, Array, Array]:
-    """(x - mean) / sqrt(var + eps) over ``axes``, with the kept-dims mean and inverse std."""
-    mean = xw.mean(axis=axes, keepdims=True)
+    """LayerNormalization's body over ``axes``: D = X - ReduceMean(X), StdDev = Sqrt(Var + eps),
+    D / StdDev, with the kept-dims mean and 1 / StdDev. The variance is ReduceMean(D * D), the
+    two-pass form: the body's ReduceMean(X * X) - Mean * Mean cancels, down to negative variances,
+    where the mean is large against the spread."""
+    mean = numerics.reduce_mean(xw, axes)
     centered = xw - mean
-    var = np.square(centered).mean(axis=axes, keepdims=True)
-    inv_std = 1 / np.sqrt(var + xw.dtype.type(epsilon))
-    centered *= inv_std
-    return centered, mean, inv_std
+    var = numerics.reduce_mean(centered * centered, axes)
+    std = np.sqrt(var + xw.dtype.type(epsilon))
+    centered /= std
+    return centered, mean, np.reciprocal(std)
 
 
 @register("LayerNormalization", 17)
@@ -222,7 +231,7 @@ def rms_norm(x: Array, scale: Array, *, axis: int, epsilon: float, stash_type: i
     work = np.dtype(np.float64) if x.dtype == np.float64 else _work_dtype(_stash_dtype(stash_type))
     axis = axis + x.ndim if axis < 0 else axis
     xw = x.astype(work, copy=False)
-    mean_square = np.square(xw).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
+    mean_square = numerics.reduce_mean(xw * xw, tuple(range(axis, x.ndim)))
     y = xw / np.sqrt(mean_square + work.type(epsilon))
     y *= scale.astype(work, copy=False)
     return y.astype(scale.dtype, copy=False)
@@ -242,7 +251,8 @@ def lrn(x: Array, *, alpha: float, beta: float, bias: float, size: int) -> Array
     square_sum = np.zeros_like(square)
     for offset in range(size):  # a few window taps along the channel axis
         square_sum += padded[:, offset : offset + channels]
-    denominator = (work.type(bias) + work.type(alpha / size) * square_sum) ** work.type(beta)
+    base = work.type(bias) + work.type(alpha / size) * square_sum
+    denominator = numerics.power(base, np.asarray(beta, dtype=work))
     return (xw / denominator).astype(x.dtype, copy=False)
 
 
@@ -252,8 +262,8 @@ def mean_variance_norm(x: Array, *, axes: tuple[int, ...]) -> Array:
     work = _work_dtype(x.dtype)
     xw = x.astype(work, copy=False)
     reduce_axes = tuple(sorted(a + x.ndim if a < 0 else a for a in axes))
-    mean = xw.mean(axis=reduce_axes, keepdims=True)
-    mean_square = np.square(xw).mean(axis=reduce_axes, keepdims=True)
+    mean = numerics.reduce_mean(xw, reduce_axes)
+    mean_square = numerics.reduce_mean(xw * xw, reduce_axes)
     # The function body's E[X^2] - E[X]^2 can round below zero; clamp so sqrt stays real.
     std = np.sqrt(np.maximum(mean_square - np.square(mean), 0))
     return ((xw - mean) / (std + work.type(1e-9))).astype(x.dtype, copy=False)
@@ -264,10 +274,11 @@ def lp_norm(x: Array, *, axis: int, p: int) -> Array:
     """ONNX LpNormalization v1/22: x / ||x||_p along ``axis`` (p is 1 or 2); a zero norm gives 0."""
     work = _work_dtype(x.dtype)
     xw = x.astype(work, copy=False)
+    axes = (axis % x.ndim,)
     if p == 1:
-        norm = np.sum(np.abs(xw), axis=axis, keepdims=True)
+        norm = numerics.reduce_l1(xw, axes)
     elif p == 2:
-        norm = np.sqrt(np.sum(np.square(xw), axis=axis, keepdims=True))
+        norm = numerics.reduce_l2(xw, axes)
     else:
         raise ValueError(f"LpNormalization supports p=1 or p=2, got p={p}")
     safe = np.where(norm == 0, work.type(1), norm)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops import numerics
 from sealtrace.ops._windows import Array, Window, pad_spatial, resolve_window, tap_view
 from sealtrace.ops.registry import KernelContext, register
 
@@ -151,11 +152,23 @@ def average_pool(
     return (total / counts.astype(x.dtype)).astype(x.dtype, copy=False)
 
 
+def _powers(x: Array, p: float) -> Array:
+    """|x| ** p in x's type: x * x for p = 2, else the correctly rounded power."""
+    return np.asarray(x * x) if p == 2 else numerics.power(np.abs(x), np.asarray(p, dtype=x.dtype))
+
+
+def _root(total: Array, p: float) -> Array:
+    """total ** (1 / p) in total's type: sqrt for p = 2, else the correctly rounded power of 1/p
+    rounded to the type."""
+    if p == 2:
+        return np.asarray(np.sqrt(total))
+    return numerics.power(total, np.asarray(1.0 / p, dtype=total.dtype))
+
+
 def _lp_pool(x: Array, window: Window, p: float) -> Array:
-    powered = x * x if p == 2 else np.abs(x) ** x.dtype.type(p)
-    total = _reduce_separable(_padded(powered, window, 0), window, np.add)
-    root = np.sqrt(total) if p == 2 else total ** x.dtype.type(1.0 / p)
-    return root.astype(x.dtype, copy=False)
+    # the window's powers added tap by tap, axis by axis (the order of _reduce_separable)
+    total = _reduce_separable(_padded(_powers(x, p), window, 0), window, np.add)
+    return _root(total, p).astype(x.dtype, copy=False)
 
 
 @register("LpPool", 1, 2, 11, 18, 22)
@@ -181,15 +194,8 @@ def _spatial_axes(x: Array) -> tuple[int, ...]:
 
 @register("GlobalAveragePool", 1, 22)
 def global_average_pool(x: Array) -> Array:
-    """ONNX GlobalAveragePool (versions 1, 22): mean over all spatial axes, kept as size 1."""
-    if x.dtype in (np.float32, np.float64) and x.ndim > 2:
-        # The sum as one BLAS matrix-vector product with a vector of ones, then the division:
-        # np.mean's per-row reduction costs 3-5x more on the short rows of CNN heads (7x7, 2x96).
-        rows = x.reshape(prod(x.shape[:2]), prod(x.shape[2:]))
-        total = rows @ np.ones(rows.shape[1], dtype=x.dtype)
-        total /= x.dtype.type(rows.shape[1])
-        return total.reshape(x.shape[:2] + (1,) * (x.ndim - 2))
-    return np.mean(x, axis=_spatial_axes(x), keepdims=True).astype(x.dtype, copy=False)
+    """ONNX GlobalAveragePool (versions 1, 22): RN(mean over all spatial axes), kept as size 1."""
+    return numerics.reduce_mean(x, _spatial_axes(x))
 
 
 @register("GlobalMaxPool", 1, 22)
@@ -203,9 +209,8 @@ def global_lp_pool(x: Array, *, p: float) -> Array:
     """ONNX GlobalLpPool (versions 1, 2, 22): p-norm over all spatial axes, kept as size 1."""
     axes = _spatial_axes(x)
     if p == 2:
-        return np.sqrt(np.sum(x * x, axis=axes, keepdims=True)).astype(x.dtype, copy=False)
-    total = np.sum(np.abs(x) ** x.dtype.type(p), axis=axes, keepdims=True)
-    return (total ** x.dtype.type(1.0 / p)).astype(x.dtype, copy=False)
+        return numerics.reduce_l2(x, axes)  # one rounding of the exact norm
+    return _root(numerics.reduce_sum(_powers(x, p), axes), p)
 
 
 @register("MaxUnpool", 9, 11, 22)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops import numerics
 from sealtrace.ops.registry import KernelFn, quiet, register
 
 Array = np.ndarray[Any, Any]
@@ -22,64 +23,79 @@ Axes = tuple[int, ...]
 Reduction = Callable[[Array, Axes], Array]
 
 
-def _accumulator(x: Array) -> Array:
-    """float16 and ml_dtypes (bfloat16 ...) accumulate in float32; other dtypes in themselves."""
-    if x.dtype == np.float16 or x.dtype.kind == "V":
-        return x.astype(np.float32)
-    return x
+def _portable(reduce: Callable[[Array, Axes], Array]) -> Reduction:
+    """A float reduction of ``numerics`` (float8 types computed in float32 and rounded back)."""
+
+    def run(x: Array, axes: Axes) -> Array:
+        if x.dtype.kind == "V" and numerics.format_of(x.dtype) is None:
+            return reduce(x.astype(np.float32), axes).astype(x.dtype)
+        return reduce(x, axes)
+
+    return run
 
 
-# The reductions call the ufuncs' reduce directly: np.sum, np.max ... do the same for arrays after
-# a few microseconds of Python dispatch, more than reducing a small tensor costs.
+def _float_or_integer(portable: Reduction, integer: Reduction) -> Reduction:
+    """Floats reduce through ``numerics`` (docs/numerics.md), integers and bool exactly in NumPy."""
+    floating = _portable(portable)
+
+    def run(x: Array, axes: Axes) -> Array:
+        return floating(x, axes) if numerics.is_float(x.dtype) else integer(x, axes)
+
+    return run
 
 
-def _sum(x: Array, axes: Axes) -> Array:
-    acc = _accumulator(x)
-    return np.add.reduce(acc, axis=axes, dtype=acc.dtype, keepdims=True)
+def _integer_sum(x: Array, axes: Axes) -> Array:
+    return np.add.reduce(x, axis=axes, dtype=x.dtype, keepdims=True)
 
 
-def _sum_square(x: Array, axes: Axes) -> Array:
-    acc = _accumulator(x)
-    return np.add.reduce(np.square(acc), axis=axes, dtype=acc.dtype, keepdims=True)
+def _integer_sum_square(x: Array, axes: Axes) -> Array:
+    return np.add.reduce(np.square(x), axis=axes, dtype=x.dtype, keepdims=True)
 
 
-def _l1(x: Array, axes: Axes) -> Array:
-    acc = _accumulator(x)
-    return np.add.reduce(np.abs(acc), axis=axes, dtype=acc.dtype, keepdims=True)
+def _integer_l1(x: Array, axes: Axes) -> Array:
+    return np.add.reduce(np.abs(x), axis=axes, dtype=x.dtype, keepdims=True)
 
 
-def _l2(x: Array, axes: Axes) -> Array:
-    total = _sum_square(x, axes)
-    if total.dtype.kind in "iu":  # integer L2: sqrt in float64, truncated back to the input dtype
-        return np.sqrt(total.astype(np.float64))
-    return np.sqrt(total)
+def _integer_l2(x: Array, axes: Axes) -> Array:
+    # integer L2: sqrt in float64 of the exact integer sum, truncated back to the input dtype
+    return np.sqrt(_integer_sum_square(x, axes).astype(np.float64))
+
+
+def _integer_mean(x: Array, axes: Axes) -> Array:
+    # Integer mean truncates toward zero (C++ division, as ONNX Runtime does).
+    count = math.prod(x.shape[a] for a in axes)
+    total = _integer_sum(x, axes)
+    if count == 0:
+        return np.zeros_like(total)
+    quotient = np.abs(total) // count
+    return np.where(total < 0, -quotient, quotient).astype(total.dtype)
+
+
+def _integer_prod(x: Array, axes: Axes) -> Array:
+    return np.multiply.reduce(x, axis=axes, dtype=x.dtype, keepdims=True)
+
+
+def _integer_log_sum(x: Array, axes: Axes) -> Array:
+    return np.log(_integer_sum(x, axes).astype(np.float64))
+
+
+def _integer_log_sum_exp(x: Array, axes: Axes) -> Array:
+    return numerics.reduce_log_sum_exp(x.astype(np.float64), axes)
 
 
 def _log_sum(x: Array, axes: Axes) -> Array:
-    return np.log(_sum(x, axes))
+    """ReduceLogSum's body: Log(ReduceSum(X)), each correctly rounded."""
+    return numerics.apply("log", numerics.reduce_sum(x, axes))
 
 
-def _log_sum_exp(x: Array, axes: Axes) -> Array:
-    acc = _accumulator(x)
-    if acc.dtype.kind in "iu":
-        acc = acc.astype(np.float64)
-    # Shift by the finite maximum for stability; an all -inf (or empty) slice keeps shift 0.
-    shift = np.max(acc, axis=axes, keepdims=True, initial=-np.inf)
-    shift = np.where(np.isfinite(shift), shift, 0).astype(acc.dtype)
-    total = np.sum(np.exp(acc - shift), axis=axes, dtype=acc.dtype, keepdims=True)
-    return np.log(total) + shift
-
-
-def _mean(x: Array, axes: Axes) -> Array:
-    count = math.prod(x.shape[a] for a in axes)
-    total = _sum(x, axes)
-    if total.dtype.kind in "iu":
-        # Integer mean truncates toward zero (C++ division, as ONNX Runtime does).
-        if count == 0:
-            return np.zeros_like(total)
-        quotient = np.abs(total) // count
-        return np.where(total < 0, -quotient, quotient).astype(total.dtype)
-    return total / total.dtype.type(count)
+_sum = _float_or_integer(numerics.reduce_sum, _integer_sum)
+_sum_square = _float_or_integer(numerics.reduce_sum_square, _integer_sum_square)
+_l1 = _float_or_integer(numerics.reduce_l1, _integer_l1)
+_l2 = _float_or_integer(numerics.reduce_l2, _integer_l2)
+_mean = _float_or_integer(numerics.reduce_mean, _integer_mean)
+_prod = _float_or_integer(numerics.reduce_prod, _integer_prod)
+_log_sum = _float_or_integer(_log_sum, _integer_log_sum)
+_log_sum_exp = _float_or_integer(numerics.reduce_log_sum_exp, _integer_log_sum_exp)
 
 
 def _max(x: Array, axes: Axes) -> Array:
@@ -88,11 +104,6 @@ def _max(x: Array, axes: Axes) -> Array:
 
 def _min(x: Array, axes: Axes) -> Array:
     return np.minimum.reduce(x, axis=axes, keepdims=True, initial=_highest(x.dtype))
-
-
-def _prod(x: Array, axes: Axes) -> Array:
-    acc = _accumulator(x)
-    return np.multiply.reduce(acc, axis=axes, dtype=acc.dtype, keepdims=True)
 
 
 def _lowest(dtype: np.dtype[Any]) -> Any:
