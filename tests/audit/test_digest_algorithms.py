@@ -61,7 +61,15 @@ def test_v1_logs_of_earlier_sealtrace_verify_and_replay(log: str, model: str, fe
     assert verification.ok, verification.problems
     assert verification.digest_algorithm == "sha256"
     assert verification.records[0]["format"] == "sealtrace.audit.v1"
-    assert replay_log(V1 / log, V1 / model, inputs).passed
+    report = replay_log(V1 / log, V1 / model, inputs)
+    # Logs written before portable numerics: native numerics, whose bits depended on the host and
+    # on that sealtrace's kernels. The replay says so and measures the difference, rather than
+    # failing where it need not reproduce the bits (docs/numerics.md, "Logs of native numerics").
+    assert report.numerics == "native" and not report.bit_identity_expected
+    assert report.host_differences[0].startswith("by an earlier sealtrace")
+    assert report.passed or (
+        report.deviations and all(d.within_tolerance for d in report.deviations)
+    ), report.summary()
 
 
 def test_v1_capture_reads_back_and_diffs_against_its_log() -> None:

@@ -395,6 +395,9 @@ class AuditRecorder(BackgroundObserver):
             "version": backend.version,
             "per_step": bool(getattr(backend, "per_step", False)),
         }
+        numerics = getattr(backend, "numerics_info", None)
+        if numerics is not None:
+            backend_info["numerics"] = dict(numerics)
         feed_values = {info.name: feeds.get(info.name) for info in plan.inputs}
         self._submit(("header", plan, feed_values, backend_info, utc_now()), nbytes_of(feed_values.values()))
 

@@ -1,11 +1,18 @@
 """Replay: re-execute a logged run on the reference backend and compare every step's digests.
 
 The log is verified first (a log whose chain is broken is not replayed). The model and the inputs
-are then run again with an in-memory recorder taking the same sample size, and the two logs are
-compared step by step. The outcome is either bit-identical (every output digest of every step and
-of the graph outputs agrees) or the first step whose output differs, with the numeric difference
-the logged samples show. A replay of another model or with other inputs than the logged ones still
-runs and shows where the runs part, but it is not a replay of the log: it fails.
+are then run again, with the numerics the log records (portable, docs/numerics.md, unless the log
+says native or predates portable numerics), with an in-memory recorder taking the same sample size,
+and the two logs are compared step by step. The outcome is either bit-identical (every output
+digest of every step and of the graph outputs agrees) or the first step whose output differs, with
+the numeric difference the logged samples show. A replay of another model or with other inputs
+than the logged ones still runs and shows where the runs part, but it is not a replay of the log:
+it fails.
+
+A log of native numerics is bit-identical only on a host like the one that recorded it (the same
+CPU kernels, BLAS and NumPy). Replayed elsewhere, the report says so plainly, names the facts that
+differ, and gives each differing step's largest difference in ulps over the logged samples and
+whether it is within the parity tolerances, rather than a bare "differs".
 """
 
 from __future__ import annotations
@@ -19,12 +26,14 @@ from typing import Any
 import numpy as np
 
 from sealtrace.audit.errors import AuditCheckError
+from sealtrace.audit.host import host_facts
 from sealtrace.audit.linkage import logged_model_digest
 from sealtrace.audit.log import read_lines
 from sealtrace.audit.recorder import AuditRecorder
 from sealtrace.audit.records import from_json_number, value_digest
 from sealtrace.audit.verify import verify_lines
 from sealtrace.errors import InputError
+from sealtrace.ops.numerics import SPEC_VERSION
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,28 @@ class StepDifference:
         return text
 
 
+@dataclass(frozen=True)
+class StepDeviation:
+    """How far a replayed step output is from the logged one, over the logged sample."""
+
+    line: int
+    where: str
+    op_type: str
+    output: str
+    max_ulps: int | None  # None: no float sample to compare
+    within_tolerance: bool | None  # under the parity tolerances (docs/parity.md); None: no sample
+
+
+# The host facts on which the bits of native numerics depend.
+_NATIVE_FACTS = (
+    ("CPU", ("cpu", "model")),
+    ("CPU features", ("cpu", "flags")),
+    ("machine", ("cpu", "machine")),
+    ("NumPy", ("numpy",)),
+    ("BLAS", ("blas",)),
+)
+
+
 @dataclass
 class ReplayReport:
     """The outcome of :func:`replay_log`."""
@@ -65,6 +96,17 @@ class ReplayReport:
     not_logged: list[str] = field(default_factory=list)  # what the replay ran that the log does not name
     replayed_records: list[dict[str, Any]] = field(default_factory=list, repr=False)
     model_origin: Any = field(default=None, repr=False)  # the replayed Session's ModelOrigin
+    # The numerics the log records: "portable", or "native" (also for logs that predate the field).
+    numerics: str = "portable"
+    # For a native log: why its bits need not be reproduced here (the host facts that differ from
+    # the recording host's, an earlier sealtrace); bit-identity is not expected when there are any.
+    host_differences: list[str] = field(default_factory=list)
+    deviations: list[StepDeviation] = field(default_factory=list)
+
+    @property
+    def bit_identity_expected(self) -> bool:
+        """False for a log of native numerics replayed on a host whose recorded facts differ."""
+        return self.numerics == "portable" or not self.host_differences
 
     @property
     def identical(self) -> bool:
@@ -88,13 +130,38 @@ class ReplayReport:
                 text += f", but the replay ran {' and '.join(self.not_logged)} other than the logged one"
             return text
         if self.first_difference is not None:
-            return (
+            text = (
                 f"differs: first at {self.first_difference.describe()} "
                 f"({self.steps_differing} of {self.steps_logged} step(s) differ)"
             )
+            if not self.bit_identity_expected:
+                text = f"{self.host_note()}; {text}; {self.deviation_summary()}"
+            return text
         if self.structure_difference is not None:
             return f"differs: {self.structure_difference}"
         return f"differs: graph output(s) {', '.join(map(repr, self.outputs_differing))}"
+
+    def host_note(self) -> str:
+        """Why bit-identity is not expected (a native log replayed on another host)."""
+        return "recorded with native numerics (" + "; ".join(self.host_differences) + "), so bit-identity is not expected"
+
+    def deviation_summary(self) -> str:
+        """The differing steps' largest difference in ulps and the parity-tolerance verdict."""
+        measured = [d for d in self.deviations if d.max_ulps is not None]
+        if not measured:
+            return "no logged sample to measure the differences with (record with --sample N)"
+        worst = max(measured, key=lambda d: d.max_ulps or 0)
+        outside = [d for d in measured if d.within_tolerance is False]
+        text = f"largest difference {worst.max_ulps} ulp(s), at line {worst.line} ({worst.where}, {worst.op_type})"
+        if outside:
+            first = outside[0]
+            return text + (
+                f"; {len(outside)} step(s) outside the parity tolerances, first at line {first.line} "
+                f"({first.where}, {first.op_type})"
+            )
+        unmeasured = len(self.deviations) - len(measured)
+        text += "; every sampled step within the parity tolerances"
+        return text + (f" ({unmeasured} differing step(s) without a float sample)" if unmeasured else "")
 
     def raise_if_different(self) -> None:
         """Raise :class:`AuditCheckError` (CLI exit 1) unless the replay is bit-identical and ran
@@ -123,6 +190,7 @@ def replay_log(
     (``trust=``) apply to the log as well as to the model: a log not signed by one of them is refused,
     as ``--trust`` means everywhere.
     """
+    from sealtrace.backends.reference import ReferenceBackend
     from sealtrace.session import Session
 
     trust = session_options.get("trust")
@@ -130,7 +198,22 @@ def replay_log(
     verification.raise_if_failed()
     header, footer = verification.records[0], verification.records[-1]
     report = ReplayReport(str(log))
-    session = Session(model, backend="reference", **session_options)
+    recorded = header["backend"].get("numerics")
+    report.numerics = recorded["mode"] if recorded is not None else "native"
+    if report.numerics == "native":
+        if recorded is None:
+            report.host_differences.append("by an earlier sealtrace, whose kernels rounded differently")
+        report.host_differences.extend(host_differences(header.get("host") or {}, host_facts()))
+        # native logs were recorded with the BLAS on one thread (the reference's default then)
+        backend = ReferenceBackend(threads=1, numerics="native")
+    else:
+        if recorded["spec"] != SPEC_VERSION:
+            report.notes.append(
+                f"the log was recorded with numerics specification {recorded['spec']}, this sealtrace "
+                f"implements {SPEC_VERSION}"
+            )
+        backend = ReferenceBackend()
+    session = Session(model, backend=backend, **session_options)
     report.model_origin = session.origin
     _note_linkage(report, header, session)
     algorithm = verification.digest_algorithm
@@ -142,6 +225,23 @@ def replay_log(
     _compare(report, verification.records, recorder.records)
     _compare_outputs(report, footer, recorder.records[-1])
     return report
+
+
+def host_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The facts native numerics depend on that differ between the recording host and this one."""
+    differing = []
+    for label, path in _NATIVE_FACTS:
+        before: Any = recorded
+        after: Any = current
+        for key in path:
+            before = before.get(key) if isinstance(before, dict) else None
+            after = after.get(key) if isinstance(after, dict) else None
+        if before != after:
+            if isinstance(before, str) and isinstance(after, str):
+                differing.append(f"{label} {before} -> {after}")
+            else:
+                differing.append(f"{label} differ")
+    return differing
 
 
 def _note_linkage(report: ReplayReport, header: dict[str, Any], session: Any) -> None:
@@ -228,6 +328,7 @@ def _compare(report: ReplayReport, logged: list[dict[str, Any]], replayed: list[
             report.steps_differing += 1
             if report.first_difference is None:
                 report.first_difference = difference
+            report.deviations.extend(_deviations(line, old, new))
     if report.structure_difference is None and report.steps_logged != report.steps_replayed:
         report.structure_difference = (
             f"the log lists {report.steps_logged} step(s), the replay ran {report.steps_replayed}"
@@ -261,6 +362,49 @@ def _output_difference(line: int, old: dict[str, Any], new: dict[str, Any]) -> S
             f"the log lists {len(old['outputs'])} output(s), the replay produced {len(new['outputs'])}",
         )
     return None
+
+
+def _deviations(line: int, old: dict[str, Any], new: dict[str, Any]) -> list[StepDeviation]:
+    """Each differing output's largest ulp distance and tolerance verdict over the logged sample."""
+    from sealtrace.parity.metrics import ToleranceTable, ulp_distance, within
+
+    tolerances = ToleranceTable()
+    where = "/".join((*old["path"], old["name"]))
+    found = []
+    for before, after in zip(old["outputs"], new["outputs"], strict=False):
+        if before["digest"] == after["digest"]:
+            continue
+        pair = _float_samples(before, after)
+        if pair is None:
+            found.append(StepDeviation(line, where, old["op_type"], before["name"], None, None))
+            continue
+        x, y = pair
+        ulps = ulp_distance(x, y)
+        ok = within(y.astype(np.float64), x.astype(np.float64), tolerances.for_value(old["op_type"], before["name"]))
+        found.append(StepDeviation(line, where, old["op_type"], before["name"], ulps, ok))
+    return found
+
+
+def _float_samples(logged: dict[str, Any], replayed: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The logged and replayed samples of one float tensor output, in its dtype (None: none to compare)."""
+    if logged.get("kind") != "tensor" or replayed.get("kind") != "tensor" or logged["dtype"] != replayed["dtype"]:
+        return None
+    try:
+        dtype = np.dtype(logged["dtype"])
+    except TypeError:
+        return None
+    if dtype.kind != "f":
+        return None
+    a, b = logged.get("sample") or [], replayed.get("sample") or []
+    n = min(len(a), len(b))
+    if n == 0:
+        return None
+    try:
+        x = np.array([from_json_number(v) for v in a[:n]], dtype=np.float64).astype(dtype)
+        y = np.array([from_json_number(v) for v in b[:n]], dtype=np.float64).astype(dtype)
+    except (TypeError, ValueError):
+        return None
+    return x, y
 
 
 def numeric_difference(logged: dict[str, Any], replayed: dict[str, Any]) -> str:

@@ -45,6 +45,18 @@ def format_stats(stats: dict[str, Any] | None) -> str:
     return text + (" (" + ", ".join(extra) + ")" if extra else "")
 
 
+def describe_numerics(backend: dict[str, Any]) -> str:
+    """What a header's backend record says of the numerics the run used (docs/numerics.md)."""
+    numerics = backend.get("numerics")
+    if numerics is None:
+        if backend.get("name") == "reference":
+            return "native (not recorded: a log of sealtrace before portable numerics); bit-identity needs the same host"
+        return "those of the backend (not the reference's)"
+    if numerics["mode"] == "portable":
+        return f"portable, specification {numerics['spec']} (docs/numerics.md): the same bits on any machine"
+    return "native: bit-identity needs the same CPU, BLAS and thread count"
+
+
 def describe_value(entry: dict[str, Any]) -> tuple[str, str, str]:
     """(dtype, shape, short digest) of a value entry of a record."""
     kind = entry.get("kind")

@@ -22,6 +22,14 @@ from sealtrace import __version__
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.backends.threads import blas_threads
 from sealtrace.errors import KernelError, SealtraceError, UnsupportedError
+from sealtrace.ops.numerics import (
+    PORTABLE,
+    SPEC_VERSION,
+    canonical_nan_value,
+    check_mode,
+    is_native,
+    numerics_mode,
+)
 from sealtrace.ops.registry import VARIES, KernelFn, as_outputs, specialized, unquieted
 from sealtrace.plan.model import Plan, Step
 
@@ -247,7 +255,8 @@ def _fold(step: Step, constants: dict[str, Any]) -> FoldedStep | None:
         return None
     args = tuple(constants[name] if name else None for name in step.inputs)
     try:
-        outputs = as_outputs(step.kernel.fn(*args, **step.attributes))
+        result = step.kernel.fn(*args, **step.attributes)
+        outputs = as_outputs(result if is_native() else _canonical_result(result))
     except Exception:  # it fails again at run time, where the error names its step
         return None
     named = [(out, name) for out, name in zip(outputs, step.outputs, strict=False) if name]
@@ -294,21 +303,31 @@ class ProgramCache:
 class ReferenceBackend:
     """Faithful, deterministic NumPy execution of a Plan, reporting every step to observers.
 
-    ``threads`` is how many threads NumPy's BLAS may use during a run (default 1, see
-    :mod:`sealtrace.backends.threads`; None leaves BLAS as the environment configured it).
+    ``numerics``: "portable" (the default) computes every result as docs/numerics.md defines it,
+    the same bits on any CPU, BLAS, thread count and NumPy version; "native" lets NumPy and the
+    BLAS round as the host's kernels do (faster, host-dependent; see sealtrace.ops.numerics).
+    ``threads`` is how many threads NumPy's BLAS may use during a run (None, the default: as the
+    environment sets it, all cores unless OPENBLAS_NUM_THREADS says otherwise). Portable results
+    do not depend on it; native ones do (see :mod:`sealtrace.backends.threads`).
     ``fold=False`` runs weight-only steps on every run instead of once (see the module docstring).
     """
 
     name = "reference"
     per_step = True
 
-    def __init__(self, threads: int | None = 1, fold: bool = True) -> None:
+    def __init__(self, threads: int | None = None, fold: bool = True, numerics: str = PORTABLE) -> None:
+        self.numerics = check_mode(numerics)
         self.threads = threads
         self.programs = ProgramCache(fold)
 
     @property
     def version(self) -> str:
         return __version__
+
+    @property
+    def numerics_info(self) -> dict[str, str]:
+        """What an audit log's header records of the numerics a run used."""
+        return {"mode": self.numerics, "spec": SPEC_VERSION}
 
     def run(
         self,
@@ -320,8 +339,10 @@ class ReferenceBackend:
             raise UnsupportedError(list(plan.unsupported))
         for observer in observers:
             observer.on_run_start(plan, feeds, self)
-        with blas_threads(self.threads):
+        with blas_threads(self.threads), numerics_mode(self.numerics):
             outputs = execute(plan, feeds, observers, (), self.programs)
+        if self.numerics == PORTABLE:
+            outputs = [canonical_nan_value(value) for value in outputs]
         constant_ids = self.programs.get(plan).constant_ids
         feed_ids = {id(v) for v in feeds.values()}
         outputs = [_owned(value, constant_ids, feed_ids) for value in outputs]
@@ -478,6 +499,8 @@ def _run_observed(
                 raise
             except Exception as exc:  # any kernel failure is reported with its step
                 raise _kernel_error(step, path, exc) from exc
+            if not is_native():  # the digests observers take see canonical NaNs
+                result = _canonical_result(result)
             if single is not None and type(result) is np.ndarray:
                 env[single] = result
                 event = StepEvent(path, step, args, [result])
@@ -488,6 +511,13 @@ def _run_observed(
             on_step(event)
         for name in release:
             env.pop(name, None)
+
+
+def _canonical_result(result: Any) -> Any:
+    """A kernel's result with every NaN of its float outputs canonical (docs/numerics.md, "NaN")."""
+    if type(result) is tuple:
+        return tuple(canonical_nan_value(value) for value in result)
+    return canonical_nan_value(result)
 
 
 def _run_live(program: Program, env: dict[str, Any], path: tuple[str, ...], programs: ProgramCache | None) -> None:

@@ -97,7 +97,7 @@ def show(log: str, limit: int | None) -> None:
     the first bad line.
     """
     from sealtrace.audit.log import read_lines
-    from sealtrace.audit.show import format_stats, step_rows, steps_renderable
+    from sealtrace.audit.show import describe_numerics, format_stats, step_rows, steps_renderable
     from sealtrace.audit.verify import verify_lines
 
     result = verify_lines(read_lines(log), log)
@@ -117,6 +117,7 @@ def show(log: str, limit: int | None) -> None:
         model = header["model"]
         backend = header["backend"]
         console.print(f"run {header['run_id']} started {header['started']} on {backend['name']} {backend['version']}")
+        console.print(f"numerics: {describe_numerics(backend)}")
         linked = (
             f"container digest {model['container_digest']}" if model.get("container_digest")
             else f"sha256 {model['sha256']}" if model.get("sha256") else "no digest"
