@@ -56,11 +56,12 @@ class _Products:
         else:  # native: float16/bfloat16 have no BLAS, they are computed in float32
             self.cols_dtype = self.out_dtype = dtype if dtype in _WIDE else np.dtype(np.float32)
 
-    def __call__(self, w: Array, cols: Array, bias: Array | None = None) -> Array:
-        """[G or 1, M, K] x [G or 1, K, L] (+ bias [G or 1, M]) -> [G, M, L] of ``out_dtype``."""
+    def __call__(self, w: Array, cols: Array, bias: Array | None = None, col_norms: Array | None = None) -> Array:
+        """[G or 1, M, K] x [G or 1, K, L] (+ bias [G or 1, M]) -> [G, M, L] of ``out_dtype``;
+        ``col_norms`` [G or 1, L] bound the columns' norms (see column_norms)."""
         if self.fmt is not None:
             addend = None if bias is None else np.asarray(bias, dtype=np.float64)[..., None]
-            return numerics.product(w, cols, self.fmt, addend)
+            return numerics.product(w, cols, self.fmt, addend, b_norms=col_norms)
         wide = w.astype(self.cols_dtype, copy=False)
         y = np.dot(wide[0], cols[0])[None] if w.shape[0] == cols.shape[0] == 1 else np.matmul(wide, cols)
         if bias is not None:
@@ -69,6 +70,20 @@ class _Products:
 
 
 _WIDE = {np.dtype(np.float32), np.dtype(np.float64)}
+
+
+def _squares_by_group(x: Array, group: int) -> Array:
+    """sum over each group's channels of x**2, [N, group, *spatial] float64: the im2col columns'
+    squared norms are its window sums (a group's columns hold its channels' window values)."""
+    x64 = np.asarray(x, dtype=np.float64)
+    grouped = x64.reshape(x.shape[0], group, x.shape[1] // group, *x.shape[2:])
+    return np.einsum("ngc...,ngc...->ng...", grouped, grouped)
+
+
+def _window_norms(windows: Array, rank: int) -> Array:
+    """sqrt of the sum over each window's taps: [N, G, *kernel, *grid] -> [N, G, prod(grid)]."""
+    summed = np.add.reduce(windows, axis=tuple(range(2, 2 + rank)))
+    return np.sqrt(summed.reshape(*summed.shape[:2], -1))
 
 
 def _group_bias(b: Array | None, group: int) -> Array | None:
@@ -119,11 +134,18 @@ def _conv_core(x: Array, w: Array, window: Window, group: int, products: _Produc
     y = _grid_output(taps, (n, group, mg, span), products.out_dtype)
     wg = w.reshape(group, mg, cg * k)
     bias = _group_bias(b, group)
+    norms = None
+    if products.fmt is not None:
+        # the columns' norms from the window sums of the squares: a pass over the input, not over
+        # the K times larger columns (the cropped columns' ones are as meaningless as their values)
+        square_taps = flat_taps(_squares_by_group(x, group), window)
+        norms = _window_norms(_tap_windows(square_taps, window, 0, span), len(window.kernel))
     for start in range(0, span, chunk):
         stop = min(span, start + chunk)
         cols = _im2col(taps, window, start, stop, products.cols_dtype).reshape(n, group, cg * k, stop - start)
         for image in range(n):
-            y[image, :, :, start:stop] = products(wg, cols[image], bias)
+            chunk_norms = None if norms is None else norms[image, :, start:stop]
+            y[image, :, :, start:stop] = products(wg, cols[image], bias, chunk_norms)
     return taps.crop(y.reshape(n, m, span))
 
 
@@ -258,19 +280,27 @@ def _im2col(
 ) -> Array:
     """Columns ``start:stop`` of the im2col matrix for channels ``first:last``, as a
     [N, channels, K, stop - start] scratch array: one strided view covers every tap."""
+    view = _tap_windows(taps, window, start, stop, first, last)
+    cols = scratch("im2col", view.shape, dtype)
+    np.copyto(cols, view)
+    return cols.reshape(view.shape[0], view.shape[1], prod(window.kernel), stop - start)
+
+
+def _tap_windows(
+    taps: FlatTaps, window: Window, start: int, stop: int, first: int = 0, last: int | None = None
+) -> Array:
+    """The zero-copy view [N, channels, *kernel, stop - start] of columns ``start:stop`` of the
+    im2col matrix for channels ``first:last``."""
     source = taps.source
     n, positions = source.shape[0], source.shape[2]
     last = source.shape[1] if last is None else last
     itemsize = source.itemsize
-    view = strided_view(
+    return strided_view(
         source,
         (n, last - first, *window.kernel, stop - start),
         (*source.strides[:2], *(t * itemsize for t in taps.tap_strides), itemsize),
         offset=first * positions + start,
     )
-    cols = scratch("im2col", view.shape, dtype)
-    np.copyto(cols, view)
-    return cols.reshape(n, last - first, prod(window.kernel), stop - start)
 
 
 def _direct_conv(x: Array, w: Array, window: Window, group: int, products: _Products, b: Array | None) -> Array:
@@ -287,6 +317,10 @@ def _direct_conv(x: Array, w: Array, window: Window, group: int, products: _Prod
     y = np.empty((n, group, mg, prod(out)), dtype=products.out_dtype)
     wg = w.reshape(group, mg, cg * k)
     bias = _group_bias(b, group)
+    norms = None
+    if products.fmt is not None:  # the columns' norms from the input's squares (see _conv_core)
+        squares = pad_spatial(_squares_by_group(x, group), window.pads_begin, window.needed_end_pads(x.shape[2:]))
+        norms = _window_norms(all_windows(squares, window), len(out))  # [N, G, L]
     step = max(1, _IM2COL_BYTES // max(c * k * rest * products.cols_dtype.itemsize, 1))
     for r0 in range(0, out[0], step):
         r1 = min(out[0], r0 + step)
@@ -298,14 +332,16 @@ def _direct_conv(x: Array, w: Array, window: Window, group: int, products: _Prod
             block = np.moveaxis(block, 0, 1 + len(out))  # [C, *kernel, N, rows, ...]
             cols = scratch("im2col", block.shape, products.cols_dtype)
             np.copyto(cols, block)
-            product = products(wg, cols.reshape(1, c * k, n * (r1 - r0) * rest), bias)
+            block_norms = None if norms is None else norms[:, 0, r0 * rest : r1 * rest].reshape(1, -1)
+            product = products(wg, cols.reshape(1, c * k, n * (r1 - r0) * rest), bias, block_norms)
             y[:, 0, :, r0 * rest : r1 * rest] = product.reshape(m, n, (r1 - r0) * rest).transpose(1, 0, 2)
             continue
         cols = scratch("im2col", block.shape, products.cols_dtype)
         np.copyto(cols, block)
         cols = cols.reshape(n, group, cg * k, (r1 - r0) * rest)
         for image in range(n):
-            y[image, :, :, r0 * rest : r1 * rest] = products(wg, cols[image], bias)
+            block_norms = None if norms is None else norms[image, :, r0 * rest : r1 * rest]
+            y[image, :, :, r0 * rest : r1 * rest] = products(wg, cols[image], bias, block_norms)
     return y.reshape((n, m, *out))
 
 

@@ -234,8 +234,7 @@ def apply(name: str, x: Array, *parameters: float) -> Array:
     with np.errstate(all="ignore"):
         y = function.approximate(x64, *parameters)
         relative = RELATIVE_BOUND if function.bound is None else function.bound(x64, y, *parameters)
-        err = np.abs(y) * relative
-    return settle(y, err, fmt, lambda index: [exact(v) for v in flat[index].tolist()])
+    return settle(y, relative, fmt, lambda index: [exact(v) for v in flat[index].tolist()], relative=True)
 
 
 def _format(x: Array) -> FloatFormat:
@@ -308,5 +307,4 @@ def power(base: Array, exponent: Array) -> Array:
         return np.array([exact_at(i) for i in range(b_flat.size)], dtype=np.float64).reshape(b64.shape)
     with np.errstate(all="ignore"):
         y = np.power(b64, e64)
-        err = np.abs(y) * RELATIVE_BOUND
-    return settle(y, err, fmt, lambda index: [exact_at(int(i)) for i in index])
+    return settle(y, RELATIVE_BOUND, fmt, lambda index: [exact_at(int(i)) for i in index], relative=True)

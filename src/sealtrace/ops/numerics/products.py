@@ -29,7 +29,7 @@ from sealtrace.ops.numerics.formats import (
     format_of,
 )
 from sealtrace.ops.numerics.mode import is_native
-from sealtrace.ops.numerics.settle import WIDEN, U, exact_apply, settle, settle_sums
+from sealtrace.ops.numerics.settle import WIDEN, U, exact_apply, settle_outer, settle_sums
 
 Array = np.ndarray[Any, Any]
 
@@ -39,13 +39,23 @@ def _gamma(count: int) -> float:
     return (count + 1) * U * WIDEN
 
 
-def product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None = None, alpha: float = 1.0) -> Array:
+def product(
+    a: Array,
+    b: Array,
+    fmt: FloatFormat,
+    addend: Array | None = None,
+    alpha: float = 1.0,
+    a_norms: Array | None = None,
+    b_norms: Array | None = None,
+) -> Array:
     """RN(alpha * a @ b + addend) in ``fmt``, element by element, for stacks of matrices.
 
     ``a`` [G or 1, M, K] and ``b`` [G or 1, K, N] hold values of ``fmt`` (in any float dtype that
     holds them exactly, float64 included); a stack of one is used for every matrix of the other.
     ``addend`` (values exact in float64, such as a bias or beta * C of narrow inputs) broadcasts to
-    [G, M, N]. Returns [G, M, N] of ``fmt``.
+    [G, M, N]. Returns [G, M, N] of ``fmt``. ``a_norms`` [G or 1, M] and ``b_norms`` [G or 1, N],
+    when given, are upper bounds of the Euclidean norms of a's rows and b's columns (a caller that
+    knows them more cheaply: a convolution's columns come from few input values).
     """
     groups = max(a.shape[0], b.shape[0])
     if fmt is FLOAT64 or not exact_in_float64(fmt):
@@ -54,10 +64,8 @@ def product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None = None, a
     b64 = np.asarray(b, dtype=np.float64)
     count = a64.shape[2]
     rows, cols = a64.shape[1], b64.shape[2]
-    if a64.shape[0] == b64.shape[0] == 1:
-        y = np.dot(a64[0], b64[0])[None]
-    else:
-        y = np.matmul(a64, b64)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0: handled below
+        y = np.dot(a64[0], b64[0])[None] if a64.shape[0] == b64.shape[0] == 1 else np.matmul(a64, b64)
     operations = 0
     if alpha != 1.0:
         y *= alpha
@@ -65,15 +73,27 @@ def product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None = None, a
     if addend is not None:
         y += addend
         operations += 1
-    y += 0.0  # an exact zero is +0 (a BLAS may return -0 for it)
-    if not np.isfinite(y).all():
+    else:
+        y += 0.0  # an exact zero is +0 (a BLAS may return -0 for it)
+    if not math.isfinite(float(np.add.reduce(y, axis=None))):  # (finite products cannot overflow it)
         return _with_non_finite(_stacked(a64, groups), _stacked(b64, groups), y, fmt, addend, alpha)
-    row_norm = np.sqrt(np.einsum("gmk,gmk->gm", a64, a64))
-    col_norm = np.sqrt(np.einsum("gkn,gkn->gn", b64, b64))
-    err = row_norm[:, :, None] * col_norm[:, None, :]
-    err *= _gamma(count) * abs(alpha)
+    # Cauchy-Schwarz: sum_k |a_ik b_kj| <= ||a_i|| ||b_j||, the row norms of a times the column
+    # norms of b, made block by block in the rounding test (never a whole array of bounds). With
+    # alpha and an addend c: |alpha| sum|p| + |c| <= ||(alpha a_i, c_i)|| ||(b_j, 1)||, c_i the
+    # largest |c| of row i, and the error is at most (K + 1 + 3) u of that. WIDEN covers the
+    # roundings of the norms themselves.
+    rows_bound = np.sqrt(np.einsum("gmk,gmk->gm", a64, a64)) if a_norms is None else a_norms
+    cols_bound = np.sqrt(np.einsum("gkn,gkn->gn", b64, b64)) if b_norms is None else b_norms
+    rows_bound = np.broadcast_to(rows_bound, (groups, rows))
+    factor = _gamma(count)
     if operations:
-        err += np.abs(y) * (operations * U * WIDEN)
+        factor += 3 * U * WIDEN
+        rows_bound = rows_bound * abs(alpha)
+        if addend is not None:
+            addend_top = np.max(np.abs(np.broadcast_to(addend, y.shape)), axis=2)
+            rows_bound = np.sqrt(rows_bound * rows_bound + addend_top * addend_top)
+            cols_bound = np.sqrt(cols_bound * cols_bound + 1.0)
+    rows_bound = rows_bound * factor
     a_of = 0 if a64.shape[0] == 1 else None
     b_of = 0 if b64.shape[0] == 1 else None
     full_addend = None if addend is None else np.broadcast_to(np.asarray(addend, dtype=np.float64), y.shape)
@@ -90,8 +110,9 @@ def product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None = None, a
             return products
         return np.concatenate([products, full_addend[g, i, j][:, None]], axis=1)
 
+    bound = (rows_bound, cols_bound)
     if alpha == 1.0:
-        return settle_sums(y, err, fmt, terms_of)
+        return settle_sums(y, bound, fmt, terms_of)
 
     # alpha * (sum of products) + addend: the products of three values are not exact in float64,
     # so undecided elements go to MPFR directly (Gemm with alpha != 1 is rare).
@@ -104,7 +125,7 @@ def product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None = None, a
             values.extend(exact_apply([row], fmt, _scaled_plus(alpha, extra)))
         return values
 
-    return settle(y, err, fmt, exact)
+    return settle_outer(y, rows_bound, cols_bound, fmt, exact)
 
 
 def _stacked(x: Array, groups: int) -> Array:

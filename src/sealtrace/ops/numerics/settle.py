@@ -23,7 +23,7 @@ from typing import Any
 import gmpy2
 import numpy as np
 
-from sealtrace.ops.numerics.formats import FloatFormat, round_to
+from sealtrace.ops.numerics.formats import BFLOAT16, FloatFormat, round_to
 
 Array = np.ndarray[Any, Any]
 
@@ -36,23 +36,104 @@ WIDEN = 1.0 + 2.0**-20
 Exact = Callable[[Array], Sequence[float] | Array]
 
 
-def settle(y: Array, err: Array | float, fmt: FloatFormat, exact: Exact) -> Array:
-    """RN(v) in ``fmt`` for each element, given float64 ``y`` with ``|y - v| <= err``.
+# Elements of one block of the rounding test: its float64 temporaries stay in a core's cache (the
+# test is a few passes over the block; over a whole large tensor each pass would go to memory).
+BLOCK = 1 << 14
 
-    Elements where RN(y - err) and RN(y + err) differ (compared bit for bit, so -0 and +0 differ)
-    are handed to ``exact`` as flat indices; it returns their correctly rounded values. A
-    non-finite ``y`` is taken as the result (the callers make sure it is the right one).
+
+def settle(y: Array, err: Array | float, fmt: FloatFormat, exact: Exact, relative: bool = False) -> Array:
+    """RN(v) in ``fmt`` for each element, given float64 ``y`` with ``|y - v| <= err`` (with
+    ``relative``: ``|y - v| <= err * |y|``).
+
+    ``err`` is a scalar, an array of y's shape, or of y's shape with a last axis of 1 (one bound
+    per row). Elements where RN(y - err) and RN(y + err) differ (compared bit for bit, so -0 and
+    +0 differ) are handed to ``exact`` as flat indices; it returns their correctly rounded values.
+    A non-finite ``y`` is taken as the result (the callers make sure it is the right one); a
+    finite ``y`` must come with a bound that is not NaN.
     """
-    out = round_to(y, fmt)
+    cols = y.shape[-1] if y.ndim else 1
+    y2 = y.reshape(-1, cols)
+    if np.ndim(err) == 0:
+        return _settle_rows(y2, lambda start, stop: err, fmt, exact, relative).reshape(y.shape)
+    e2 = np.reshape(err, (y2.shape[0], -1))
+    return _settle_rows(y2, lambda start, stop: e2[start:stop], fmt, exact, relative).reshape(y.shape)
+
+
+def settle_outer(y: Array, rows: Array, cols: Array, fmt: FloatFormat, exact: Exact) -> Array:
+    """``settle`` for y [G, M, N] with the bound rows[g, m] * cols[g, n] (``cols`` [1, N] for all
+    groups alike), made a cache-sized block at a time rather than as a whole array."""
+    groups, m, n = y.shape
+    y2 = y.reshape(groups * m, n)
+    row2 = rows.reshape(groups * m, 1)
+
+    def bound(start: int, stop: int) -> Array:
+        g = start // m if cols.shape[0] > 1 else 0
+        return row2[start:stop] * cols[g]
+
+    # blocks never straddle two groups (each group has its own column factors)
+    return _settle_rows(y2, bound, fmt, exact, False, m if cols.shape[0] > 1 else None).reshape(y.shape)
+
+
+def _settle_rows(
+    y2: Array,
+    bound: Callable[[int, int], Array | float],
+    fmt: FloatFormat,
+    exact: Exact,
+    relative: bool,
+    group_rows: int | None = None,
+) -> Array:
+    """The rounding test of ``settle`` over [rows, cols] ``y2``, a block of rows at a time, with
+    ``bound(start, stop)`` the bound of rows start:stop; blocks end at multiples of ``group_rows``."""
+    rows, cols = y2.shape
+    out = np.empty(y2.shape, dtype=fmt.dtype)
+    if y2.size == 0:
+        return out
+    step = max(1, BLOCK // max(cols, 1))
+    if group_rows is not None:
+        step = min(step, group_rows)
+    size = min(rows, step) * cols
+    low = np.empty(size, dtype=np.float64)
+    high = np.empty(size, dtype=np.float64)
+    hard_parts = []
     with np.errstate(invalid="ignore", over="ignore"):
-        lo = round_to(y - err, fmt)
-        hi = round_to(y + err, fmt)
-    hard = lo.view(fmt.bits) != hi.view(fmt.bits)
-    hard &= np.isfinite(y)
-    index = np.flatnonzero(hard)
-    if index.size:
+        start = 0
+        while start < rows:
+            stop = min(rows, start + step)
+            if group_rows is not None:
+                stop = min(stop, (start // group_rows + 1) * group_rows)
+            yb = y2[start:stop]
+            eb = bound(start, stop)
+            lo = low[: yb.size].reshape(yb.shape)
+            hi = high[: yb.size].reshape(yb.shape)
+            if relative:
+                np.multiply(yb, 1.0 - eb, out=lo)
+                np.multiply(yb, 1.0 + eb, out=hi)
+            else:
+                np.subtract(yb, eb, out=lo)
+                np.add(yb, eb, out=hi)
+            _round_into(out[start:stop], yb, fmt)
+            hard = _rounded_bits(lo, fmt) != _rounded_bits(hi, fmt)
+            index = np.flatnonzero(hard)
+            if index.size:
+                hard_parts.append(index + start * cols)
+            start = stop
+    if hard_parts:
+        index = np.concatenate(hard_parts)
         out.reshape(-1)[index] = exact(index)
     return out
+
+
+def _round_into(out: Array, y: Array, fmt: FloatFormat) -> None:
+    """out[...] = RN(y) in ``fmt``."""
+    if fmt is BFLOAT16:
+        out[...] = round_to(y, fmt)
+    else:
+        out[...] = y  # the hardware's (or NumPy's float16) conversion: round to nearest even
+
+
+def _rounded_bits(y: Array, fmt: FloatFormat) -> Array:
+    """The bits of RN(y) in ``fmt``."""
+    return round_to(y, fmt).view(fmt.bits)
 
 
 def two_sum(a: Array, b: Array) -> tuple[Array, Array]:
@@ -132,13 +213,28 @@ def exact_sums(rows: Iterable[Sequence[float]], fmt: FloatFormat) -> list[float]
     return values
 
 
-def settle_sums(y: Array, err: Array, fmt: FloatFormat, terms_of: Callable[[Array], Array]) -> Array:
+def settle_sums(
+    y: Array,
+    err: Array | float | tuple[Array, Array],
+    fmt: FloatFormat,
+    terms_of: Callable[[Array], Array],
+) -> Array:
     """``settle`` for sums: the undecided elements' terms (``terms_of(flat indices)`` -> [n, count]
-    float64, exact) are re-added accurately, and what that still leaves undecided is summed by MPFR."""
+    float64, exact) are added again with a bound from their own magnitudes (the first bound is
+    usually a coarser one, shared by a row); those still undecided are re-added by error-free
+    extraction, and what that leaves undecided is summed by MPFR."""
 
     def exact(index: Array) -> Array:
         terms = terms_of(index)
-        s, e = accurate_sums(terms)
-        return settle(s, e, fmt, lambda again: exact_sums(terms[again].tolist(), fmt)).astype(np.float64)
+        s = np.sum(terms, axis=1) + 0.0
+        e = np.sum(np.abs(terms), axis=1) * ((terms.shape[1] + 1) * U * WIDEN)
+        return settle(s, e, fmt, lambda again: _accurate(terms[again], fmt)).astype(np.float64)
 
+    if isinstance(err, tuple):
+        return settle_outer(y, err[0], err[1], fmt, exact)
     return settle(y, err, fmt, exact)
+
+
+def _accurate(terms: Array, fmt: FloatFormat) -> Array:
+    s, e = accurate_sums(terms)
+    return settle(s, e, fmt, lambda again: exact_sums(terms[again].tolist(), fmt)).astype(np.float64)
