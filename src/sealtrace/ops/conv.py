@@ -46,6 +46,9 @@ class _Products:
     integer sums (ConvInteger: float64 GEMM, exact below 2**53).
     """
 
+    cols_dtype: np.dtype[Any]
+    out_dtype: np.dtype[Any]
+
     def __init__(self, dtype: np.dtype[Any], integer: bool = False) -> None:
         self.fmt = None if integer or numerics.is_native() else numerics.format_of(dtype)
         if integer:
@@ -229,8 +232,8 @@ def _one_block_conv(x: Array, w: Array, b: Array | None, geometry: _Geometry, gr
     if n > 1:
         # A batch (one group): the images side by side in the GEMM's columns, [M, C*K] x [C*K, N*L],
         # instead of N thin products that each read the whole weight (Silero's 8-chunk convolutions).
-        columns = np.moveaxis(windows, 0, 1 + len(out)).reshape(-1, n * length)  # [C, *kernel, N, *out]
-        y = products(w.reshape(1, m, -1), np.asarray(columns, dtype=products.cols_dtype)[None], None if b is None else b[None])
+        batch = np.moveaxis(windows, 0, 1 + len(out)).reshape(-1, n * length)  # [C, *kernel, N, *out]
+        y = products(w.reshape(1, m, -1), np.asarray(batch, dtype=products.cols_dtype)[None], None if b is None else b[None])
         return np.ascontiguousarray(y.reshape(m, n, length).transpose(1, 0, 2)).reshape((n, m, *out))
     columns = np.asarray(windows, dtype=products.cols_dtype).reshape(group, -1, length)
     y = products(w.reshape(group, m // group, -1), columns, _group_bias(b, group))
