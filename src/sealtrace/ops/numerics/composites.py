@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops.numerics.formats import BFLOAT16
 from sealtrace.ops.numerics.functions import apply
 from sealtrace.ops.numerics.mode import is_native
 from sealtrace.ops.numerics.reductions import reduce_sum
@@ -27,7 +28,7 @@ def softmax(x: Array, axis: int) -> Array:
         return out
     axis = axis % x.ndim
     e = apply("exp", np.subtract(x, np.max(x, axis=axis, keepdims=True)))
-    return np.asarray(e / reduce_sum(e, (axis,)))
+    return np.asarray(e / _softmax_sum(e, axis))
 
 
 def log_softmax(x: Array, axis: int) -> Array:
@@ -40,7 +41,21 @@ def log_softmax(x: Array, axis: int) -> Array:
         return out
     axis = axis % x.ndim
     d = np.subtract(x, np.max(x, axis=axis, keepdims=True))
-    return np.asarray(d - apply("log", reduce_sum(apply("exp", d), (axis,))))
+    return np.asarray(d - apply("log", _softmax_sum(apply("exp", d), axis)))
+
+
+def _softmax_sum(e: Array, axis: int) -> Array:
+    """The ReduceSum step of Softmax and LogSoftmax: correctly rounded, except in bfloat16, where
+    it adds left to right along the axis, each addition rounded to bfloat16: the semantics of ONNX's
+    reference for bfloat16 (NumPy reduces ml_dtypes' bfloat16 in order, in bfloat16), which the
+    conformance suite's bfloat16 Attention cases expect to the bit (their tolerance is below a
+    bfloat16 ulp)."""
+    if e.dtype != BFLOAT16.dtype:
+        return reduce_sum(e, (axis,))
+    total = np.take(e, [0], axis=axis).copy()
+    for i in range(1, e.shape[axis]):
+        total += np.take(e, [i], axis=axis)
+    return total
 
 
 def reduce_log_sum_exp(x: Array, axes: tuple[int, ...]) -> Array:

@@ -51,6 +51,8 @@ def settle(y: Array, err: Array | float, fmt: FloatFormat, exact: Exact, relativ
     A non-finite ``y`` is taken as the result (the callers make sure it is the right one); a
     finite ``y`` must come with a bound that is not NaN.
     """
+    if y.size == 0:
+        return np.empty(y.shape, dtype=fmt.dtype)
     cols = y.shape[-1] if y.ndim else 1
     y2 = y.reshape(-1, cols)
     if np.ndim(err) == 0:
@@ -63,6 +65,8 @@ def settle_outer(y: Array, rows: Array, cols: Array, fmt: FloatFormat, exact: Ex
     """``settle`` for y [G, M, N] with the bound rows[g, m] * cols[g, n] (``cols`` [1, N] for all
     groups alike), made a cache-sized block at a time rather than as a whole array."""
     groups, m, n = y.shape
+    if y.size == 0:
+        return np.empty(y.shape, dtype=fmt.dtype)
     y2 = y.reshape(groups * m, n)
     row2 = rows.reshape(groups * m, 1)
 
