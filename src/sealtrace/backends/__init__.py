@@ -55,14 +55,15 @@ def get_backend(name: str) -> Backend:
 __all__ = ["BACKENDS", "Backend", "StepEvent", "StepObserver", "get_backend", "make_backend"]
 
 
-def make_backend(name: str, threads: int | None = None) -> Backend:
-    """A backend by name with its thread count set (None: the backend's default)."""
-    if threads is None:
-        return get_backend(name)
+def make_backend(name: str, threads: int | None = None, numerics: str = "portable") -> Backend:
+    """A backend by name with its thread count set (None: the backend's default) and, for the
+    reference backend, its numerics ("portable" or "native", docs/numerics.md)."""
     if name == "reference":
         from sealtrace.backends.reference import ReferenceBackend
 
-        return ReferenceBackend(threads=threads)
+        return ReferenceBackend(threads=threads, numerics=numerics)
+    if threads is None:
+        return get_backend(name)
     if name == "onnxruntime":
         from sealtrace.backends.onnxruntime import OnnxRuntimeBackend
 

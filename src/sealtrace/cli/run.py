@@ -77,7 +77,10 @@ def _check_run_outputs(out_path: str | None, audit_path: str | None, capture_dir
 @click.option("--container", "source_container", type=click.Path(dir_okay=False), metavar="MODEL.seal",
               help="MODEL is a derived artifact: run it only if bound to this container (docs/binding.md).")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Threads: the reference backend's BLAS (default 1), ORT's intra-op pool.")
+              help="Threads: the reference backend's BLAS (default: the environment's, all cores), ORT's intra-op pool.")
+@click.option("--numerics", type=click.Choice(["portable", "native"]), default="portable", show_default=True,
+              help="The reference backend's numerics: portable (docs/numerics.md: the same bits on any machine) or "
+                   "native (NumPy's and the BLAS's own rounding: faster, host-dependent; recorded in --audit).")
 @click.option("--force", is_flag=True, help="Overwrite an existing --out file, audit log or capture directory.")
 @click.option("--ledger", "ledger_store", metavar="STORE", default=None,
               help="Record the run in this ledger (a SQLite path or postgresql://...; docs/ledger.md), with the "
@@ -102,6 +105,7 @@ def run(
     require_signature: bool,
     source_container: str | None,
     threads: int | None,
+    numerics: str,
     force: bool,
     ledger_store: str | None = None,
     ledger_key: str | None = None,
@@ -120,6 +124,8 @@ def run(
         raise InputError(f"--out {out_path}: the file name must end in .npz")
     if ledger_key and not ledger_store:
         raise InputError("--ledger-key needs --ledger STORE")
+    if numerics != "portable" and backend not in (None, "reference"):
+        raise InputError(f"--numerics {numerics}: only the reference backend has numerics to choose")
     _check_run_outputs(out_path, audit_path, capture_dir, force)  # before a byte of MODEL is read
     if backend is None:
         from sealtrace.engines.tvm import is_tvm_library
@@ -134,7 +140,7 @@ def run(
 
         ledger = click.get_current_context().with_resource(Ledger.open(ledger_store, signer=ledger_key))
     session = Session(
-        model, backend=make_backend(backend, threads), trust=trust, require_signature=require_signature,
+        model, backend=make_backend(backend, threads, numerics), trust=trust, require_signature=require_signature,
         container=source_container,
     )
     feeds = gather_feeds(session.plan, input_files, npz_files, random_inputs, seed, dims)
