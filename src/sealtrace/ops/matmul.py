@@ -30,7 +30,7 @@ def _gemm(a: Array, b: Array, c: Array | None, alpha: float, beta: float, trans_
     if _via_float32(a.dtype):
         wide_c = None if c is None else c.astype(np.float32)
         return _gemm(a.astype(np.float32), b.astype(np.float32), wide_c, alpha, beta, trans_a, trans_b).astype(a.dtype)
-    return numerics.gemm(a.T if trans_a else a, b.T if trans_b else b, c, alpha, beta)
+    return numerics.gemm(a, b, c, alpha, beta, bool(trans_a), bool(trans_b))
 
 
 @register("Gemm", 1, 6)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import string
+import threading
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -278,6 +280,55 @@ def _native_gemm(a: Array, b: Array, c: Array | None, alpha: float, beta: float)
 
 
 # ------------------------------------------------------------------------------------------------
+# Weights prepared once
+
+# A product of a few rows with a weight matrix would convert the whole matrix to float64 and
+# measure its columns on every call; read-only matrices (a Plan's weights and folded constants)
+# are prepared once and kept while they live, up to PREPARED_LIMIT bytes of float64 copies.
+PREPARED_LIMIT = 1 << 30
+_PREPARED: dict[tuple[int, bool], tuple[weakref.ref[Array], Array, Array]] = {}
+_PREPARED_LOCK = threading.Lock()
+_prepared_bytes = 0
+
+
+def _immutable(x: Any) -> bool:
+    """Whether ``x``'s values can never change: it and every array it views are read-only, down
+    to bytes (a weight decoded from its protobuf) or nothing."""
+    while isinstance(x, np.ndarray):
+        if x.flags.writeable:
+            return False
+        x = x.base
+    return x is None or isinstance(x, bytes) or (isinstance(x, memoryview) and x.readonly)
+
+
+def _columns(b: Array, transposed: bool) -> tuple[Array, Array | None]:
+    """``b`` (or ``b.T``) as float64 [K, N] and its column norms (None: not prepared, measure it)."""
+    matrix = b.T if transposed else b
+    if not _immutable(b):
+        return np.asarray(matrix, dtype=np.float64), None
+    key = (id(b), transposed)
+    with _PREPARED_LOCK:
+        entry = _PREPARED.get(key)
+        if entry is not None and entry[0]() is b:
+            return entry[1], entry[2]
+    wide = np.asarray(matrix, dtype=np.float64)
+    norms = np.sqrt(np.einsum("kn,kn->n", wide, wide))
+    global _prepared_bytes
+    with _PREPARED_LOCK:
+        if _prepared_bytes + wide.nbytes <= PREPARED_LIMIT:
+            _prepared_bytes += wide.nbytes
+            _PREPARED[key] = (weakref.ref(b, lambda _: _forget(key, wide.nbytes)), wide, norms)
+    return wide, norms
+
+
+def _forget(key: tuple[int, bool], nbytes: int) -> None:
+    global _prepared_bytes
+    with _PREPARED_LOCK:
+        if _PREPARED.pop(key, None) is not None:
+            _prepared_bytes -= nbytes
+
+
+# ------------------------------------------------------------------------------------------------
 # MatMul, Gemm
 
 
@@ -298,7 +349,9 @@ def matmul(a: Array, b: Array) -> Array:
     if b2.ndim == 2:
         # every row of every matrix of a against one matrix: one product of stacked rows
         stacked = a2.reshape(1, -1, a2.shape[-1])
-        y = product(stacked, b2[None], fmt).reshape(*a2.shape[:-1], b2.shape[-1])
+        columns, norms = _columns(b, False) if not squeeze_cols else (b2, None)
+        y = product(stacked, columns[None], fmt, b_norms=None if norms is None else norms[None])
+        y = y.reshape(*a2.shape[:-1], b2.shape[-1])
     else:
         batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
         a3 = np.broadcast_to(a2, (*batch, *a2.shape[-2:])).reshape(-1, *a2.shape[-2:])
@@ -311,10 +364,15 @@ def matmul(a: Array, b: Array) -> Array:
     return y if y.flags.c_contiguous else y.copy()  # (ascontiguousarray would make a scalar 1-D)
 
 
-def gemm(a: Array, b: Array, c: Array | None, alpha: float, beta: float) -> Array:
-    """ONNX Gemm of 2-D ``a`` and ``b`` (already transposed as asked): each element
+def gemm(
+    a: Array, b: Array, c: Array | None, alpha: float, beta: float, trans_a: bool = False, trans_b: bool = False
+) -> Array:
+    """ONNX Gemm of 2-D ``a`` and ``b``, each transposed first if asked: each element
     RN(alpha * sum_k a_k b_k + beta * c), one rounding; integers exactly as NumPy."""
     fmt = format_of(a.dtype)
+    weights = b
+    a = a.T if trans_a else a
+    b = b.T if trans_b else b
     if fmt is not None and is_native():
         return _native_gemm(a, b, c, alpha, beta)
     if fmt is None:
@@ -334,7 +392,10 @@ def gemm(a: Array, b: Array, c: Array | None, alpha: float, beta: float) -> Arra
                 c64 = c64 * float(np.asarray(beta, dtype=fmt.dtype).astype(np.float64))
         addend = np.broadcast_to(c64, (a.shape[0], b.shape[1]))[None]
     scale = float(np.asarray(alpha, dtype=fmt.dtype).astype(np.float64)) if fmt is not FLOAT64 else alpha
-    return product(a[None], b[None], fmt, addend, scale)[0]
+    if fmt is FLOAT64 or not exact_in_float64(fmt):
+        return product(a[None], b[None], fmt, addend, scale)[0]
+    columns, norms = _columns(weights, trans_b)
+    return product(a[None], columns[None], fmt, addend, scale, b_norms=None if norms is None else norms[None])[0]
 
 
 # ------------------------------------------------------------------------------------------------
