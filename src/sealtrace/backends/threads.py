@@ -1,11 +1,13 @@
 """How many threads NumPy's BLAS may use while the reference backend runs.
 
-The default is one. Two reasons: the thread count changes the bits of BLAS results (the order of
-partial sums), so a fixed count keeps "same input, same machine, same bytes" true whatever
-OPENBLAS_NUM_THREADS says; and OpenBLAS's spinning worker threads collapse when cores are shared
-(measured on this project's 2-core machines under load: YOLOv8n 60 ms with one thread, 220 ms with
-two). The count is set for the duration of a run and restored afterwards, so the caller's own
-NumPy work is unaffected.
+With portable numerics (the default, docs/numerics.md) the thread count does not change a single
+bit, and the backend leaves the BLAS as the environment set it (all cores unless
+OPENBLAS_NUM_THREADS says otherwise). With native numerics it does (the order of partial sums), so
+a replay of a native log pins one thread, as the reference did before portable numerics. On shared
+cores OpenBLAS's spinning worker threads can collapse (measured on this project's 2-core machines
+under load: YOLOv8n 60 ms with one thread, 220 ms with two): ``--threads 1`` is the remedy there.
+The count is set for the duration of a run and restored afterwards, so the caller's own NumPy work
+is unaffected.
 """
 
 from __future__ import annotations
