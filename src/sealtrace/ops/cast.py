@@ -6,6 +6,12 @@ finite value unless ``saturate=0``; float8e8m0 rounds with ``round_mode``. Strin
 ONNX Runtime does (``%.8g`` for floats, ``strtod``/``strtoll``-style prefix parsing back).
 bfloat16, float8, float4/6 and int4/int2 arrays are ml_dtypes arrays, as onnx's numpy_helper
 produces them.
+
+Every float conversion is one correct rounding (to nearest, ties to even) of the source's exact
+value: NumPy's casts between its own types are; ml_dtypes' casts into bfloat16, float8, float6 and
+float4 go through float32, which is exact from float16/float32/bfloat16/float8 but rounds a float64
+or a large integer, so those are rounded here in one step. FLOAT8E8M0 applies ONNX's float32-bit
+rule to the exact value.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
+from sealtrace.ops import numerics
 from sealtrace.ops.registry import quiet, register
 
 Array = np.ndarray
@@ -144,25 +151,63 @@ def _from_strings(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str
 # numbers
 
 
+# Integers beyond this magnitude are not all exact in float64.
+_EXACT_INTEGERS = 2**53
+
+
+def _odd_float(value: int) -> float:
+    """An integer as float64 rounded to odd (truncated to 53 bits, the last one set when bits were
+    dropped): rounding that once more to a format of at most 51 bits gives the integer's own RN."""
+    magnitude = abs(value)
+    drop = max(magnitude.bit_length() - 53, 0)
+    kept = magnitude >> drop
+    if kept << drop != magnitude:
+        kept |= 1
+    return math.copysign(float(kept << drop), value)
+
+
+def _exact_float64(x: Array) -> Array:
+    """``x`` as float64 values from which one more rounding to a narrow format is correct: floats
+    exactly, integers exactly up to 2**53 and rounded to odd beyond."""
+    with np.errstate(invalid="ignore"):
+        out = np.asarray(x.astype(np.float64))
+    if x.dtype.kind in "iu" and x.size:
+        flat_in, flat_out = x.reshape(-1), out.reshape(-1)
+        big = np.flatnonzero((flat_in > _EXACT_INTEGERS) | (flat_in < -_EXACT_INTEGERS))
+        for i in big.tolist():
+            flat_out[i] = _odd_float(int(flat_in[i]))
+    return out
+
+
+def _is_narrow_float(dtype: np.dtype[Any]) -> bool:
+    """bfloat16, float8 (not e8m0), float6 and float4: the ml_dtypes floats ml_dtypes rounds into
+    through float32 (so a float64 or a large integer would be rounded twice)."""
+    return dtype not in _NUMPY_NUMBERS and dtype != _E8M0 and (dtype.kind == "f" or _is_ml_float(dtype))
+
+
 def _to_e8m0(x: Array, saturate: int, round_mode: str) -> Array:
-    """float8e8m0 (a bare biased power-of-two exponent) from the float32 bits of ``x``."""
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
-    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
-    fraction = bits & 0x7FFFFF
-    special = exponent == 0xFF
+    """float8e8m0 (a bare biased power-of-two exponent), as ONNX defines it on float32 bits (the
+    exponent field, plus a carry from the fraction), applied to the exact value of ``x`` (a float64
+    or an integer is not rounded to float32 first)."""
+    value = _exact_float64(x)
+    magnitude = np.abs(value)  # the sign is ignored (negative inputs are unspecified)
+    fraction, power = np.frexp(magnitude)  # magnitude = fraction * 2**power, fraction in [0.5, 1)
+    normal = magnitude >= 2.0**-126
+    special = ~np.isfinite(value)
+    exponent = np.where(normal, power.astype(np.int64) + 126, 0)
     if round_mode == "up":
-        carry = fraction > 0
+        carry = np.where(normal, fraction != 0.5, magnitude > 0)
     elif round_mode == "down":
-        carry = np.zeros(bits.shape, dtype=bool)
+        carry = np.zeros(value.shape, dtype=bool)
     elif round_mode == "nearest":
         # round to nearest, ties up: the first fraction bit decides (below 2**-126 too)
-        carry = (fraction & 0x400000) > 0
+        carry = np.where(normal, fraction >= 0.75, magnitude >= 2.0**-127)
     else:
         raise ValueError(f"Cast round_mode must be 'up', 'down' or 'nearest', got {round_mode!r}")
-    exponent += carry & ~special
+    exponent = np.where(special, 0xFF, exponent + carry)
     if saturate:
         exponent = np.where(~special & (exponent > 0xFE), 0xFE, exponent)
-        exponent = np.where(special & ~np.isnan(x), 0xFE, exponent)  # +-inf -> E8M0_MAX
+        exponent = np.where(special & ~np.isnan(value), 0xFE, exponent)  # +-inf -> E8M0_MAX
     exponent = np.where(exponent > 0xFF, 0xFF, exponent)
     return exponent.astype(np.uint8).view(_E8M0)
 
@@ -191,6 +236,12 @@ def _cast_numeric(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str
         x = x.astype(np.float32)
     elif x.dtype.kind == "V" and not _is_ml_float(x.dtype):  # int4/int2 widen exactly to int8/uint8
         x = x.astype(np.int8 if x.dtype in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.int2)) else np.uint8)
+    # ml_dtypes rounds into its narrow floats through float32: from float64 or a large integer that
+    # would round twice, so those are rounded here, once (float16 and float32 sources are exact in
+    # float32 and keep ml_dtypes' single rounding).
+    round_once = _is_narrow_float(dtype) and (x.dtype == np.float64 or x.dtype.kind in "iu")
+    if round_once:
+        x = _exact_float64(x)
     if code in _SATURATING and saturate:
         limit = float(ml_dtypes.finfo(dtype).max)
         if x.dtype.kind != "f":
@@ -200,6 +251,8 @@ def _cast_numeric(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str
         x = np.clip(x, x.dtype.type(-limit), x.dtype.type(limit))
     if dtype.kind == "b":
         return np.asarray(x != 0)
+    if round_once:
+        return numerics.round_to_narrow(x, dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         return x.astype(dtype)
 

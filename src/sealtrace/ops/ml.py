@@ -5,7 +5,13 @@ dicts, as ONNX Runtime's Python API takes and returns them.
 
 Where the spec leaves a case open (two-class scores, post transforms on one score), the kernels do
 what ONNX Runtime, the numerical oracle, does; cases where ORT leaves part of its output unwritten
-are refused."""
+are refused.
+
+Numerics are portable (docs/numerics.md): dot products are correctly rounded sums (numerics.gemm,
+with the intercept or rho inside the one rounding), exp / tanh / log / sigmoid / pow are correctly
+rounded (numerics.apply, numerics.power), reductions are numerics' (softmax, sums, norms), and every
+other step is an IEEE operation in a fixed order (tree votes are added one at a time in sample and
+tree order; libsvm's probability coupling accumulates its sums in index order)."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops import numerics
 from sealtrace.ops.registry import KernelContext, register
 
 _ML = "ai.onnx.ml"
@@ -199,34 +206,49 @@ def _tree_leaves(
     return current
 
 
-def _erfinv(x: np.ndarray) -> np.ndarray:
-    """Winitzki's closed-form inverse error function (a = 0.147), the one ONNX Runtime's PROBIT uses."""
-    sign = np.where(x < 0, -1.0, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log = np.log((1 - x) * (1 + x))
-        v = 2 / (np.pi * 0.147) + 0.5 * log
-        return sign * np.sqrt(-v + np.sqrt(v * v - log / 0.147))
+# ONNX Runtime's PROBIT constants, float32 operations as its ErfInv spells them:
+# 2 / (float(M_PI) * 0.147f), 1 / 0.147f, and sqrt(2) as 1.41421356f.
+_F32 = np.float32
+_WINITZKI_A = _F32(0.147)
+_ERFINV_OFFSET = _F32(2) / (_F32(math.pi) * _WINITZKI_A)
+_ERFINV_SLOPE = _F32(1) / _WINITZKI_A
+_PROBIT_SQRT2 = _F32(1.41421356)
+
+
+def _probit(scores: np.ndarray) -> np.ndarray:
+    """sqrt(2) * erfinv(2p - 1) in float32, with ONNX Runtime's closed-form erfinv (Winitzki, a = 0.147),
+    step by step: t = 2p - 1, w = (1 - t)(1 + t), L = Log(w) (correctly rounded), v = c1 + 0.5 L,
+    erfinv = sign(t) * sqrt(-v + sqrt(v * v - c2 * L)); every other step an IEEE float32 operation."""
+    p = scores.astype(_F32, copy=False)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        t = p * _F32(2) - _F32(1)
+        sign = np.where(t < 0, _F32(-1), _F32(1))
+        log = numerics.apply("log", (_F32(1) - t) * (_F32(1) + t))
+        v = _ERFINV_OFFSET + _F32(0.5) * log
+        inner = np.sqrt(v * v - _ERFINV_SLOPE * log)
+        return np.asarray(_PROBIT_SQRT2 * (sign * np.sqrt(inner - v)), dtype=_F32)
 
 
 def _post_transform(scores: np.ndarray, post_transform: str) -> np.ndarray:
+    """A post transform of [samples, n] scores in their own float type (PROBIT: float32)."""
     if post_transform == "NONE":
         return scores
     if post_transform == "SOFTMAX":
-        shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
-        return shifted / shifted.sum(axis=1, keepdims=True)
+        return numerics.softmax(scores, 1)
     if post_transform == "LOGISTIC":
         return _logistic(scores)
     if post_transform == "SOFTMAX_ZERO":
         # As ONNX Runtime does it: scores within 1e-7 of zero take no part in the sum and become
         # score * exp(-max) / sum (zeros stay zero); a row of such scores divides by 0 (NaN).
         top = scores.max(axis=1, keepdims=True)
-        counted = np.abs(scores.astype(np.float32)) > np.float32(1e-7)
-        shifted = np.where(counted, np.exp(scores - top), scores * np.exp(-top))
-        total = np.where(counted, shifted, 0).sum(axis=1, keepdims=True)
+        counted = np.abs(scores.astype(_F32)) > _F32(1e-7)
+        with np.errstate(invalid="ignore", over="ignore"):
+            shifted = np.where(counted, numerics.apply("exp", scores - top), scores * numerics.apply("exp", -top))
+        total = numerics.reduce_sum(np.where(counted, shifted, scores.dtype.type(0)), (1,))
         with np.errstate(invalid="ignore", divide="ignore"):
             return shifted / total
-    if post_transform == "PROBIT":  # sqrt(2) * erfinv(2p - 1)
-        return np.sqrt(2) * _erfinv(2 * scores - 1)
+    if post_transform == "PROBIT":
+        return _probit(scores)
     raise ValueError(f"unknown post_transform {post_transform!r}")
 
 
@@ -582,7 +604,8 @@ def _binary_classification(
 
 
 def _logistic(x: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-x))
+    """RN(1 / (1 + exp(-x))) in x's type."""
+    return numerics.apply("sigmoid", x)
 
 
 def _complement(score: np.ndarray, post_transform: str) -> np.ndarray:
@@ -643,11 +666,13 @@ def normalizer(x: np.ndarray, *, norm: str) -> np.ndarray:
         total = values.max(axis=1, keepdims=True)
         out = values / np.where(total == 0, np.float32(1), total)
     elif norm == "L1":
-        total = np.abs(values).sum(axis=1, keepdims=True, dtype=np.float32)
+        total = numerics.reduce_l1(values, (1,))
         out = values / np.where(total == 0, np.float32(1), total)
     elif norm == "L2":
+        # As ONNX Runtime: each square rounded to float32, their sum (here correctly rounded), then
+        # sign(x) * sqrt(x**2 / sum) per element.
         squares = values * values
-        total = squares.sum(axis=1, keepdims=True, dtype=np.float32)
+        total = numerics.reduce_sum(squares, (1,))
         with np.errstate(invalid="ignore", divide="ignore"):
             magnitude = np.sqrt(squares / total)
         out = np.where(total == 0, values, np.where(values < 0, -magnitude, magnitude))
@@ -716,17 +741,15 @@ def one_hot_encoder(
 
 def _linear_scores(x: np.ndarray, coefficients: tuple[float, ...], intercepts: np.ndarray | None, count: int,
                    op: str) -> np.ndarray:
-    """x @ coefficients^T (+ intercepts) in float32: [samples, count]."""
+    """x @ coefficients^T (+ intercepts) in float32: [samples, count], each element RN(sum of
+    products + intercept), one rounding (Gemm's)."""
     rows = _as_float32(_rows(x, op))
     weights = np.asarray(coefficients, dtype=np.float32)
     if count <= 0 or weights.size != count * rows.shape[1]:
         raise ValueError(
             f"{op}: {weights.size} coefficients do not make {count} row(s) of {rows.shape[1]} features"
         )
-    scores = np.dot(rows, weights.reshape(count, rows.shape[1]).T)
-    if intercepts is not None:
-        scores += intercepts
-    return scores
+    return numerics.gemm(rows, weights.reshape(count, rows.shape[1]).T, intercepts, 1.0, 1.0)
 
 
 def _batched_scores(scores: np.ndarray, post_transform: str, complement: bool) -> np.ndarray:
@@ -852,29 +875,33 @@ _RBF_ELEMENTS = 1 << 22
 
 def _svm_kernel(x: np.ndarray, vectors: np.ndarray, kernel_type: str, params: tuple[float, ...] | None,
                 constant: float) -> np.ndarray:
-    """K[i, j] = kernel(x_i, vectors_j) in float32, as ONNX Runtime's SVMs compute it; ``constant``
-    is added to the LINEAR kernel's products (the linear SVMs' rho)."""
+    """K[i, j] = kernel(x_i, vectors_j) in float32, ONNX Runtime's SVM kernels with portable numerics;
+    ``constant`` is added to the LINEAR kernel's products (the linear SVMs' rho).
+
+    LINEAR: RN(<x, v> + constant); POLY: Pow(RN(gamma <x, v> + coef0), degree); SIGMOID:
+    Tanh(RN(gamma <x, v> + coef0)) (each RN one rounding of the exact value, as Gemm); RBF:
+    Exp(-gamma * RN(sum (x_k - v_k)**2)), the differences rounded to float32 first."""
     if params is not None and len(params) < 3:
         raise ValueError(f"SVM kernel_params must be (gamma, coef0, degree), got {list(params)}")
-    gamma, coef0, degree = (float(v) for v in (params or (0.0, 0.0, 0.0))[:3])
+    gamma, coef0, degree = (np.float32(v) for v in (params or (0.0, 0.0, 0.0))[:3])
     if kernel_type == "RBF":
         out = np.empty((x.shape[0], vectors.shape[0]), dtype=np.float32)
         rows = max(1, _RBF_ELEMENTS // max(1, vectors.size))
         for start in range(0, x.shape[0], rows):
             delta = x[start : start + rows, None, :] - vectors[None, :, :]
-            out[start : start + rows] = np.exp(-np.float32(gamma) * np.einsum("ijk,ijk->ij", delta, delta))
+            distance = numerics.reduce_sum_square(delta, (2,))[:, :, 0]
+            with np.errstate(over="ignore"):
+                out[start : start + rows] = numerics.apply("exp", -gamma * distance)
         return out
-    products = np.dot(x, vectors.T)
     if kernel_type == "LINEAR":
-        return products + np.float32(constant) if constant else products
+        shift = np.asarray(constant, dtype=np.float32) if constant else None
+        return numerics.gemm(x, vectors.T, shift, 1.0, 1.0)
     if kernel_type not in ("POLY", "SIGMOID"):
         raise ValueError(f"SVM kernel_type must be LINEAR, POLY, RBF or SIGMOID, got {kernel_type!r}")
-    products = products * np.float32(gamma)
-    if coef0:
-        products += np.float32(coef0)
+    products = numerics.gemm(x, vectors.T, np.asarray(coef0) if coef0 else None, float(gamma), 1.0)
     if kernel_type == "SIGMOID":
-        return np.tanh(products)
-    return products**2 if degree == 2 else products**3 if degree == 3 else products ** np.float32(degree)
+        return numerics.apply("tanh", products)
+    return numerics.power(products, np.asarray(degree))
 
 
 @register("SVMRegressor", 1, domain=_ML)
@@ -900,7 +927,8 @@ def svm_regressor(
         vectors = np.asarray(support_vectors or (), dtype=np.float32).reshape(n_supports, -1)
         if vectors.shape[1] != rows.shape[1] or weights.size != n_supports:
             raise ValueError("SVMRegressor: support vectors, coefficients and input features do not match")
-        y = np.dot(_svm_kernel(rows, vectors, kernel_type, kernel_params, 0.0), weights) + bias
+        kernels = _svm_kernel(rows, vectors, kernel_type, kernel_params, 0.0)
+        y = numerics.gemm(kernels, weights.reshape(-1, 1), np.asarray(bias), 1.0, 1.0)[:, 0]
     else:
         if weights.size != rows.shape[1]:
             raise ValueError(f"SVMRegressor: {weights.size} coefficients for {rows.shape[1]} features")
@@ -981,9 +1009,9 @@ def _svc(
     for index, (i, j) in enumerate(pairs):
         own = slice(starts[i], starts[i + 1])
         other = slice(starts[j], starts[j + 1])
-        # float32 products summed in float64, as ORT does; then rho.
+        # float32 products summed in float64, as ORT does (here RN64 of their exact sum); then + rho.
         terms = np.concatenate([coef[j - 1, own] * kernels[:, own], coef[i, other] * kernels[:, other]], axis=1)
-        total = terms.astype(np.float64).sum(axis=1) + np.float64(offsets[index])
+        total = numerics.reduce_sum(terms.astype(np.float64), (1,))[:, 0] + np.float64(offsets[index])
         scores[:, index] = total
         votes[np.arange(len(rows)), np.where(total > 0, i, j)] += 1
     best = np.argmax(votes, axis=1)  # the first of equal vote counts
@@ -1007,7 +1035,8 @@ def _svc(
 
 def _couple(classes: int, pairs: list[tuple[int, int]], pairwise: np.ndarray) -> np.ndarray:
     """Class probabilities from pairwise ones (libsvm's multiclass_probability, Wu, Lin and Weng
-    2004), in float32 as ONNX Runtime iterates it."""
+    2004), in float32 as ONNX Runtime iterates it: every sum accumulates from 0 in index order, one
+    IEEE float32 operation at a time."""
     f = np.float32
     r = np.zeros((classes, classes), dtype=f)
     for (i, j), value in zip(pairs, pairwise.tolist(), strict=True):
@@ -1025,8 +1054,12 @@ def _couple(classes: int, pairs: list[tuple[int, int]], pairwise: np.ndarray) ->
     p = np.full(classes, f(1) / f(classes), dtype=f)
     eps = f(0.005) / f(classes)
     for _ in range(100):
-        qp = q @ p
-        pqp = f(p @ qp)
+        qp = np.zeros(classes, dtype=f)
+        for j in range(classes):
+            qp = qp + q[:, j] * p[j]
+        pqp = f(0)
+        for i in range(classes):
+            pqp = pqp + p[i] * qp[i]
         if np.max(np.abs(qp - pqp)) < eps:
             break
         for i in range(classes):

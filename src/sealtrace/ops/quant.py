@@ -1,4 +1,8 @@
-"""Linear quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear."""
+"""Linear quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear.
+
+Portable as written: every step is an IEEE operation (division, multiplication, addition, rint,
+clip, max/min) in the compute type (float32, or float64 for float64 scales), then one rounding
+into the output type (a float64 into float8/float4 rounded once here, not through float32)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import ml_dtypes
 import numpy as np
 from onnx.helper import tensor_dtype_to_np_dtype
 
+from sealtrace.ops import numerics
 from sealtrace.ops.registry import register
 
 # Integer quantized types saturate to their own range; ml_dtypes' int4/int2 report it via iinfo.
@@ -55,17 +60,25 @@ def _compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
 
 
+def _to_float(y: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """One rounding into a float8/float6/float4 type (ml_dtypes' own cast, through float32, would
+    round a float64 twice)."""
+    if y.dtype == np.float64:
+        return numerics.round_to_narrow(y, dtype)
+    return y.astype(dtype)
+
+
 def _saturate_float(y: np.ndarray, dtype: np.dtype[Any], saturate: int) -> np.ndarray:
     """Cast to a float8/float4 type with the ONNX saturation tables."""
     if dtype in _SMALL_FLOATS or not saturate:
         # No inf encoding (float4/float6): the cast saturates by itself. saturate=0: plain IEEE cast.
-        return y.astype(dtype)
+        return _to_float(y, dtype)
     limit = float(ml_dtypes.finfo(dtype).max)
     if dtype in _FLOAT8_FNUZ:
         # The fnuz types map +-inf to NaN even when saturating; only finite values are clipped.
         y = np.where(np.isfinite(y), np.clip(y, -limit, limit), y)
-        return y.astype(dtype)
-    return np.clip(y, -limit, limit).astype(dtype)
+        return _to_float(y, dtype)
+    return _to_float(np.clip(y, -limit, limit), dtype)
 
 
 def _quantize(

@@ -83,7 +83,7 @@ def _integer_log_sum_exp(x: Array, axes: Axes) -> Array:
     return numerics.reduce_log_sum_exp(x.astype(np.float64), axes)
 
 
-def _log_sum(x: Array, axes: Axes) -> Array:
+def _float_log_sum(x: Array, axes: Axes) -> Array:
     """ReduceLogSum's body: Log(ReduceSum(X)), each correctly rounded."""
     return numerics.apply("log", numerics.reduce_sum(x, axes))
 
@@ -94,7 +94,7 @@ _l1 = _float_or_integer(numerics.reduce_l1, _integer_l1)
 _l2 = _float_or_integer(numerics.reduce_l2, _integer_l2)
 _mean = _float_or_integer(numerics.reduce_mean, _integer_mean)
 _prod = _float_or_integer(numerics.reduce_prod, _integer_prod)
-_log_sum = _float_or_integer(_log_sum, _integer_log_sum)
+_log_sum = _float_or_integer(_float_log_sum, _integer_log_sum)
 _log_sum_exp = _float_or_integer(numerics.reduce_log_sum_exp, _integer_log_sum_exp)
 
 

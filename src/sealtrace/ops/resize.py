@@ -6,6 +6,10 @@ time; integer-factor nearest upsampling is a plain repeat. Coordinates are compu
 the formulas ONNX Runtime uses, so nearest neighbours and interpolation weights agree with it where
 the spec leaves rounding open, and 2-D bilinear sums its four corners in ONNX Runtime's order so
 that the outputs are bit-identical to it.
+
+Numerics are portable: coordinates, filter weights (Keys' cubic, the antialiasing triangle, their
+normalization by a sum taken tap by tap) and the blends are IEEE operations in a fixed order;
+AffineGrid's products are numerics' correctly rounded sums.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops import numerics
 from sealtrace.ops.registry import register
 
 _F32 = np.float32
@@ -45,7 +50,7 @@ def _source_coordinates(
     mode: str, out_len: int, in_len: int, scale: np.float32, roi_start: float, roi_end: float
 ) -> np.ndarray:
     """x_original for every output index, in float32 (ONNX Runtime's formulas)."""
-    y = np.arange(out_len, dtype=_F32)
+    y = np.arange(out_len).astype(_F32)
     half = _F32(0.5)
     if mode == "asymmetric":
         return y / scale
@@ -150,7 +155,10 @@ def _axis_map(
     if exclude_outside:
         weights = np.where((idx < 0) | (idx >= in_len), 0.0, weights)
     if antialias or exclude_outside:
-        total = weights.sum(axis=1, keepdims=True)
+        # The taps' sum left to right (a fixed order, not NumPy's pairwise one), then each weight over it.
+        total = weights[:, :1].copy()
+        for tap in range(1, taps):
+            total += weights[:, tap : tap + 1]
         weights = weights / np.where(total == 0, 1.0, total)
     return _AxisMap(np.clip(idx, 0, in_len - 1), weights, outside)
 
@@ -590,13 +598,17 @@ def grid_sample(
 
 @register("AffineGrid", 20)
 def affine_grid(theta: np.ndarray, size: np.ndarray, *, align_corners: int) -> np.ndarray:
-    """AffineGrid-20: sampling grid (N, *spatial, r) of the affine maps theta (N, r, r+1)."""
+    """AffineGrid-20: sampling grid (N, *spatial, r) of the affine maps theta (N, r, r+1).
+
+    In theta's type T: each spatial axis of length L has base coordinates 2i / (L - 1) - 1
+    (align_corners) or (2i + 1) / L - 1, IEEE operations in T; each grid value is
+    RN(sum_k theta[r, k] * base_k + theta[r, last]), one rounding (MatMul's)."""
     dims = [int(s) for s in size.reshape(-1)[2:]]
-    work = np.dtype(np.float64) if theta.dtype == np.float64 else np.dtype(np.float32)
+    work = theta.dtype if numerics.format_of(theta.dtype) is not None else np.dtype(np.float32)
+    one, two = np.asarray(1, dtype=work), np.asarray(2, dtype=work)
     axes = []
     for length in dims:
         i: np.ndarray = np.arange(length).astype(work)
-        one, two = np.asarray(1, dtype=work), np.asarray(2, dtype=work)
         if align_corners:
             axes.append(i * two / np.asarray(max(length - 1, 1), dtype=work) - one)
         else:
@@ -604,5 +616,7 @@ def affine_grid(theta: np.ndarray, size: np.ndarray, *, align_corners: int) -> n
     # Homogeneous base coordinates, innermost spatial axis first (x, y, z ...), then 1.
     mesh = np.meshgrid(*axes, indexing="ij")
     base = np.stack([*mesh[::-1], np.ones(dims, dtype=work)], axis=-1).reshape(-1, len(dims) + 1)
-    grid = np.einsum("pk,nrk->npr", base, theta.astype(work))
-    return grid.reshape((theta.shape[0], *dims, len(dims))).astype(theta.dtype)
+    # base [P, r+1] @ theta^T [N, r+1, r]: numerics.einsum("pk,nrk->npr") by definition, through
+    # numerics.matmul (the same correctly rounded sums; its float64 path is much faster)
+    grid = numerics.matmul(base, np.swapaxes(theta.astype(work, copy=False), 1, 2))
+    return grid.reshape((theta.shape[0], *dims, len(dims))).astype(theta.dtype, copy=False)

@@ -510,15 +510,25 @@ def expand(data: np.ndarray, shape: np.ndarray) -> np.ndarray:
 
 
 def _range(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, compute: np.dtype[Any]) -> np.ndarray:
+    """Range in the compute type: integers exactly (start + i * delta); floats as the ONNX function
+    body's Loop and ONNX Runtime accumulate them, output[0] = start, output[i] = output[i-1] + delta
+    (each sum rounded to the compute type, in order), with ceil((limit - start) / delta) elements,
+    the difference rounded to the compute type and divided in float64 (ONNX Runtime's count)."""
     dtype = start.dtype
     s, lim, d = (np.asarray(v).reshape(()).astype(compute) for v in (start, limit, delta))
     if compute.kind in "iu":
         count = max(-((int(s) - int(lim)) // int(d)), 0)
-    else:
-        count = max(int(np.ceil((float(lim) - float(s)) / float(d))), 0)
-    # start + i * delta in the compute type, as the spec's pseudocode writes it.
-    out = np.arange(count, dtype=compute) * d + s
-    return out.astype(dtype, copy=False)
+        out = np.arange(count, dtype=compute) * d + s
+        return out.astype(dtype, copy=False)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        quotient = np.float64(lim - s) / np.float64(d)
+    if not np.isfinite(quotient):
+        raise ValueError(f"Range: (limit - start) / delta is {quotient}; the element count is undefined")
+    count = max(int(np.ceil(quotient)), 0)
+    steps = np.full(count, d, dtype=compute)
+    if count:
+        steps[0] = s
+    return np.add.accumulate(steps, dtype=compute).astype(dtype, copy=False)
 
 
 @register("Range", 11)

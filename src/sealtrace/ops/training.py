@@ -3,8 +3,9 @@
 Each updates n tensors at once: the inputs are R (learning rate) and T (update count), both
 scalars, then the n tensors, then their n gradients, then each state of the optimizer (n per
 state); the outputs are the n new tensors followed by the n new values of each state. The scalar
-learning-rate factors are worked out in float64; the elementwise updates run in each tensor's own
-dtype and return it.
+learning-rate factors are worked out in float64 (IEEE operations; Adam's powers correctly rounded by
+numerics.power); the elementwise updates are IEEE operations in each tensor's own dtype, left to
+right as written, and return it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops import numerics
 from sealtrace.ops.registry import quiet, register
 
 Array = np.ndarray[Any, Any]
@@ -37,6 +39,11 @@ def _scalar(value: Array, what: str) -> float:
     if array.size != 1:
         raise ValueError(f"{what} must be a scalar, got shape {list(array.shape)}")
     return float(array.reshape(-1)[0])
+
+
+def _power(base: float, exponent: float) -> float:
+    """RN(base ** exponent) in float64, the same on every machine (a libm's pow is not)."""
+    return float(numerics.power(np.array(base, dtype=np.float64), np.array(exponent, dtype=np.float64)))
 
 
 def _regularized(x: Array, g: Array, norm_coefficient: float) -> Array:
@@ -81,7 +88,8 @@ def adam(
     after the first update, and an optional post-update shrink of X."""
     rate, count = _scalar(r, "Adam R"), _scalar(t, "Adam T")
     if count > 0:
-        rate = rate * math.sqrt(1 - beta**count) / (1 - alpha**count)
+        # beta**T and alpha**T correctly rounded (numerics.power), the rest IEEE float64 operations
+        rate = rate * math.sqrt(1 - _power(beta, count)) / (1 - _power(alpha, count))
     updates = []
     for x, g, v, h in _groups("Adam", tensors, 4):
         work = x.dtype.type

@@ -29,6 +29,7 @@ from sealtrace.ops.numerics.formats import (
     format_of,
     is_float,
     round_to,
+    round_to_narrow,
 )
 from sealtrace.ops.numerics.functions import FUNCTIONS, apply, power
 from sealtrace.ops.numerics.mode import (
@@ -88,5 +89,6 @@ __all__ = [
     "reduce_sum",
     "reduce_sum_square",
     "round_to",
+    "round_to_narrow",
     "softmax",
 ]

@@ -94,23 +94,25 @@ def round_to(y: Array, fmt: FloatFormat) -> Array:
     if fmt is FLOAT64:
         return np.array(y, dtype=np.float64)
     if fmt is BFLOAT16:
-        return _round_by_scaling(y, fmt).astype(fmt.dtype)
+        return round_to_narrow(y, fmt.dtype)
     with np.errstate(over="ignore"):
         return np.asarray(y, dtype=np.float64).astype(fmt.dtype)
 
 
-def _round_by_scaling(y: Array, fmt: FloatFormat) -> Array:
-    """RN of float64 ``y`` to ``fmt``'s values, still as float64 (each result is representable,
-    so a later cast is exact): scale the quantum of y's binade to 1, rint (ties to even), scale
-    back. Every step is exact in float64 for the narrow formats."""
+def round_to_narrow(y: Array, dtype: np.dtype[Any]) -> Array:
+    """float64 ``y`` rounded once (to nearest, ties to even) into an ml_dtypes float ``dtype``
+    (bfloat16, the float8, float6 and float4 types), where ml_dtypes' own cast of a float64 goes
+    through float32 and so rounds twice: scale the quantum of y's binade to 1, rint, scale back
+    (each step exact in float64), then cast the value, which is now one of dtype's; a value beyond
+    dtype's largest overflows as ml_dtypes' cast of it does (infinity, NaN, or saturation for the
+    types without either)."""
+    info = ml_dtypes.finfo(dtype)
     y = np.asarray(y, dtype=np.float64)
     _, exponent = np.frexp(y)  # |y| in [2**(e-1), 2**e)
-    quantum = np.maximum(exponent - 1, fmt.emin_normal) - (fmt.precision - 1)
+    quantum = np.maximum(exponent - 1, info.minexp) - info.nmant
     with np.errstate(invalid="ignore", over="ignore"):
-        rounded = np.ldexp(np.rint(np.ldexp(y, -quantum)), quantum)
-        rounded[np.abs(rounded) > fmt.largest] = np.inf
-    np.copysign(rounded, y, out=rounded)
-    return rounded
+        rounded = np.copysign(np.ldexp(np.rint(np.ldexp(y, -quantum)), quantum), y)
+        return rounded.astype(dtype)
 
 
 def canonical_nans(out: Array, fmt: FloatFormat) -> Array:
