@@ -76,7 +76,7 @@ $(NUMPY1_VENV)/.stamp: pyproject.toml
 	@echo "== $(NUMPY1_VENV)/: sealtrace with $(NUMPY1), the oldest NumPy it accepts, for the portability tests"
 	@$(PYTHON) -m venv $(NUMPY1_VENV)
 	@$(NUMPY1_VENV)/bin/python -m pip install -q --no-warn-conflicts --upgrade pip
-	@$(NUMPY1_VENV)/bin/python -m pip install -q --no-warn-conflicts $(NUMPY1) -e .
+	@$(NUMPY1_VENV)/bin/python -m pip install -q --no-warn-conflicts $(NUMPY1) $(PILLOW) -e .
 	@touch $@
 
 # Test material that does not come from PyPI. Where it cannot be had the tests that need it skip,

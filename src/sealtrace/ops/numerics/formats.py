@@ -48,7 +48,8 @@ class FloatFormat:
     @cached_property
     def canonical_nan(self) -> Any:
         """The one NaN every numerics primitive writes: sign 0, quiet bit set, payload 0."""
-        quiet = np.array(np.inf, dtype=self.dtype).view(self.bits) | (1 << (self.precision - 2))
+        infinity = np.array(np.inf, dtype=self.dtype).view(self.bits)
+        quiet = infinity | self.bits.type(1 << (self.precision - 2))  # NumPy 1.26: no Python int here
         return np.asarray(quiet, dtype=self.bits).view(self.dtype)[()]
 
     @cached_property
