@@ -23,7 +23,7 @@ import numpy as np
 from sealtrace.ops.numerics.erf import erf64, erfc64
 from sealtrace.ops.numerics.formats import FLOAT32, FLOAT64, FloatFormat, format_of
 from sealtrace.ops.numerics.mode import is_native
-from sealtrace.ops.numerics.settle import settle
+from sealtrace.ops.numerics.settle import Counts, settle
 
 Array = np.ndarray[Any, Any]
 
@@ -249,6 +249,7 @@ def _exact_of(function: Function, fmt: FloatFormat, parameters: tuple[float, ...
     if function.single:
 
         def single(v: float) -> float:
+            Counts.mpfr += 1
             argument = gmpy2.mpfr(v, 53)  # exact: made outside the narrow context
             with fmt.context:
                 return float(function.exact(argument, *parameters))
@@ -256,6 +257,7 @@ def _exact_of(function: Function, fmt: FloatFormat, parameters: tuple[float, ...
         return single
 
     def composite(v: float) -> float:
+        Counts.mpfr += 1
         if math.isnan(v):
             return math.nan
         return ziv(function.exact, gmpy2.mpfr(v, 53), *parameters, fmt=fmt)

@@ -36,12 +36,30 @@ WIDEN = 1.0 + 2.0**-20
 Exact = Callable[[Array], Sequence[float] | Array]
 
 
+class Counts:
+    """How many elements the rounding test settled and how many it handed to an exact path: what
+    benchmarks/bench_numerics.py reports as the share of elements that took the exact path. Plain
+    counters, process-wide (a benchmark reads them around one run)."""
+
+    rounded = 0  # elements through a first rounding test
+    undecided = 0  # of those, handed to an exact path
+    mpfr = 0  # elements computed by MPFR in the end
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.rounded = cls.undecided = cls.mpfr = 0
+
+
+
+
 # Elements of one block of the rounding test: its float64 temporaries stay in a core's cache (the
 # test is a few passes over the block; over a whole large tensor each pass would go to memory).
 BLOCK = 1 << 14
 
 
-def settle(y: Array, err: Array | float, fmt: FloatFormat, exact: Exact, relative: bool = False) -> Array:
+def settle(
+    y: Array, err: Array | float, fmt: FloatFormat, exact: Exact, relative: bool = False, count: bool = True
+) -> Array:
     """RN(v) in ``fmt`` for each element, given float64 ``y`` with ``|y - v| <= err`` (with
     ``relative``: ``|y - v| <= err * |y|``).
 
@@ -49,10 +67,13 @@ def settle(y: Array, err: Array | float, fmt: FloatFormat, exact: Exact, relativ
     per row). Elements where RN(y - err) and RN(y + err) differ (compared bit for bit, so -0 and
     +0 differ) are handed to ``exact`` as flat indices; it returns their correctly rounded values.
     A non-finite ``y`` is taken as the result (the callers make sure it is the right one); a
-    finite ``y`` must come with a bound that is not NaN.
+    finite ``y`` must come with a bound that is not NaN. ``count``: a first test (see Counts), not
+    a second one on the undecided elements of another.
     """
     if y.size == 0:
         return np.empty(y.shape, dtype=fmt.dtype)
+    if count:
+        exact = _counted(exact, y.size)
     cols = y.shape[-1] if y.ndim else 1
     y2 = y.reshape(-1, cols)
     if np.ndim(err) == 0:
@@ -67,6 +88,7 @@ def settle_outer(y: Array, rows: Array, cols: Array, fmt: FloatFormat, exact: Ex
     groups, m, n = y.shape
     if y.size == 0:
         return np.empty(y.shape, dtype=fmt.dtype)
+    exact = _counted(exact, y.size)
     y2 = y.reshape(groups * m, n)
     row2 = rows.reshape(groups * m, 1)
 
@@ -125,6 +147,17 @@ def _settle_rows(
         index = np.concatenate(hard_parts)
         out.reshape(-1)[index] = exact(index)
     return out
+
+
+def _counted(exact: Exact, size: int) -> Exact:
+    """``exact``, counted in Counts as a first test of ``size`` elements."""
+    Counts.rounded += size
+
+    def run(index: Array) -> Sequence[float] | Array:
+        Counts.undecided += index.size
+        return exact(index)
+
+    return run
 
 
 def _round_into(out: Array, y: Array, fmt: FloatFormat) -> None:
@@ -201,6 +234,7 @@ def exact_apply(
     (``finish`` None: S itself rounded)."""
     values: list[float] = []
     for row in rows:
+        Counts.mpfr += 1
         with gmpy2.context(precision=_exact_precision(row)):
             total = gmpy2.fsum(row)
         with fmt.context:
@@ -213,6 +247,7 @@ def exact_sums(rows: Iterable[Sequence[float]], fmt: FloatFormat) -> list[float]
     values: list[float] = []
     with fmt.context:
         for row in rows:
+            Counts.mpfr += 1
             values.append(float(gmpy2.fsum(row)))
     return values
 
@@ -232,7 +267,7 @@ def settle_sums(
         terms = terms_of(index)
         s = np.sum(terms, axis=1) + 0.0
         e = np.sum(np.abs(terms), axis=1) * ((terms.shape[1] + 1) * U * WIDEN)
-        return settle(s, e, fmt, lambda again: _accurate(terms[again], fmt)).astype(np.float64)
+        return settle(s, e, fmt, lambda again: _accurate(terms[again], fmt), count=False).astype(np.float64)
 
     if isinstance(err, tuple):
         return settle_outer(y, err[0], err[1], fmt, exact)
@@ -241,4 +276,4 @@ def settle_sums(
 
 def _accurate(terms: Array, fmt: FloatFormat) -> Array:
     s, e = accurate_sums(terms)
-    return settle(s, e, fmt, lambda again: exact_sums(terms[again].tolist(), fmt)).astype(np.float64)
+    return settle(s, e, fmt, lambda again: exact_sums(terms[again].tolist(), fmt), count=False).astype(np.float64)
