@@ -131,6 +131,16 @@ def test_matmul_exact_ties_round_to_even() -> None:
     assert_all(got, _matmul_oracle(a, b, FLOAT32))
 
 
+def test_a_near_tie_whose_float64_sum_lands_on_the_midpoint() -> None:
+    # 2**24 + 1 + 2**-60: float64 rounds it onto float32's midpoint 2**24 + 1 (the 2**-60 is below
+    # its ulp), where ties go to even, 2**24; the exact value lies above: 2**24 + 2
+    a = np.array([[2.0**24, 1.0, 2.0**-30]], np.float32)
+    b = np.array([[1.0], [1.0], [2.0**-30]], np.float32)
+    assert float(numerics.matmul(a, b)[0, 0]) == 2.0**24 + 2
+    x = np.array([[2.0**24, 1.0, 2.0**-60]], np.float32)
+    assert float(numerics.reduce_sum(x, (1,))[0, 0]) == 2.0**24 + 2
+
+
 def test_matmul_subnormal_overflowing_and_signed_zero_results() -> None:
     tiny = np.array([[2.0**-75, -(2.0**-75)], [2.0**-80, 2.0**-80], [0.0, -0.0]], np.float32)
     b = np.array([[2.0**-75, 2.0**-76], [2.0**-75, 2.0**-75]], np.float32)

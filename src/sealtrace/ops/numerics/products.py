@@ -24,6 +24,7 @@ import gmpy2
 import numpy as np
 
 from sealtrace.ops.numerics.formats import (
+    BFLOAT16,
     FLOAT64,
     FloatFormat,
     canonical_nans,
@@ -31,7 +32,7 @@ from sealtrace.ops.numerics.formats import (
     format_of,
 )
 from sealtrace.ops.numerics.mode import is_native
-from sealtrace.ops.numerics.settle import WIDEN, U, exact_apply, settle_outer, settle_sums
+from sealtrace.ops.numerics.settle import WIDEN, Counts, U, exact_apply, outward, settle_outer, settle_sums
 
 Array = np.ndarray[Any, Any]
 
@@ -62,6 +63,10 @@ def product(
     groups = max(a.shape[0], b.shape[0])
     if fmt is FLOAT64 or not exact_in_float64(fmt):
         return _product_float64(_stacked(a, groups), _stacked(b, groups), addend, alpha)
+    if groups == 1 and alpha == 1.0 and a.shape[1] * b.shape[2] <= SMALL_PRODUCT and fmt is not BFLOAT16:
+        small = _small_product(a[0], b[0], fmt, addend, b_norms)
+        if small is not None:
+            return small[None]
     a64 = np.asarray(a, dtype=np.float64)
     b64 = np.asarray(b, dtype=np.float64)
     count = a64.shape[2]
@@ -128,6 +133,42 @@ def product(
         return values
 
     return settle_outer(y, rows_bound, cols_bound, fmt, exact)
+
+
+# Products with at most this many outputs try _small_product first: on models of many small steps
+# (ACAS Xu's [1, 50] x [50, 50]) the NumPy calls are the cost, not the arithmetic.
+SMALL_PRODUCT = 4096
+
+
+def _small_product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None, b_norms: Array | None) -> Array | None:
+    """``product`` of one small matrix pair in a few NumPy calls: the whole bound as one array, one
+    rounding test. None when an element is undecided or not finite (the general path decides)."""
+    a64 = np.asarray(a, dtype=np.float64)
+    b64 = np.asarray(b, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = np.dot(a64, b64)
+        if addend is None:
+            y += 0.0  # an exact zero is +0
+            rows = np.sqrt(np.einsum("mk,mk->m", a64, a64))
+            cols = np.sqrt(np.einsum("kn,kn->n", b64, b64)) if b_norms is None else b_norms[0]
+            factor = _gamma(a64.shape[1])
+        else:
+            y += addend[0]
+            top = np.max(np.abs(np.broadcast_to(addend[0], y.shape)), axis=1)
+            rows = np.sqrt(np.einsum("mk,mk->m", a64, a64) + top * top)
+            norms = np.einsum("kn,kn->n", b64, b64) if b_norms is None else b_norms[0] * b_norms[0]
+            cols = np.sqrt(norms + 1.0)
+            factor = _gamma(a64.shape[1]) + 3 * U * WIDEN
+        err = np.multiply.outer(rows * factor, cols)
+        out = y.astype(fmt.dtype)
+        lo, hi = np.empty_like(y), np.empty_like(y)
+        outward(y, err, lo, hi)
+        low = lo.astype(fmt.dtype)
+        high = hi.astype(fmt.dtype)
+    if not np.array_equal(low.view(fmt.bits), high.view(fmt.bits)) or not np.isfinite(y).all():
+        return None
+    Counts.rounded += y.size
+    return out
 
 
 def _stacked(x: Array, groups: int) -> Array:

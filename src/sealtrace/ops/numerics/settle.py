@@ -132,11 +132,12 @@ def _settle_rows(
             lo = low[: yb.size].reshape(yb.shape)
             hi = high[: yb.size].reshape(yb.shape)
             if relative:
-                np.multiply(yb, 1.0 - eb, out=lo)
-                np.multiply(yb, 1.0 + eb, out=hi)
+                # y (1 -+ rho) are rounded themselves: rho widened by 2**-50 covers that (rho is
+                # at least 2**-40 wherever the relative form is used)
+                np.multiply(yb, 1.0 - (eb + 2.0**-50), out=lo)
+                np.multiply(yb, 1.0 + (eb + 2.0**-50), out=hi)
             else:
-                np.subtract(yb, eb, out=lo)
-                np.add(yb, eb, out=hi)
+                outward(yb, eb, lo, hi)
             _round_into(out[start:stop], yb, fmt)
             hard = _rounded_bits(lo, fmt) != _rounded_bits(hi, fmt)
             index = np.flatnonzero(hard)
@@ -158,6 +159,16 @@ def _counted(exact: Exact, size: int) -> Exact:
         return exact(index)
 
     return run
+
+
+def outward(y: Array, err: Array | float, lo: Array, hi: Array) -> None:
+    """lo <= y - err and hi >= y + err, whatever the rounding of the subtraction and the addition:
+    each is moved one float64 outward where err > 0 (where err is 0, y is exact and stays put)."""
+    np.subtract(y, err, out=lo)
+    np.add(y, err, out=hi)
+    positive = np.greater(err, 0.0)
+    np.nextafter(lo, -np.inf, out=lo, where=positive)
+    np.nextafter(hi, np.inf, out=hi, where=positive)
 
 
 def _round_into(out: Array, y: Array, fmt: FloatFormat) -> None:
