@@ -32,14 +32,15 @@ from sealtrace.ops.numerics.formats import (
     format_of,
 )
 from sealtrace.ops.numerics.mode import is_native
-from sealtrace.ops.numerics.settle import WIDEN, Counts, U, exact_apply, outward, settle_outer, settle_sums
+from sealtrace.ops.numerics.settle import WIDEN, Counts, U, exact_apply, settle_outer, settle_sums
 
 Array = np.ndarray[Any, Any]
 
 
 def _gamma(count: int) -> float:
-    """The factor of sum|terms| that bounds a float64 sum of ``count`` exact terms, any order."""
-    return (count + 1) * U * WIDEN
+    """The factor of sum|terms| that bounds a float64 sum of ``count`` exact terms in any order,
+    (count + 1) u, plus 2 u for the rounding of y -+ err in the rounding test (settle_outer)."""
+    return (count + 3) * U * WIDEN
 
 
 def product(
@@ -159,12 +160,10 @@ def _small_product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None, b
             norms = np.einsum("kn,kn->n", b64, b64) if b_norms is None else b_norms[0] * b_norms[0]
             cols = np.sqrt(norms + 1.0)
             factor = _gamma(a64.shape[1]) + 3 * U * WIDEN
-        err = np.multiply.outer(rows * factor, cols)
+        err = np.multiply.outer(rows * factor, cols)  # covers y -+ err's own rounding (_gamma)
         out = y.astype(fmt.dtype)
-        lo, hi = np.empty_like(y), np.empty_like(y)
-        outward(y, err, lo, hi)
-        low = lo.astype(fmt.dtype)
-        high = hi.astype(fmt.dtype)
+        low = (y - err).astype(fmt.dtype)
+        high = (y + err).astype(fmt.dtype)
     if not np.array_equal(low.view(fmt.bits), high.view(fmt.bits)) or not np.isfinite(y).all():
         return None
     Counts.rounded += y.size

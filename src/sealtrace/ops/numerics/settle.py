@@ -52,6 +52,11 @@ class Counts:
 
 
 
+# The rounding test computes y - err and y + err in float64, which rounds them too: err is widened by
+# ROUNDING_SLACK of itself and of |y| (each rounding is at most 2**-53 of |y| + err), so that the
+# computed ends still enclose [y - err, y + err]. It also keeps a y that lies exactly on a rounding
+# boundary of the target with a tiny nonzero err from passing the test.
+ROUNDING_SLACK = 2.0**-50
 # Elements of one block of the rounding test: its float64 temporaries stay in a core's cache (the
 # test is a few passes over the block; over a whole large tensor each pass would go to memory).
 BLOCK = 1 << 14
@@ -84,7 +89,11 @@ def settle(
 
 def settle_outer(y: Array, rows: Array, cols: Array, fmt: FloatFormat, exact: Exact) -> Array:
     """``settle`` for y [G, M, N] with the bound rows[g, m] * cols[g, n] (``cols`` [1, N] for all
-    groups alike), made a cache-sized block at a time rather than as a whole array."""
+    groups alike), made a cache-sized block at a time rather than as a whole array.
+
+    The bound is used as it is: it must already cover the rounding of y -+ err, which a bound of
+    (K + 3) u S does for a sum of K terms when S >= sum|terms| (docs/numerics.md, section 7: the
+    float64 rounding of y - err is at most u (|y| + err), and |y| <= (1 + (K + 1) u) S)."""
     groups, m, n = y.shape
     if y.size == 0:
         return np.empty(y.shape, dtype=fmt.dtype)
@@ -97,7 +106,8 @@ def settle_outer(y: Array, rows: Array, cols: Array, fmt: FloatFormat, exact: Ex
         return row2[start:stop] * cols[g]
 
     # blocks never straddle two groups (each group has its own column factors)
-    return _settle_rows(y2, bound, fmt, exact, False, m if cols.shape[0] > 1 else None).reshape(y.shape)
+    group_rows = m if cols.shape[0] > 1 else None
+    return _settle_rows(y2, bound, fmt, exact, False, group_rows, widen=False).reshape(y.shape)
 
 
 def _settle_rows(
@@ -107,6 +117,7 @@ def _settle_rows(
     exact: Exact,
     relative: bool,
     group_rows: int | None = None,
+    widen: bool = True,
 ) -> Array:
     """The rounding test of ``settle`` over [rows, cols] ``y2``, a block of rows at a time, with
     ``bound(start, stop)`` the bound of rows start:stop; blocks end at multiples of ``group_rows``."""
@@ -131,13 +142,19 @@ def _settle_rows(
             eb = bound(start, stop)
             lo = low[: yb.size].reshape(yb.shape)
             hi = high[: yb.size].reshape(yb.shape)
+            # y -+ err are rounded themselves; the bound is widened to cover that (see ROUNDING_SLACK)
             if relative:
-                # y (1 -+ rho) are rounded themselves: rho widened by 2**-50 covers that (rho is
-                # at least 2**-40 wherever the relative form is used)
-                np.multiply(yb, 1.0 - (eb + 2.0**-50), out=lo)
-                np.multiply(yb, 1.0 + (eb + 2.0**-50), out=hi)
+                np.multiply(yb, 1.0 - (eb + ROUNDING_SLACK), out=lo)
+                np.multiply(yb, 1.0 + (eb + ROUNDING_SLACK), out=hi)
+            elif widen:
+                np.abs(yb, out=hi)
+                hi *= ROUNDING_SLACK
+                hi += eb * (1.0 + ROUNDING_SLACK)
+                np.subtract(yb, hi, out=lo)
+                np.add(yb, hi, out=hi)
             else:
-                outward(yb, eb, lo, hi)
+                np.subtract(yb, eb, out=lo)
+                np.add(yb, eb, out=hi)
             _round_into(out[start:stop], yb, fmt)
             hard = _rounded_bits(lo, fmt) != _rounded_bits(hi, fmt)
             index = np.flatnonzero(hard)
@@ -159,16 +176,6 @@ def _counted(exact: Exact, size: int) -> Exact:
         return exact(index)
 
     return run
-
-
-def outward(y: Array, err: Array | float, lo: Array, hi: Array) -> None:
-    """lo <= y - err and hi >= y + err, whatever the rounding of the subtraction and the addition:
-    each is moved one float64 outward where err > 0 (where err is 0, y is exact and stays put)."""
-    np.subtract(y, err, out=lo)
-    np.add(y, err, out=hi)
-    positive = np.greater(err, 0.0)
-    np.nextafter(lo, -np.inf, out=lo, where=positive)
-    np.nextafter(hi, np.inf, out=hi, where=positive)
 
 
 def _round_into(out: Array, y: Array, fmt: FloatFormat) -> None:
