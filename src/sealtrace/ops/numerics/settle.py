@@ -77,6 +77,15 @@ def settle(
     """
     if y.size == 0:
         return np.empty(y.shape, dtype=fmt.dtype)
+    if y.size <= BLOCK and fmt is not BFLOAT16:
+        # one block, in a handful of NumPy calls (small tensors: the calls are the cost)
+        with np.errstate(invalid="ignore", over="ignore"):
+            lo, hi = _ends(y, err, relative, True)
+            low, high = lo.astype(fmt.dtype), hi.astype(fmt.dtype)
+            if np.array_equal(low.view(fmt.bits), high.view(fmt.bits)):
+                if count:
+                    Counts.rounded += y.size
+                return y.astype(fmt.dtype)
     if count:
         exact = _counted(exact, y.size)
     cols = y.shape[-1] if y.ndim else 1
@@ -142,19 +151,7 @@ def _settle_rows(
             eb = bound(start, stop)
             lo = low[: yb.size].reshape(yb.shape)
             hi = high[: yb.size].reshape(yb.shape)
-            # y -+ err are rounded themselves; the bound is widened to cover that (see ROUNDING_SLACK)
-            if relative:
-                np.multiply(yb, 1.0 - (eb + ROUNDING_SLACK), out=lo)
-                np.multiply(yb, 1.0 + (eb + ROUNDING_SLACK), out=hi)
-            elif widen:
-                np.abs(yb, out=hi)
-                hi *= ROUNDING_SLACK
-                hi += eb * (1.0 + ROUNDING_SLACK)
-                np.subtract(yb, hi, out=lo)
-                np.add(yb, hi, out=hi)
-            else:
-                np.subtract(yb, eb, out=lo)
-                np.add(yb, eb, out=hi)
+            _ends(yb, eb, relative, widen, lo, hi)
             _round_into(out[start:stop], yb, fmt)
             hard = _rounded_bits(lo, fmt) != _rounded_bits(hi, fmt)
             index = np.flatnonzero(hard)
@@ -176,6 +173,29 @@ def _counted(exact: Exact, size: int) -> Exact:
         return exact(index)
 
     return run
+
+
+def _ends(
+    y: Array, err: Array | float, relative: bool, widen: bool, lo: Array | None = None, hi: Array | None = None
+) -> tuple[Array, Array]:
+    """The ends y - err and y + err of the interval the rounding test rounds (into ``lo`` and ``hi``
+    when given). They are rounded themselves; the bound is widened to cover that (ROUNDING_SLACK),
+    except where the caller's bound already does (``widen`` False, settle_outer)."""
+    if lo is None or hi is None:
+        lo, hi = np.empty(y.shape), np.empty(y.shape)
+    if relative:
+        np.multiply(y, 1.0 - (err + ROUNDING_SLACK), out=lo)
+        np.multiply(y, 1.0 + (err + ROUNDING_SLACK), out=hi)
+    elif widen:
+        np.abs(y, out=hi)
+        hi *= ROUNDING_SLACK
+        hi += np.multiply(err, 1.0 + ROUNDING_SLACK)
+        np.subtract(y, hi, out=lo)
+        np.add(y, hi, out=hi)
+    else:
+        np.subtract(y, err, out=lo)
+        np.add(y, err, out=hi)
+    return lo, hi
 
 
 def _round_into(out: Array, y: Array, fmt: FloatFormat) -> None:
