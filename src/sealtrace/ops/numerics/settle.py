@@ -6,9 +6,10 @@ holds for any order. When no rounding boundary of the target format lies in [y -
 RN(y - err) and RN(y + err) are the same value, and so is RN(v): that value is the result, whatever
 the machine. The rare elements whose interval holds a boundary take an exact path:
 
-1. ``accurate_sums``: the terms of a sum are re-added by Rump, Ogita and Oishi's error-free
-   extraction, whose partial sums are exact in any order; the bound shrinks to about 2**-104 of the
-   largest term, and the test runs again.
+1. ``pairwise_sums``, then ``accurate_sums``: the terms of an undecided sum are re-added in a
+   fixed pairwise tree, whose bound is log2(K) rather than K roundings, and what is still undecided
+   by Rump, Ogita and Oishi's error-free extraction, whose partial sums are exact in any order; the
+   bound shrinks to about 2**-104 of the largest term, and the test runs again.
 2. ``exact_sums`` / ``exact_apply``: what is still undecided is computed by MPFR (gmpy2), whose
    operations are correctly rounded: sums in a precision wide enough to be exact, and the last
    operation rounded once into the target format.
@@ -237,23 +238,50 @@ def accurate_sums(terms: Array) -> tuple[Array, Array]:
     """
     count = terms.shape[1]
     shift = _extraction_shift(count)
-    rest = terms
+    rest = np.array(terms, dtype=np.float64)  # worked on in place
+    q = np.empty_like(rest)
     parts = []
     for _ in range(2):
-        top = np.max(np.abs(rest), axis=1)
+        top = np.maximum(np.max(rest, axis=1), -np.min(rest, axis=1))
         _, exponent = np.frexp(top)  # top < 2**exponent
         sigma = np.ldexp(1.0, exponent + shift)[:, None]
         sigma[top == 0] = 0.0
-        q = (rest + sigma) - sigma
-        rest = rest - q
+        np.add(rest, sigma, out=q)
+        q -= sigma
+        rest -= q
         parts.append(np.sum(q, axis=1))  # exact, in any order
     remainder = np.sum(rest, axis=1)
-    remainder_err = np.sum(np.abs(rest), axis=1) * (count * U * WIDEN)
+    remainder_err = np.sum(np.abs(rest, out=q), axis=1) * (count * U * WIDEN)
     high, low = parts
     t, e1 = two_sum(low, remainder)
     s, e2 = two_sum(high, t)
     err = remainder_err + np.abs(e1) + np.abs(e2)
     return s, err
+
+
+def pairwise_sums(terms: Array) -> tuple[Array, Array]:
+    """Row sums of ``terms`` ([rows, count], float64, each term exact), compensated: halves added
+    elementwise in a fixed pairwise tree (log2(count) levels), each addition's rounding error kept
+    exactly by TwoSum, and the errors added back at the end. The result's error is that of adding
+    the (tiny) errors, about u^2 log2(count)^2 sum|terms|, and exactly zero when no addition
+    rounded: a sum whose terms cancel exactly (an STFT's symmetric frames) is decided here."""
+    rows, count = terms.shape
+    width = 1 << max(0, (count - 1).bit_length())
+    level = np.zeros((rows, width))
+    level[:, :count] = terms
+    errors = np.zeros(rows)
+    magnitude = np.zeros(rows)
+    additions = 0
+    while width > 1:
+        width //= 2
+        level, e = two_sum(level[:, :width], level[:, width:])
+        errors += np.sum(e, axis=1)
+        magnitude += np.sum(np.abs(e), axis=1)
+        additions += width
+    total = level[:, 0] + errors
+    # errors: additions roundings of at most u (sum|e|); the last addition: u |total|
+    err = (magnitude * ((additions + 1) * U) + np.abs(total) * U) * WIDEN
+    return total + 0.0, err
 
 
 def _exact_precision(row: Sequence[float]) -> int:
@@ -303,8 +331,7 @@ def settle_sums(
 
     def exact(index: Array) -> Array:
         terms = terms_of(index)
-        s = np.sum(terms, axis=1) + 0.0
-        e = np.sum(np.abs(terms), axis=1) * ((terms.shape[1] + 1) * U * WIDEN)
+        s, e = pairwise_sums(terms)
         return settle(s, e, fmt, lambda again: _accurate(terms[again], fmt), count=False).astype(np.float64)
 
     if isinstance(err, tuple):
