@@ -135,10 +135,8 @@ def test_matches_onnxruntime(op: str, case: dict[str, Any]) -> None:
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 @pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
 def test_long_sequences_match_onnxruntime(op: str, direction: str) -> None:
-    """Past CONTIGUOUS_FROM_STEPS steps the kernels copy R^T before the loop (a second code path)."""
-    from sealtrace.ops.rnn import CONTIGUOUS_FROM_STEPS
-
-    feeds = _feeds(op, directions=2 if direction == "bidirectional" else 1, seq=CONTIGUOUS_FROM_STEPS + 6)
+    """Seventy steps: the whole-sequence input projection and the per-step products stay in step."""
+    feeds = _feeds(op, directions=2 if direction == "bidirectional" else 1, seq=70)
     _check(_model(op, feeds, 14, 3 if op == "LSTM" else 2, direction=direction), feeds)
 
 
@@ -228,9 +226,11 @@ def test_float16_stays_float16(op: str) -> None:
     want = sealtrace.Session(
         _model(op, {k: v.astype(np.float32) for k, v in feeds.items()}, 14, 3 if op == "LSTM" else 2)
     ).run(None, {k: v.astype(np.float32) for k, v in feeds.items()})
+    # Every step rounds to float16 (docs/numerics.md: composites run in T), so the states drift a
+    # few float16 ulps from the float32 computation's over the sequence.
     for g, w in zip(got, want, strict=True):
         assert g.dtype == np.float16
-        np.testing.assert_allclose(g.astype(np.float32), w, atol=2e-3)
+        np.testing.assert_allclose(g.astype(np.float32), w, rtol=4e-3, atol=4e-3)
 
 
 @pytest.mark.parametrize(("op", "old"), [("RNN", 7), ("GRU", 7), ("LSTM", 7), ("GRU", 3)])

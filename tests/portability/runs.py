@@ -5,8 +5,8 @@ log records) of every step output in Plan order, folded steps and graph outputs 
 with one run digest computed every step output to the bit.
 
 The cases are the real models of the test set on their real inputs (``sealtrace.zoo``), the 45
-ACAS Xu networks, every case of ONNX's node test suite that the reference backend runs, and the
-one-operator cases of op_cases.py. They are
+ACAS Xu networks, every case of ONNX's node test suite that the reference backend runs, the
+one-operator cases of op_cases.py and the kernel cases of kernel_cases.py. They are
 written once into a directory (pickled models and feeds; only this test suite reads them) so that
 every environment under test runs the very same inputs: ONNX's case generators draw random inputs
 with NumPy, whose results would differ between the environments being compared.
@@ -118,6 +118,7 @@ def write_cases(directory: Path, conformance: bool = True) -> list[str]:
             names.append(name)
             _dump(directory, name, {"model": model, "feeds": data_sets})
     (directory / "index.json").write_text(json.dumps(names))
+    (directory / "kernels.json").write_text(json.dumps(conformance))
     return names
 
 
@@ -127,7 +128,8 @@ def _dump(directory: Path, name: str, case: dict[str, Any]) -> None:
 
 def run_cases(directory: Path) -> dict[str, str]:
     """{case: run digest} of every case in ``directory`` (a case of several data sets: the digest of
-    their digests); a case that fails to run gives 'error: <exception type>'."""
+    their digests; a case that fails to run gives 'error: <exception type>'), and the digests of
+    the kernel cases, which every environment makes itself (kernel_cases.py)."""
     names = json.loads((directory / "index.json").read_text())
     digests: dict[str, str] = {}
     for name in names:
@@ -139,6 +141,10 @@ def run_cases(directory: Path) -> dict[str, str]:
             except Exception as exc:  # the same failure everywhere is agreement too
                 parts.append(f"error: {type(exc).__name__}")
         digests[name] = parts[0] if len(parts) == 1 else hashlib.sha256("".join(parts).encode()).hexdigest()
+    if json.loads((directory / "kernels.json").read_text()):
+        from tests.portability.kernel_cases import kernel_digests
+
+        digests.update(kernel_digests())
     return digests
 
 

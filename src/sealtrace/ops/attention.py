@@ -1,9 +1,13 @@
 """Attention (opset 23/24/25), RotaryEmbedding (opset 23), LinearAttention (opset 27) and
 FlexAttention (ai.onnx.preview 1).
 
-Scores and softmax run in float32 for float16/bfloat16/float32 inputs (float64 stays float64);
-outputs are cast back to the query's dtype once. Grouped-query attention is computed by
-reshaping the query heads into (kv_heads, group) instead of repeating K and V in memory.
+Numerics (docs/numerics.md): each operator runs its ONNX function body's steps, each product
+(MatMul) correctly rounded element by element, Softmax as Softmax-13's body (``numerics.softmax``),
+Tanh and Exp correctly rounded, and the other steps exact IEEE operations, in the type the body
+gives them: Attention and RotaryEmbedding in the query's own type T (half precision included),
+LinearAttention in float32 (float64 stays float64). Grouped-query attention is computed by
+reshaping the query heads into (kv_heads, group) instead of repeating K and V: every element of
+a correctly rounded product is the same either way.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from sealtrace.ops.registry import KernelContext, register
+from sealtrace.ops import numerics
+from sealtrace.ops.registry import KernelContext, quiet, register
 
 Array = np.ndarray[Any, Any]
 
@@ -25,15 +30,19 @@ _PRECISIONS = {
 }
 
 
-def _work_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """float16 and float32 compute in float32, float64 in float64; bfloat16 stays bfloat16.
+def _cast(x: Array, dtype: np.dtype[Any]) -> Array:
+    """ONNX Cast between float types: one rounding (float64 to bfloat16 through numerics, since
+    ml_dtypes' conversion rounds twice)."""
+    if x.dtype == dtype:
+        return x
+    if x.dtype == np.float64 and dtype == numerics.BFLOAT16.dtype:
+        return numerics.round_to(x, numerics.BFLOAT16)
+    return x.astype(dtype)
 
-    bfloat16 follows the function body literally (every op rounds to T1): ONNX Runtime has no
-    bfloat16 Attention to compare with, and float32 results sit several bfloat16 ulps away.
-    """
-    if dtype.kind == "V" or dtype == np.float64:
-        return dtype
-    return np.dtype(np.float32)
+
+def _scalar(value: float, dtype: np.dtype[Any]) -> Any:
+    """A float attribute (a float32 in the model) cast to ``dtype``, rounded once."""
+    return np.asarray(np.float32(value)).astype(dtype)[()]
 
 
 def _split_heads(x: Array, num_heads: int | None) -> Array:
@@ -55,24 +64,26 @@ def _attention_bias(
     left_window: int,
     right_window: int,
     nonpad_kv_seqlen: Array | None,
-    work: np.dtype[Any],
+    dtype: np.dtype[Any],
 ) -> Array:
-    """The additive bias (0 or -inf, plus a float mask), broadcastable to (batch, heads, q, kv).
+    """The additive bias (0 or -inf, plus a float mask) in ``dtype``, broadcastable to (batch,
+    heads, q, kv). Adding 0 and -inf is exact in any type, so building it in the query's type from
+    the mask cast once gives the body's values (which adds in the mask's type, then casts).
 
     ``offset`` is the number of valid keys before the query block: an int, or one per batch
     (external cache described by nonpad_kv_seqlen).
     """
-    neg_inf = work.type(-np.inf)
-    bias = np.zeros((q_len, kv_len), dtype=work)
+    neg_inf = dtype.type(-np.inf)
+    bias = np.zeros((q_len, kv_len), dtype=dtype)
     if attn_mask is not None:
         short = kv_len - attn_mask.shape[-1]
         if short > 0:  # a shorter mask is padded with 'not attended' up to the total length
             fill: Any = False if attn_mask.dtype == np.bool_ else -np.inf
             attn_mask = np.pad(attn_mask, [(0, 0)] * (attn_mask.ndim - 1) + [(0, short)], constant_values=fill)
         if attn_mask.dtype == np.bool_:
-            bias = bias + np.where(attn_mask, work.type(0), neg_inf)
+            bias = bias + np.where(attn_mask, dtype.type(0), neg_inf)
         else:
-            bias = bias + attn_mask.astype(work)
+            bias = bias + (_cast(attn_mask, dtype) if numerics.is_float(attn_mask.dtype) else attn_mask.astype(dtype))
     per_batch = np.ndim(offset) > 0
     # position[..., i, j] = (i + offset) - j: how far key j lies behind query i's absolute position.
     shift = np.reshape(offset, (-1, 1, 1, 1)) if per_batch else int(offset)
@@ -89,30 +100,18 @@ def _attention_bias(
         valid = np.arange(kv_len) < nonpad_kv_seqlen.reshape(-1, 1, 1, 1)
         allowed = allowed & valid
     if not allowed.all():
-        bias = bias + np.where(allowed, work.type(0), neg_inf)
+        bias = bias + np.where(allowed, dtype.type(0), neg_inf)
     return bias
-
-
-def _softmax(logits: Array) -> Array:
-    peak = np.max(logits, axis=-1, keepdims=True)
-    # An all -inf row has no attendable key: shift by 0 and let its (zero) sum become 1.
-    peak = np.where(np.isneginf(peak), logits.dtype.type(0), peak)
-    exp = np.exp(logits - peak)
-    total = np.sum(exp, axis=-1, keepdims=True)
-    total = np.where(total == 0, logits.dtype.type(1), total)
-    exp /= total
-    return exp
 
 
 def _per_kv_head(x: Array, kv: Array) -> Array:
     """x (batch, heads, rows, n) times kv (batch, kv_heads, n, cols), query head h with kv head
     h // (heads / kv_heads) (GQA): the query heads viewed as (kv_heads, group), so K and V are
-    shared rather than repeated in memory."""
+    shared rather than repeated in memory. Each element correctly rounded in x's type."""
     batch, heads, rows, n = x.shape
     kv_heads = kv.shape[1]
-    return np.matmul(x.reshape(batch, kv_heads, heads // kv_heads, rows, n), kv[:, :, None]).reshape(
-        batch, heads, rows, -1
-    )
+    grouped = numerics.matmul(x.reshape(batch, kv_heads, heads // kv_heads, rows, n), kv[:, :, None])
+    return grouped.reshape(batch, heads, rows, -1)
 
 
 def _attention(
@@ -139,8 +138,7 @@ def _attention(
     if nonpad_kv_seqlen is not None and past_key is not None:
         raise ValueError("nonpad_kv_seqlen cannot be combined with past_key/past_value")
     rank = q.ndim
-    out_dtype = q.dtype
-    work = _work_dtype(out_dtype)
+    dtype = q.dtype  # T1: every step of the body runs in it (the softmax in softmax_precision)
     q4 = _split_heads(q, q_num_heads)
     k4 = _split_heads(k, kv_num_heads)
     v4 = _split_heads(v, kv_num_heads)
@@ -152,18 +150,15 @@ def _attention(
     if heads % kv_heads:
         raise ValueError(f"q_num_heads ({heads}) must be a multiple of kv_num_heads ({kv_heads})")
 
-    if scale is None:
-        scale = 1 / np.sqrt(head_size)
-    # Q and K are each scaled by sqrt(scale) before the product, as the spec prescribes.
-    root = work.type(np.sqrt(scale))
-    qs = q4.astype(work) * root
-    ks = present_key.astype(work) * root
-    scores = _per_kv_head(qs, ks.swapaxes(-1, -2))
-    scores = scores.astype(work, copy=False)  # ml_dtypes' bfloat16 matmul answers in float32
+    # Q and K are each scaled by sqrt(scale) before the product, as the spec prescribes; the body
+    # computes that factor in float32 (1 / sqrt(head_size) by default) and casts it to T1.
+    scale32 = np.float32(scale) if scale is not None else np.float32(1) / np.sqrt(np.float32(head_size))
+    root = _cast(np.asarray(np.sqrt(scale32)), dtype)[()]
+    scores = _per_kv_head(q4 * root, _cast(present_key, dtype).swapaxes(-1, -2) * root)
     raw_scores = scores
     if softcap > 0:
-        cap = work.type(softcap)
-        scores = np.tanh(scores / cap) * cap
+        cap = _scalar(softcap, dtype)
+        scores = numerics.apply("tanh", scores / cap) * cap
     capped_scores = scores
 
     if past_key is not None:
@@ -173,31 +168,32 @@ def _attention(
     else:
         offset = 0
     bias = _attention_bias(
-        attn_mask, q_len, kv_len, offset, is_causal, left_window_size, right_window_size, nonpad_kv_seqlen, work
+        attn_mask, q_len, kv_len, offset, is_causal, left_window_size, right_window_size, nonpad_kv_seqlen, dtype
     )
     biased = scores + bias
-    # softmax_precision names the dtype the softmax runs in; the probabilities return to ours.
-    softmax_dtype = work if softmax_precision is None else _PRECISIONS[softmax_precision]
-    probs = _softmax(biased.astype(softmax_dtype, copy=False)).astype(work, copy=False)
+    # softmax_precision names the type the softmax runs in; the probabilities return to T1.
+    softmax_dtype = dtype if softmax_precision is None else _PRECISIONS[softmax_precision]
+    probs = _cast(numerics.softmax(_cast(biased, softmax_dtype), -1), dtype)
     # Rows with no attendable key (decided on the bias, not on the logits) give zeros.
     fully_masked = np.isneginf(np.max(bias, axis=-1, keepdims=True))
     if fully_masked.any():
-        probs = np.where(fully_masked, work.type(0), probs)
+        probs = np.where(fully_masked, dtype.type(0), probs)
 
-    y = _per_kv_head(probs, present_value.astype(work))
+    y = _per_kv_head(probs, _cast(present_value, dtype))
     if rank == 3:
         y = y.transpose(0, 2, 1, 3).reshape(batch, q_len, -1)
 
     qk_output = {0: raw_scores, 1: capped_scores, 2: biased, 3: probs}[qk_matmul_output_mode]
     return (
-        y.astype(out_dtype),
+        np.ascontiguousarray(y),
         present_key.astype(q.dtype, copy=False),
         present_value.astype(v.dtype, copy=False),
-        np.ascontiguousarray(qk_output).astype(out_dtype),
+        np.ascontiguousarray(qk_output),
     )
 
 
 @register("Attention", 23)
+@quiet
 def attention_v23(
     q: Array,
     k: Array,
@@ -224,6 +220,7 @@ def attention_v23(
 
 
 @register("Attention", 24, 25)
+@quiet
 def attention(
     q: Array,
     k: Array,
@@ -254,6 +251,7 @@ def attention(
 
 
 @register("RotaryEmbedding", 23)
+@quiet
 def rotary_embedding(
     x: Array,
     cos_cache: Array,
@@ -264,8 +262,9 @@ def rotary_embedding(
     num_heads: int | None,
     rotary_embedding_dim: int,
 ) -> Array:
-    """ONNX RotaryEmbedding v23: rotate (part of) each head by position-dependent angles."""
-    work = _work_dtype(x.dtype)
+    """ONNX RotaryEmbedding v23: rotate (part of) each head by position-dependent angles; the
+    body's steps in x's type T: real = cos * x1 - sin * x2, imaginary = sin * x1 + cos * x2."""
+    dtype = x.dtype
     if x.ndim == 4:  # (batch, heads, seq, size) -> (batch, seq, heads, size)
         x4 = x.transpose(0, 2, 1, 3)
     else:
@@ -273,15 +272,14 @@ def rotary_embedding(
             raise ValueError("3-D RotaryEmbedding input needs num_heads")
         batch, seq, hidden = x.shape
         x4 = x.reshape(batch, seq, num_heads, hidden // num_heads)
-    x4 = x4.astype(work)
     dim = rotary_embedding_dim or x4.shape[-1]
     if position_ids is not None:
         cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
     if cos_cache.shape[-1] != dim // 2 or sin_cache.shape[-1] != dim // 2:
         raise ValueError(f"cos/sin cache last dimension must be rotary_embedding_dim/2 = {dim // 2}")
     # (batch, seq, dim/2) -> (batch, seq, 1, dim/2); a 2-D (seq, dim/2) cache serves every batch.
-    cos = cos_cache.astype(work).reshape((-1, *cos_cache.shape[-2:]))[:, :, None, :]
-    sin = sin_cache.astype(work).reshape((-1, *sin_cache.shape[-2:]))[:, :, None, :]
+    cos = _cast(cos_cache, dtype).reshape((-1, *cos_cache.shape[-2:]))[:, :, None, :]
+    sin = _cast(sin_cache, dtype).reshape((-1, *sin_cache.shape[-2:]))[:, :, None, :]
     rotated = x4[..., :dim]
     if interleaved:
         x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
@@ -295,10 +293,11 @@ def rotary_embedding(
     else:
         out[..., : dim // 2], out[..., dim // 2 : dim] = real, imag
     out = out.reshape(x.shape) if x.ndim == 3 else out.transpose(0, 2, 1, 3)
-    return out.astype(x.dtype)
+    return np.ascontiguousarray(out)
 
 
 @register("LinearAttention", 27)
+@quiet
 def linear_attention(
     query: Array,
     key: Array,
@@ -313,7 +312,12 @@ def linear_attention(
     scale: float,
     update_rule: str,
 ) -> tuple[Array, Array]:
-    """ONNX LinearAttention v27: linear/gated/delta/gated_delta recurrences; outputs (output, present_state)."""
+    """ONNX LinearAttention v27: linear/gated/delta/gated_delta recurrences; outputs (output, present_state).
+
+    The body's step, in float32 (float64 inputs in float64): S <- S * Exp(decay_t) (gated);
+    v <- beta_t * (v_t - S^T k_t) (delta); S <- S + k_t v^T; o_t = scale * (q_t S), each product
+    correctly rounded, cast to the query's type.
+    """
     # The recurrence runs token by token; chunk_size is only a tuning hint for chunked kernels.
     if update_rule not in ("linear", "gated", "delta", "gated_delta"):
         raise ValueError(f"unknown LinearAttention update_rule {update_rule!r}")
@@ -324,26 +328,27 @@ def linear_attention(
     if gated != (decay is not None) or delta != (beta is not None):
         raise ValueError(f"update_rule {update_rule!r}: decay is {'required' if gated else 'forbidden'}, "
                          f"beta is {'required' if delta else 'forbidden'}")  # fmt: skip
-    work = _work_dtype(query.dtype) if query.dtype.kind != "V" else np.dtype(np.float32)
+    work = np.dtype(np.float64) if query.dtype == np.float64 else np.dtype(np.float32)
     batch, steps, _ = query.shape
     d_k = query.shape[-1] // q_num_heads
     d_v = value.shape[-1] // kv_num_heads
     group = q_num_heads // kv_num_heads
-    q4 = _split_heads(query, q_num_heads).astype(work)
-    k4 = _split_heads(key, kv_num_heads).astype(work)
-    v4 = _split_heads(value, kv_num_heads).astype(work)
+    q4 = _cast(_split_heads(query, q_num_heads), work)
+    k4 = _cast(_split_heads(key, kv_num_heads), work)
+    v4 = _cast(_split_heads(value, kv_num_heads), work)
     if decay is not None:
         # Log-decay per head (B, T, H) or per key dimension (B, T, H * d_k) -> (B, H, T, 1 or d_k).
-        gate = np.exp(_split_heads(decay, kv_num_heads).astype(work))
+        gate = numerics.apply("exp", _cast(_split_heads(decay, kv_num_heads), work))
     if beta is not None:  # (B, T, H) or (B, T, 1) -> (B, H or 1, T, 1)
-        rate = beta.reshape(batch, steps, beta.shape[-1], 1).transpose(0, 2, 1, 3).astype(work)
+        rate = _cast(beta.reshape(batch, steps, beta.shape[-1], 1).transpose(0, 2, 1, 3), work)
     if past_state is not None:
-        state = past_state.astype(work, copy=True)
+        state = np.array(_cast(past_state, work), copy=True)
         state_dtype = past_state.dtype
     else:
         state = np.zeros((batch, kv_num_heads, d_k, d_v), dtype=work)
         state_dtype = query.dtype
-    factor = work.type(scale if scale else 1 / np.sqrt(d_k))
+    # The body's ScaleFactor: the attribute, or Reciprocal(Sqrt(d_k)) in the work type.
+    factor = work.type(np.float32(scale)) if scale else work.type(1) / np.sqrt(work.type(d_k))
     out = np.empty((batch, q_num_heads, steps, d_v), dtype=work)
     for t in range(steps):  # the recurrence is sequential in time
         k_t, v_t = k4[:, :, t], v4[:, :, t]
@@ -351,14 +356,14 @@ def linear_attention(
             state *= gate[:, :, t, :, None]
         if beta is not None:
             # v_t <- beta_t * (v_t - S^T k_t), with S already decayed for gated_delta.
-            retrieved = np.matmul(k_t[:, :, None, :], state)[:, :, 0]
+            retrieved = numerics.matmul(k_t[:, :, None, :], state)[:, :, 0]
             v_t = rate[:, :, t] * (v_t - retrieved)
-        state += k_t[:, :, :, None] * v_t[:, :, None, :]
+        state += k_t[:, :, :, None] * v_t[:, :, None, :]  # the outer product: one rounding each
         # GQA read: query heads (kv_heads, group) share their kv head's state.
         q_t = q4[:, :, t].reshape(batch, kv_num_heads, group, d_k)
-        out[:, :, t] = np.matmul(q_t, state).reshape(batch, q_num_heads, d_v) * factor
+        out[:, :, t] = factor * numerics.matmul(q_t, state).reshape(batch, q_num_heads, d_v)
     output = out.transpose(0, 2, 1, 3).reshape(batch, steps, q_num_heads * d_v)
-    return output.astype(query.dtype), state.astype(state_dtype)
+    return _cast(output, query.dtype), _cast(state, state_dtype)
 
 
 @register("FlexAttention", 1, domain="ai.onnx.preview", context=True)
@@ -377,8 +382,9 @@ def flex_attention(
 
     As the spec's function: Q and K are each scaled by sqrt(scale) (taken in float32) in their own
     dtype and multiplied there; the scores then move to the softmax precision (float32 for inputs
-    narrower than float32), where the modifier subgraphs, the softmax and the product with V run;
-    the result returns to V's dtype. The softmax is the plain one: a row of -inf scores is NaN.
+    narrower than float32), where the modifier subgraphs, the softmax (Softmax-13's body) and the
+    product with V run; the result returns to V's dtype. Each product is correctly rounded. The
+    softmax is the plain one: a row of -inf scores is NaN.
     """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"FlexAttention needs rank-4 Q, K, V; got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
@@ -394,15 +400,15 @@ def flex_attention(
         work = _PRECISIONS[softmax_precision]
     else:  # float64 stays float64; float32 and the half types (bfloat16 too) go to float32
         work = np.dtype(np.float64) if q.dtype == np.float64 else np.dtype(np.float32)
-    root = np.asarray(np.sqrt(np.float32(1 / np.sqrt(head_size) if scale is None else scale)), dtype=q.dtype)
-    scores = _per_kv_head(q * root, (k * root).swapaxes(-1, -2)).astype(work)
-    if score_mod is not None:
-        scores = _modified(ctx, "score_mod", score_mod, scores, work)
-    exp = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
-    probs = exp / np.sum(exp, axis=-1, keepdims=True)
-    if prob_mod is not None:
-        probs = _modified(ctx, "prob_mod", prob_mod, probs, work)
-    return _per_kv_head(probs, v.astype(work)).astype(v.dtype)
+    root = _cast(np.sqrt(np.asarray(1 / np.sqrt(head_size) if scale is None else scale, dtype=np.float32)), q.dtype)
+    with np.errstate(all="ignore"):
+        scores = _cast(_per_kv_head(q * root, _cast(k, q.dtype).swapaxes(-1, -2) * root), work)
+        if score_mod is not None:
+            scores = _modified(ctx, "score_mod", score_mod, scores, work)
+        probs = numerics.softmax(scores, -1)
+        if prob_mod is not None:
+            probs = _modified(ctx, "prob_mod", prob_mod, probs, work)
+        return _cast(_per_kv_head(probs, _cast(v, work)), v.dtype)
 
 
 def _modified(ctx: KernelContext, name: str, graph: Any, value: Array, work: np.dtype[Any]) -> Array:

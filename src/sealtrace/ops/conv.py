@@ -86,7 +86,7 @@ def _squares_by_group(x: Array, group: int) -> Array:
 def _window_norms(windows: Array, rank: int) -> Array:
     """sqrt of the sum over each window's taps: [N, G, *kernel, *grid] -> [N, G, prod(grid)]."""
     summed = np.add.reduce(windows, axis=tuple(range(2, 2 + rank)))
-    return np.sqrt(summed.reshape(*summed.shape[:2], -1))
+    return np.sqrt(summed.reshape(*summed.shape[:2], prod(summed.shape[2:])))
 
 
 def _group_bias(b: Array | None, group: int) -> Array | None:

@@ -1,17 +1,20 @@
-"""Training losses: SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss."""
+"""Training losses: SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss.
+
+Numerics (docs/numerics.md): the ONNX function bodies, every step in the input's type T (half
+precision included). NegativeLogLikelihoodLoss: loss = -input[n, target, ...], times the gathered
+weight when there is a weight or an ignore_index (an ignored position gathers 0 and weighs 0);
+'sum' is ReduceSum(loss) and 'mean' ReduceMean(loss) without weight or ignore_index, else
+ReduceSum(loss) / ReduceSum(weights), each reduction correctly rounded (``numerics``) and the
+division IEEE's. SoftmaxCrossEntropyLoss: that, of LogSoftmax-13's body along the class axis
+(``numerics.log_softmax``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from sealtrace.ops.registry import register
-
-
-def _work_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """float16/bfloat16 losses are accumulated in float32; float64 stays float64."""
-    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+from sealtrace.ops import numerics
+from sealtrace.ops.registry import quiet, register
 
 
 def _nll(
@@ -21,36 +24,49 @@ def _nll(
     ignore_index: int | None,
     reduction: str,
 ) -> np.ndarray:
-    """Weighted negative log likelihood of ``target`` classes over axis 1, in the work dtype."""
+    """Weighted negative log likelihood of ``target`` classes over axis 1, in log_prob's type."""
     if log_prob.ndim < 2:
         raise ValueError(f"input must be at least 2-D (N, C, ...), got shape {log_prob.shape}")
+    if reduction not in ("none", "sum", "mean"):
+        raise ValueError(f"unknown reduction {reduction!r}")
+    dtype = log_prob.dtype
+    zero = dtype.type(0)
     target = target.astype(np.int64, copy=False)
-    ignored = target == ignore_index if ignore_index is not None else np.zeros(target.shape, dtype=bool)
+    ignored = target == ignore_index if ignore_index is not None else None
     # Ignored positions may hold any value (even out of range); gather class 0 there and zero it.
-    safe = np.where(ignored, 0, target)
+    safe = target if ignored is None else np.where(ignored, 0, target)
     picked = np.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0]
-    loss = np.where(ignored, 0, -picked).astype(log_prob.dtype)
+    if ignored is not None:
+        picked = np.where(ignored, zero, picked)
+    loss = np.negative(picked)
+    weights: np.ndarray | None = None
     if weight is not None:
-        w = np.where(ignored, 0, weight.astype(log_prob.dtype)[safe]).astype(log_prob.dtype)
-    else:
-        w = (~ignored).astype(log_prob.dtype)
-    if weight is not None:
-        loss = loss * w
+        weights = np.asarray(weight, dtype=dtype)[safe]
+        if ignored is not None:
+            weights = np.where(ignored, zero, weights)
+    elif ignored is not None:
+        weights = np.where(ignored, zero, dtype.type(1))
+    if weights is not None:
+        loss = loss * weights
     if reduction == "none":
-        return loss
+        return np.asarray(loss)
+    axes = tuple(range(loss.ndim))
     if reduction == "sum":
-        return np.asarray(loss.sum(dtype=log_prob.dtype))
-    if reduction == "mean":
-        if weight is None and ignore_index is None:
-            return np.asarray(loss.mean(dtype=log_prob.dtype))
-        # The mean is over the weights of the positions that count (ignored ones have weight 0);
-        # when nothing counts it is 0/0 = NaN, as in ONNX Runtime.
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.asarray(loss.sum(dtype=log_prob.dtype) / w.sum(dtype=log_prob.dtype))
-    raise ValueError(f"unknown reduction {reduction!r}")
+        return numerics.reduce_sum(loss, axes).reshape(())
+    if weights is None:
+        return numerics.reduce_mean(loss, axes).reshape(())
+    # The mean is over the weights of the positions that count (ignored ones weigh 0); when
+    # nothing counts it is 0/0 = NaN, as in ONNX Runtime.
+    return np.asarray(numerics.reduce_sum(loss, axes) / numerics.reduce_sum(weights, axes)).reshape(())
+
+
+def _computable(x: np.ndarray) -> np.ndarray:
+    """float8 and other types numerics does not cover compute in float32 (cast back at the end)."""
+    return x if numerics.format_of(x.dtype) is not None else x.astype(np.float32)
 
 
 @register("NegativeLogLikelihoodLoss", 12, 13, 22)
+@quiet
 def negative_log_likelihood_loss(
     input: np.ndarray,
     target: np.ndarray,
@@ -60,12 +76,12 @@ def negative_log_likelihood_loss(
     reduction: str,
 ) -> np.ndarray:
     """NegativeLogLikelihoodLoss-12, -13, -22: loss = -input[n, target[n, ...], ...] (weighted)."""
-    work = _work_dtype(input.dtype)
-    loss = _nll(input.astype(work, copy=False), target, weight, ignore_index, reduction)
-    return loss.astype(input.dtype)
+    loss = _nll(_computable(input), target, weight, ignore_index, reduction)
+    return loss.astype(input.dtype, copy=False)
 
 
 @register("SoftmaxCrossEntropyLoss", 12, 13)
+@quiet
 def softmax_cross_entropy_loss(
     scores: np.ndarray,
     labels: np.ndarray,
@@ -75,9 +91,9 @@ def softmax_cross_entropy_loss(
     reduction: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """SoftmaxCrossEntropyLoss-12, -13: NLL of log_softmax(scores, axis=1); also returns log_prob."""
-    work = _work_dtype(scores.dtype)
-    x = scores.astype(work, copy=False)
-    shifted = x - x.max(axis=1, keepdims=True)
-    log_prob = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    x = _computable(scores)
+    if x.ndim < 2:
+        raise ValueError(f"scores must be at least 2-D (N, C, ...), got shape {x.shape}")
+    log_prob = numerics.log_softmax(x, 1)
     loss = _nll(log_prob, labels, weights, ignore_index, reduction)
-    return loss.astype(scores.dtype), log_prob.astype(scores.dtype)
+    return loss.astype(scores.dtype, copy=False), log_prob.astype(scores.dtype, copy=False)

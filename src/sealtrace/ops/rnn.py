@@ -1,11 +1,27 @@
 """Recurrent networks: RNN, GRU, LSTM (every historic version of the default domain).
 
-All three share one shape: the input projection of every time step is a single matmul
-(``X @ W^T`` over the whole sequence), and only the recurrent matmul ``H @ R^T`` runs in a Python
+All three share one shape: the input projection of every time step is a single product
+(``X W^T`` over the whole sequence), and only the recurrent product ``H R^T`` runs in a Python
 loop over time. ``layout`` 1 (batch-major) is handled by transposing in and out of the
 time-major layout 0. ``sequence_lens`` is honoured as ONNX Runtime does: a batch entry stops
 updating its state after its length, its ``Y`` rows past the length are zero, and the reverse
 direction walks each entry's own valid prefix backwards.
+
+Numerics (docs/numerics.md): every step runs in the input's type T, half precision included.
+Each product (``X W^T``, ``H R^T``, GRU's ``(r . H) Rh^T``) is correctly rounded element by
+element (``numerics``), so computing ``X W^T`` for every step at once gives the bits a per-step
+product would. A gate's pre-activation is then a fixed left-to-right sequence of IEEE additions
+in T, in the order of the ONNX formulas:
+
+- RNN, GRU z and r, LSTM c: ``((XW + HR) + Wb) + Rb``;
+- LSTM i and f: ``(((XW + HR) + P . C[t-1]) + Wb) + Rb``, o: the same with ``P . C[t]``;
+- GRU h: ``((XW + (r . H) Rh^T) + Rbh) + Wbh``, or with linear_before_reset
+  ``(XW + r . (H Rh^T + Rbh)) + Wbh``.
+
+(An absent B adds nothing: adding zeros would not change a value, since no sum of correctly
+rounded products is -0.) ``clip`` clamps that sum; the activations are the ONNX operators'
+functions (``_make_activation``); the cell updates are IEEE operations in T:
+``C = f . C + i . c``, ``H = o . h(C)`` (LSTM), ``H = (1 - z) . h + z . H`` (GRU).
 """
 
 from __future__ import annotations
@@ -16,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.ops import numerics
 from sealtrace.ops.registry import quiet, register
 
 Activation = Callable[[np.ndarray], np.ndarray]
@@ -40,40 +57,78 @@ _PARAMETERS: dict[str, tuple[bool, bool, float, float]] = {
 }
 
 
+def _scalar(value: float, dtype: np.dtype[Any]) -> Any:
+    """An attribute value (a float32 in the model) in the computation's type T, rounded once."""
+    return np.asarray(np.float32(value)).astype(dtype)[()]
+
+
+def _attribute(value: float) -> float:
+    """An attribute value at its own value (a float32 in the model), for numerics' parameters."""
+    return float(np.float32(value))
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    # + 0 makes SIMD max's zero +0 on every machine, as the Relu operator does
+    out = np.maximum(x, x.dtype.type(0))
+    out += x.dtype.type(0)
+    return out
+
+
+def _tanh(x: np.ndarray) -> np.ndarray:
+    return numerics.apply("tanh", x)
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # exp(-x) overflows to inf for very negative x: 1/inf = 0 is right (the kernels are quiet)
-    return 1 / (1 + np.exp(-x))
+    return numerics.apply("sigmoid", x)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return numerics.apply("softplus", x)
+
+
+def _softsign(x: np.ndarray) -> np.ndarray:
+    denominator = np.abs(x)
+    denominator += x.dtype.type(1)
+    return np.divide(x, denominator, out=denominator)
 
 
 def _make_activation(name: str, alpha: float, beta: float) -> Activation:
+    """The activation ``name`` in the input's type T: the function of the ONNX operator of that
+    name (Sigmoid, Tanh, Softplus and Elu correctly rounded by numerics, the others exact IEEE
+    steps in T with alpha and beta rounded to T); Affine and ScaledTanh, which have no operator,
+    as alpha * x + beta and alpha * Tanh(beta * x), each step in T."""
     kind = name.lower()
     if kind == "relu":
-        return lambda x: np.maximum(x, 0)
+        return _relu
     if kind == "tanh":
-        return np.tanh
+        return _tanh
     if kind == "sigmoid":
         return _sigmoid
     if kind == "affine":
-        return lambda x: x.dtype.type(alpha) * x + x.dtype.type(beta)
+        return lambda x: _scalar(alpha, x.dtype) * x + _scalar(beta, x.dtype)
     if kind == "leakyrelu":
-        return lambda x: np.where(x >= 0, x, x.dtype.type(alpha) * x)
+        return lambda x: np.where(x < 0, x * _scalar(alpha, x.dtype), x)
     if kind == "thresholdedrelu":
-        return lambda x: x * (x >= x.dtype.type(alpha))
+        return lambda x: np.where(x > _scalar(alpha, x.dtype), x, x.dtype.type(0))
     if kind == "scaledtanh":
-        return lambda x: x.dtype.type(alpha) * np.tanh(x.dtype.type(beta) * x)
+        return lambda x: _scalar(alpha, x.dtype) * numerics.apply("tanh", _scalar(beta, x.dtype) * x)
     if kind == "hardsigmoid":
-        return lambda x: np.clip(x.dtype.type(alpha) * x + x.dtype.type(beta), 0, 1)
+
+        def hard_sigmoid(x: np.ndarray) -> np.ndarray:
+            out = x * _scalar(alpha, x.dtype)
+            out += _scalar(beta, x.dtype)
+            np.clip(out, x.dtype.type(0), x.dtype.type(1), out=out)
+            out += x.dtype.type(0)  # clip's SIMD max may return -0 or +0 at 0: +0 everywhere
+            return out
+
+        return hard_sigmoid
     if kind == "elu":
-
-        def elu(x: np.ndarray) -> np.ndarray:
-            # exp of large positive x overflows, and the where discards it (the kernels are quiet)
-            return np.where(x >= 0, x, x.dtype.type(alpha) * (np.exp(x) - 1))
-
-        return elu
+        parameter = _attribute(alpha)
+        return lambda x: numerics.apply("elu", x, parameter)
     if kind == "softsign":
-        return lambda x: x / (1 + np.abs(x))
+        return _softsign
     if kind == "softplus":
-        return lambda x: np.logaddexp(x.dtype.type(0), x)
+        return _softplus
     raise ValueError(f"unknown recurrent activation {name!r}")
 
 
@@ -128,7 +183,18 @@ def _activations_of(
 def _clipper(clip: float | None) -> Callable[[np.ndarray], np.ndarray]:
     if clip is None or clip <= 0:
         return lambda x: x
-    return lambda x: np.clip(x, x.dtype.type(-clip), x.dtype.type(clip))
+    return lambda x: np.clip(x, _scalar(-clip, x.dtype), _scalar(clip, x.dtype))
+
+
+def _times_transposed(
+    m: np.ndarray, d: int, dtype: np.dtype[Any], rows: slice = slice(None)
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``a -> a @ m[d][rows]^T``, each element correctly rounded in ``dtype`` (numerics.gemm, which
+    prepares a read-only weight's float64 copy and column norms once)."""
+    part = m[d][rows]
+    if part.dtype != dtype:
+        part = np.asarray(part, dtype=dtype)
+    return lambda a: numerics.gemm(a, part, None, 1.0, 0.0, trans_b=True)
 
 
 class _Recurrence:
@@ -145,11 +211,9 @@ class _Recurrence:
         layout: int,
     ) -> None:
         self.dtype = x.dtype
-        # Half-precision types are computed in float32 and rounded once at the end.
-        self.compute = np.dtype(np.float32) if x.dtype.itemsize < 4 else x.dtype
         if layout == 1:
             x = np.swapaxes(x, 0, 1)
-        self.x = np.ascontiguousarray(x, dtype=self.compute)
+        self.x = np.ascontiguousarray(x)
         self.seq_len, self.batch, _ = self.x.shape
         self.hidden = r.shape[-1]
         direction = "forward" if direction == "foward" else direction  # GRU-1's schema default is misspelt
@@ -176,10 +240,10 @@ class _Recurrence:
     def _state(self, state: np.ndarray | None) -> np.ndarray:
         shape = (len(self.directions), self.batch, self.hidden)
         if state is None:
-            return np.zeros(shape, dtype=self.compute)
+            return np.zeros(shape, dtype=self.dtype)
         if self.layout == 1:
             state = np.swapaxes(state, 0, 1)
-        state = np.asarray(state, dtype=self.compute)
+        state = np.asarray(state, dtype=self.dtype)
         # Read only (never written: each step makes new state arrays).
         return state if state.shape == shape else np.broadcast_to(state, shape)
 
@@ -194,11 +258,10 @@ class _Recurrence:
         # Walk each entry's valid prefix backwards; padded steps map to themselves (and are masked).
         return np.where(steps < lengths, lengths - 1 - steps, steps)
 
-    def project(self, w: np.ndarray, bias: np.ndarray | None, d: int) -> np.ndarray:
-        """X @ W^T (+ bias) for every time step at once, in the order direction ``d`` reads them."""
-        flat = self.x.reshape(-1, self.x.shape[-1]) @ np.asarray(w, dtype=self.compute).T
-        if bias is not None:
-            flat += bias
+    def project(self, w: np.ndarray, d: int) -> np.ndarray:
+        """X W[d]^T for every time step at once (each element correctly rounded, so the same as one
+        step at a time), in the order direction ``d`` reads them."""
+        flat = _times_transposed(w, d, self.dtype)(self.x.reshape(-1, self.x.shape[-1]))
         projected = flat.reshape(self.seq_len, self.batch, -1)
         order = self.time_order(d)
         if order is not None:
@@ -228,39 +291,38 @@ class _Recurrence:
             states = [np.stack(f, axis=0) for f in finals]
         if self.lengths is not None and np.any(self.lengths == 0):
             # ONNX Runtime reports zero final states (not the initial ones) for empty entries.
-            states = [np.where((self.lengths == 0)[None, :, None], 0, s).astype(s.dtype) for s in states]
+            states = [np.where((self.lengths == 0)[None, :, None], s.dtype.type(0), s) for s in states]
         if self.layout == 1:
             y = np.transpose(y, (2, 0, 1, 3))
             states = [np.swapaxes(s, 0, 1) for s in states]
         return tuple(np.ascontiguousarray(v, dtype=self.dtype) for v in (y, *states))
 
 
-# From this many time steps on, R^T is copied into a contiguous array before the loop: the copy
-# costs about as much as 90 per-step products are slowed by reading the transposed view (measured
-# with hidden size 128), so a short sequence (Silero VAD runs one step per call) uses the view.
-CONTIGUOUS_FROM_STEPS = 64
-
-
-def _transposed(matrix: np.ndarray, dtype: np.dtype[Any], steps: int) -> np.ndarray:
-    transposed = np.asarray(matrix, dtype=dtype).T
-    return np.ascontiguousarray(transposed) if steps >= CONTIGUOUS_FROM_STEPS else transposed
-
-
 def _step(mask: np.ndarray | None, new: np.ndarray, old: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(next state, this step's Y row) given which entries are still running."""
     if mask is None:
         return new, new
-    return np.where(mask, new, old), np.where(mask, new, 0).astype(new.dtype, copy=False)
+    return np.where(mask, new, old), np.where(mask, new, new.dtype.type(0))
 
 
-def _split_bias(
+def _biases(
     b: np.ndarray | None, gates: int, hidden: int, d: int, dtype: np.dtype[Any]
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(Wb, Rb) of direction ``d``; None when B is absent (adding zeros changes nothing)."""
     if b is None:
-        zero = np.zeros(gates * hidden, dtype=dtype)
-        return zero, zero
+        return None
     row = np.asarray(b[d], dtype=dtype)
     return row[: gates * hidden], row[gates * hidden :]
+
+
+def _plus_biases(
+    pre: np.ndarray, biases: tuple[np.ndarray, np.ndarray] | None, part: slice = slice(None)
+) -> np.ndarray:
+    """``(pre + Wb) + Rb`` (the ``part`` of the biases that ``pre`` holds), in place on ``pre``."""
+    if biases is not None:
+        pre += biases[0][part]
+        pre += biases[1][part]
+    return pre
 
 
 @register("RNN", 1, 7, 14, 22)
@@ -282,21 +344,22 @@ def rnn(
     layout: int = 0,
     output_sequence: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """ONNX RNN (versions 1, 7, 14, 22): Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)."""
+    """ONNX RNN (versions 1, 7, 14, 22): Ht = f(((Xt W^T + Ht-1 R^T) + Wb) + Rb)."""
     rec = _Recurrence(x, w, r, sequence_lens, [initial_h], direction, layout)
     acts = _activations(activations, ("Tanh",), len(rec.directions), activation_alpha, activation_beta)
     clipped = _clipper(clip)
     ys: list[np.ndarray] = []
     final_h: list[np.ndarray] = []
     for d in range(len(rec.directions)):
-        wb, rb = _split_bias(b, 1, rec.hidden, d, rec.compute)
-        xw = rec.project(w[d], wb + rb, d)
-        r_t = _transposed(r[d], rec.compute, rec.seq_len)
+        biases = _biases(b, 1, rec.hidden, d, rec.dtype)
+        xw = rec.project(w, d)
+        times_r = _times_transposed(r, d, rec.dtype)
         f = acts[d][0]
         h = rec.initial[0][d]
-        y = np.empty((rec.seq_len, rec.batch, rec.hidden), dtype=rec.compute)
+        y = np.empty((rec.seq_len, rec.batch, rec.hidden), dtype=rec.dtype)
         for t in range(rec.seq_len):
-            h, y[t] = _step(rec.mask(t), f(clipped(xw[t] + h @ r_t)), h)
+            pre = _plus_biases(xw[t] + times_r(h), biases)
+            h, y[t] = _step(rec.mask(t), f(clipped(pre)), h)
         ys.append(rec.place(y, d))
         final_h.append(h)
     y_out, h_out = rec.outputs(ys, [final_h])
@@ -330,35 +393,40 @@ def gru(
     )
     clipped = _clipper(clip)
     n = rec.hidden
+    zr, hh = slice(0, 2 * n), slice(2 * n, 3 * n)
     ys: list[np.ndarray] = []
     final_h: list[np.ndarray] = []
     for d in range(len(rec.directions)):
-        wb, rb = _split_bias(b, 3, n, d, rec.compute)
-        # z and r take both biases up front; Rbh stays inside the reset product when
-        # linear_before_reset is set, else it is a plain addend of the h gate too.
-        input_bias = wb + rb
+        biases = _biases(b, 3, n, d, rec.dtype)
+        xw = rec.project(w, d)
         if linear_before_reset:
-            input_bias[2 * n :] = wb[2 * n :]
-        xw = rec.project(w[d], input_bias, d)
-        r_zr_t = _transposed(r[d][: 2 * n], rec.compute, rec.seq_len)
-        r_h_t = _transposed(r[d][2 * n :], rec.compute, rec.seq_len)
-        r_all_t = _transposed(r[d], rec.compute, rec.seq_len)
-        rb_h = rb[2 * n :]
+            times_r_all = _times_transposed(r, d, rec.dtype)
+        else:
+            times_r_zr, times_r_h = _times_transposed(r, d, rec.dtype, zr), _times_transposed(r, d, rec.dtype, hh)
         f, g = acts[d]
         h = rec.initial[0][d]
-        y = np.empty((rec.seq_len, rec.batch, n), dtype=rec.compute)
+        y = np.empty((rec.seq_len, rec.batch, n), dtype=rec.dtype)
         for t in range(rec.seq_len):
-            gates_x = xw[t]
+            xw_t = xw[t]
             if linear_before_reset:
-                hr = h @ r_all_t
-                zr = f(clipped(gates_x[:, : 2 * n] + hr[:, : 2 * n]))
-                z, reset = zr[:, :n], zr[:, n:]
-                candidate = g(clipped(gates_x[:, 2 * n :] + reset * (hr[:, 2 * n :] + rb_h)))
+                hr = times_r_all(h)
+                z_r = f(clipped(_plus_biases(xw_t[:, zr] + hr[:, zr], biases, zr)))
+                z, reset = z_r[:, :n], z_r[:, n:]
+                inner = hr[:, hh]
+                if biases is not None:
+                    inner = inner + biases[1][hh]  # H Rh^T + Rbh
+                pre_h = xw_t[:, hh] + reset * inner
+                if biases is not None:
+                    pre_h += biases[0][hh]  # + Wbh
             else:
-                zr = f(clipped(gates_x[:, : 2 * n] + h @ r_zr_t))
-                z, reset = zr[:, :n], zr[:, n:]
-                candidate = g(clipped(gates_x[:, 2 * n :] + (reset * h) @ r_h_t))
-            h, y[t] = _step(rec.mask(t), (1 - z) * candidate + z * h, h)
+                z_r = f(clipped(_plus_biases(xw_t[:, zr] + times_r_zr(h), biases, zr)))
+                z, reset = z_r[:, :n], z_r[:, n:]
+                pre_h = xw_t[:, hh] + times_r_h(reset * h)
+                if biases is not None:
+                    pre_h += biases[1][hh]  # + Rbh, then + Wbh (the spec's order)
+                    pre_h += biases[0][hh]
+            candidate = g(clipped(pre_h))
+            h, y[t] = _step(rec.mask(t), (z.dtype.type(1) - z) * candidate + z * h, h)
         ys.append(rec.place(y, d))
         final_h.append(h)
     y_out, h_out = rec.outputs(ys, [final_h])
@@ -394,41 +462,43 @@ def lstm(
     )
     clipped = _clipper(clip)
     n = rec.hidden
+    gate_i, gate_o, gate_f, gate_c = (slice(k * n, (k + 1) * n) for k in range(4))
     ys: list[np.ndarray] = []
     final_h: list[np.ndarray] = []
     final_c: list[np.ndarray] = []
     for d in range(len(rec.directions)):
-        wb, rb = _split_bias(b, 4, n, d, rec.compute)
-        xw = rec.project(w[d], wb + rb, d)
-        r_t = _transposed(r[d], rec.compute, rec.seq_len)
-        peep = None if p is None else np.asarray(p[d], dtype=rec.compute)
+        biases = _biases(b, 4, n, d, rec.dtype)
+        xw = rec.project(w, d)
+        times_r = _times_transposed(r, d, rec.dtype)
+        peep = None if p is None else np.asarray(p[d], dtype=rec.dtype)
         f, g, h_act = acts[d]
         h = rec.initial[0][d]
         c = rec.initial[1][d]
-        y = np.empty((rec.seq_len, rec.batch, n), dtype=rec.compute)
+        y = np.empty((rec.seq_len, rec.batch, n), dtype=rec.dtype)
         for t in range(rec.seq_len):
-            gates = xw[t] + h @ r_t
-            i_in, o_in, f_in, c_in = gates[:, :n], gates[:, n : 2 * n], gates[:, 2 * n : 3 * n], gates[:, 3 * n :]
+            pre = xw[t] + times_r(h)  # XW + HR, all four gates
             if peep is None and not input_forget:
                 # The common LSTM: i, o and f are adjacent and share f, so one call activates all
                 # three (elementwise, so the same values as three calls, for a third of the calls).
-                iof = f(clipped(gates[:, : 3 * n]))
-                c_new = iof[:, 2 * n :] * c + iof[:, :n] * g(clipped(c_in))
-                h_new = iof[:, n : 2 * n] * h_act(c_new)
-                mask = rec.mask(t)
-                h, y[t] = _step(mask, h_new, h)
-                c = c_new if mask is None else np.where(mask, c_new, c)
-                continue
-            if peep is not None:
-                i_in = i_in + peep[:n] * c
-                f_in = f_in + peep[2 * n :] * c
-            i_gate = f(clipped(i_in))
-            # input_forget couples the gates as ONNX Runtime does: f = 1 - i.
-            f_gate = 1 - i_gate if input_forget else f(clipped(f_in))
-            c_new = f_gate * c + i_gate * g(clipped(c_in))
-            if peep is not None:
-                o_in = o_in + peep[n : 2 * n] * c_new
-            h_new = f(clipped(o_in)) * h_act(c_new)
+                _plus_biases(pre, biases)
+                iof = f(clipped(pre[:, : 3 * n]))
+                c_new = iof[:, gate_f] * c + iof[:, gate_i] * g(clipped(pre[:, gate_c]))
+                h_new = iof[:, gate_o] * h_act(c_new)
+            else:
+                i_in, f_in = pre[:, gate_i], pre[:, gate_f]
+                if peep is not None:
+                    i_in = i_in + peep[gate_i] * c
+                    f_in = f_in + peep[gate_f] * c
+                i_gate = f(clipped(_plus_biases(i_in, biases, gate_i)))
+                # input_forget couples the gates as ONNX Runtime does: f = 1 - i.
+                f_gate = (
+                    i_gate.dtype.type(1) - i_gate if input_forget else f(clipped(_plus_biases(f_in, biases, gate_f)))
+                )
+                c_new = f_gate * c + i_gate * g(clipped(_plus_biases(pre[:, gate_c], biases, gate_c)))
+                o_in = pre[:, gate_o]
+                if peep is not None:
+                    o_in = o_in + peep[gate_o] * c_new
+                h_new = f(clipped(_plus_biases(o_in, biases, gate_o))) * h_act(c_new)
             mask = rec.mask(t)
             h, y[t] = _step(mask, h_new, h)
             c = c_new if mask is None else np.where(mask, c_new, c)

@@ -31,7 +31,7 @@ from sealtrace.ops.numerics.formats import (
     round_to,
     round_to_narrow,
 )
-from sealtrace.ops.numerics.functions import FUNCTIONS, apply, power
+from sealtrace.ops.numerics.functions import FUNCTIONS, apply, power, unit_circle, ziv
 from sealtrace.ops.numerics.mode import (
     MODES,
     NATIVE,
@@ -91,4 +91,6 @@ __all__ = [
     "round_to",
     "round_to_narrow",
     "softmax",
+    "unit_circle",
+    "ziv",
 ]

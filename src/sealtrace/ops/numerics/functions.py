@@ -12,6 +12,7 @@ decided. float64 inputs have no wider type to approximate in: every element goes
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -187,6 +188,7 @@ FUNCTIONS: dict[str, Function] = {
     for f in (
         _function("exp", np.exp, gmpy2.exp, True, np.exp),
         _function("log", np.log, gmpy2.log, True, np.log),
+        _function("log10", np.log10, gmpy2.log10, True, np.log10),
         _function("tanh", np.tanh, gmpy2.tanh, True, np.tanh),
         _function("sin", np.sin, gmpy2.sin, True, np.sin),
         _function("cos", np.cos, gmpy2.cos, True, np.cos),
@@ -310,3 +312,37 @@ def power(base: Array, exponent: Array) -> Array:
     with np.errstate(all="ignore"):
         y = np.power(b64, e64)
     return settle(y, RELATIVE_BOUND, fmt, lambda index: [exact_at(int(i)) for i in index], relative=True)
+
+
+def _cos_quarter(t: int, n: int) -> Any:
+    return gmpy2.cos(gmpy2.const_pi() * t / (2 * n))
+
+
+def _sin_quarter(t: int, n: int) -> Any:
+    return gmpy2.sin(gmpy2.const_pi() * t / (2 * n))
+
+
+@functools.lru_cache(maxsize=64)
+def unit_circle(n: int, fmt: FloatFormat) -> tuple[Array, Array]:
+    """(RN(cos(2 pi m / n)), RN(sin(2 pi m / n))) for m in [0, n), correctly rounded into ``fmt``:
+    the twiddle factors of a DFT of length n (read-only; cached per length and format).
+
+    In exact integers, m = (n / 4)(q + r / n) with q the quadrant, and the angle within it folds to
+    pi t / (2 n) with t <= n / 2 (an angle of at most pi / 4, where cos >= 0.7 and sin vanishes only
+    at t = 0, exactly): MPFR evaluates those at rising precisions until the rounding is decided
+    (``ziv``), and the quadrant's symmetries (negations, exact) give the rest.
+    """
+    half = n // 2
+    base_cos = np.array([1.0] + [ziv(_cos_quarter, t, n, fmt=fmt) for t in range(1, half + 1)])
+    base_sin = np.array([0.0] + [ziv(_sin_quarter, t, n, fmt=fmt) for t in range(1, half + 1)])
+    m = np.arange(n, dtype=np.int64)
+    quadrant, r = np.divmod(4 * m, n)
+    folded = 2 * r > n  # pi r / (2 n) = pi / 2 - pi (n - r) / (2 n)
+    t = np.where(folded, n - r, r)
+    cos_phi = np.where(folded, base_sin[t], base_cos[t])
+    sin_phi = np.where(folded, base_cos[t], base_sin[t])
+    cos = (np.choose(quadrant, [cos_phi, -sin_phi, -cos_phi, sin_phi]) + 0.0).astype(fmt.dtype)  # + 0.0: no -0
+    sin = (np.choose(quadrant, [sin_phi, cos_phi, -sin_phi, -cos_phi]) + 0.0).astype(fmt.dtype)
+    cos.setflags(write=False)
+    sin.setflags(write=False)
+    return cos, sin

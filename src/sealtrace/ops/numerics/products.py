@@ -326,7 +326,7 @@ def _native_gemm(a: Array, b: Array, c: Array | None, alpha: float, beta: float)
 # measure its columns on every call; read-only matrices (a Plan's weights and folded constants)
 # are prepared once and kept while they live, up to PREPARED_LIMIT bytes of float64 copies.
 PREPARED_LIMIT = 1 << 30
-_PREPARED: dict[tuple[int, bool], tuple[weakref.ref[Array], Array, Array]] = {}
+_PREPARED: dict[tuple[Any, ...], tuple[weakref.ref[Array], Array, Array]] = {}
 _PREPARED_LOCK = threading.Lock()
 _prepared_bytes = 0
 
@@ -342,26 +342,32 @@ def _immutable(x: Any) -> bool:
 
 
 def _columns(b: Array, transposed: bool) -> tuple[Array, Array | None]:
-    """``b`` (or ``b.T``) as float64 [K, N] and its column norms (None: not prepared, measure it)."""
+    """``b`` (or ``b.T``) as float64 [K, N] and its column norms (None: not prepared, measure it).
+    A view of a read-only weight (an LSTM's W[d], a slice of it) is recognized by the array that
+    owns the memory, its offset, shape and strides."""
     matrix = b.T if transposed else b
     if not _immutable(b):
         return np.asarray(matrix, dtype=np.float64), None
-    key = (id(b), transposed)
+    root = b
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    offset = b.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    key = (id(root), offset, b.shape, b.strides, b.dtype.str, transposed)
     with _PREPARED_LOCK:
         entry = _PREPARED.get(key)
-        if entry is not None and entry[0]() is b:
+        if entry is not None and entry[0]() is root:
             return entry[1], entry[2]
     wide = np.asarray(matrix, dtype=np.float64)
     norms = np.sqrt(np.einsum("kn,kn->n", wide, wide))
     global _prepared_bytes
     with _PREPARED_LOCK:
-        if _prepared_bytes + wide.nbytes <= PREPARED_LIMIT:
+        if key not in _PREPARED and _prepared_bytes + wide.nbytes <= PREPARED_LIMIT:
             _prepared_bytes += wide.nbytes
-            _PREPARED[key] = (weakref.ref(b, lambda _: _forget(key, wide.nbytes)), wide, norms)
+            _PREPARED[key] = (weakref.ref(root, lambda _: _forget(key, wide.nbytes)), wide, norms)
     return wide, norms
 
 
-def _forget(key: tuple[int, bool], nbytes: int) -> None:
+def _forget(key: tuple[Any, ...], nbytes: int) -> None:
     global _prepared_bytes
     with _PREPARED_LOCK:
         if _PREPARED.pop(key, None) is not None:
