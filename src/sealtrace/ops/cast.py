@@ -225,8 +225,10 @@ def _cast_numeric(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str
         return x  # kernels never write their inputs, so no copy is needed
     if x.dtype in _NUMPY_NUMBERS and dtype in _NUMPY_NUMBERS and dtype.kind != "b":
         # NumPy's own types both ways (the common case, and the cheap one to recognize): no
-        # saturation or rounding mode applies, astype is the ONNX cast (the kernels are quiet:
-        # NaN to int raises no warning)
+        # saturation or rounding mode applies, astype is the ONNX cast, but for a float that no
+        # integer of the type holds
+        if x.dtype.kind == "f" and dtype.kind in "iu":
+            return _float_to_integer(x, dtype)
         return x.astype(dtype)
     code = onnx.helper.np_dtype_to_tensor_dtype(dtype)
     if code == _TP.FLOAT8E8M0:
@@ -253,8 +255,31 @@ def _cast_numeric(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str
         return np.asarray(x != 0)
     if round_once:
         return numerics.round_to_narrow(x, dtype)
+    if x.dtype.kind == "f" and dtype.kind in "iu":
+        return _float_to_integer(x, dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         return x.astype(dtype)
+
+
+def _float_to_integer(x: Array, dtype: np.dtype[Any]) -> Array:
+    """Floats to an integer type (docs/numerics.md, Cast): truncation toward zero, then reduction
+    modulo 2**bits into the type (two's complement, as ONNX Runtime's cast gives on x86-64: -2.2 to
+    uint8 is 254, 300.0 is 44); NaN, infinities and magnitudes of 2**63 or more give -2**63 reduced
+    the same way (x86-64's "integer indefinite"), but uint64 takes every value in [0, 2**64) exactly.
+    ONNX leaves these casts undefined and CPUs differ (Arm saturates), so the rule is spelled out
+    here rather than left to the CPU's conversion instruction."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.trunc(x)
+        inside = (t >= -(2.0**63)) & (t < 2.0**63)  # NaN: False
+        if dtype == np.uint64:
+            high = (t >= 2.0**63) & (t < 2.0**64)
+            if high.any():
+                out = np.where(inside, t, -(2.0**63)).astype(np.int64).astype(np.uint64)
+                out[high] = t[high].astype(np.uint64)
+                return out
+        if inside.all():
+            return t.astype(np.int64).astype(dtype)
+        return np.where(inside, t, -(2.0**63)).astype(np.int64).astype(dtype)
 
 
 def _cast(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str) -> Array:
