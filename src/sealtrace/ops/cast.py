@@ -231,7 +231,7 @@ def _cast_numeric(x: Array, dtype: np.dtype[Any], saturate: int, round_mode: str
             return _float_to_integer(x, dtype)
         return x.astype(dtype)
     code = onnx.helper.np_dtype_to_tensor_dtype(dtype)
-    if code == _TP.FLOAT8E8M0:
+    if code == getattr(_TP, "FLOAT8E8M0", None):  # (onnx 1.17, which the package accepts, has no E8M0)
         return _to_e8m0(x, saturate, round_mode)
     if _is_ml_float(x.dtype) and dtype.kind != "f":
         # ml_dtypes' own casts to integers, bool and each other go through float32 (exact)
