@@ -24,7 +24,7 @@ import numpy as np
 from sealtrace.ops.numerics.erf import erf64, erfc64
 from sealtrace.ops.numerics.formats import FLOAT32, FLOAT64, FloatFormat, format_of
 from sealtrace.ops.numerics.mode import is_native
-from sealtrace.ops.numerics.settle import Counts, settle
+from sealtrace.ops.numerics.settle import BLOCK, Counts, settle
 
 Array = np.ndarray[Any, Any]
 
@@ -228,14 +228,28 @@ def apply(name: str, x: Array, *parameters: float) -> Array:
         wide = _widened(x)
         return np.asarray(function.native(wide, *parameters)).astype(x.dtype, copy=False)
     fmt = _format(x)
-    x64 = np.asarray(x, dtype=np.float64)
-    flat = x64.reshape(-1)
     exact = _exact_of(function, fmt, parameters)
     if fmt is FLOAT64:
+        flat = np.asarray(x, dtype=np.float64).reshape(-1)
         return np.array([exact(v) for v in flat.tolist()], dtype=np.float64).reshape(x.shape)
+    if x.size <= BLOCK:
+        return _apply_block(function, np.asarray(x, dtype=np.float64), fmt, exact, parameters)
+    # A block at a time: the float64 evaluation and its rounding test stay in a core's cache.
+    flat_in = x.reshape(-1)
+    out = np.empty(x.size, dtype=fmt.dtype)
+    for start in range(0, x.size, BLOCK):
+        block = np.asarray(flat_in[start : start + BLOCK], dtype=np.float64)
+        out[start : start + BLOCK] = _apply_block(function, block, fmt, exact, parameters)
+    return out.reshape(x.shape)
+
+
+def _apply_block(
+    function: Function, x64: Array, fmt: FloatFormat, exact: Callable[[float], float], parameters: tuple[float, ...]
+) -> Array:
     with np.errstate(all="ignore"):
         y = function.approximate(x64, *parameters)
         relative = RELATIVE_BOUND if function.bound is None else function.bound(x64, y, *parameters)
+    flat = x64.reshape(-1)
     return settle(y, relative, fmt, lambda index: [exact(v) for v in flat[index].tolist()], relative=True)
 
 
