@@ -52,7 +52,10 @@ class Function:
 
 
 def _sigmoid64(x: Array) -> Array:
-    return 1.0 / (1.0 + np.exp(-x))
+    y = np.negative(x)
+    np.exp(y, out=y)
+    y += 1.0
+    return np.divide(1.0, y, out=y)
 
 
 def _sigmoid_exact(v: Any) -> Any:

@@ -7,9 +7,10 @@ RN(y - err) and RN(y + err) are the same value, and so is RN(v): that value is t
 the machine. The rare elements whose interval holds a boundary take an exact path:
 
 1. ``pairwise_sums``, then ``accurate_sums``: the terms of an undecided sum are re-added in a
-   fixed pairwise tree, whose bound is log2(K) rather than K roundings, and what is still undecided
-   by Rump, Ogita and Oishi's error-free extraction, whose partial sums are exact in any order; the
-   bound shrinks to about 2**-104 of the largest term, and the test runs again.
+   fixed pairwise tree, whose bound is log2(K) rather than K roundings; then the same tree with
+   each addition's error kept (TwoSum); what is still undecided (exact cancellations) by Rump, Ogita
+   and Oishi's error-free extraction, whose partial sums are exact in any order; the bound shrinks to
+   about 2**-104 of the largest term, and the test runs again.
 2. ``exact_sums`` / ``exact_apply``: what is still undecided is computed by MPFR (gmpy2), whose
    operations are correctly rounded: sums in a precision wide enough to be exact, and the last
    operation rounded once into the target format.
@@ -80,13 +81,17 @@ def settle(
         return np.empty(y.shape, dtype=fmt.dtype)
     if y.size <= BLOCK and fmt is not BFLOAT16:
         # one block, in a handful of NumPy calls (small tensors: the calls are the cost)
+        if count:
+            exact = _counted(exact, y.size)
         with np.errstate(invalid="ignore", over="ignore"):
             lo, hi = _ends(y, err, relative, True)
             low, high = lo.astype(fmt.dtype), hi.astype(fmt.dtype)
-            if np.array_equal(low.view(fmt.bits), high.view(fmt.bits)):
-                if count:
-                    Counts.rounded += y.size
-                return y.astype(fmt.dtype)
+            out = y.astype(fmt.dtype)
+        low_bits, high_bits = low.view(fmt.bits), high.view(fmt.bits)
+        if not np.array_equal(low_bits, high_bits):
+            index = np.flatnonzero(low_bits != high_bits)
+            out.reshape(-1)[index] = exact(index)
+        return out
     if count:
         exact = _counted(exact, y.size)
     cols = y.shape[-1] if y.ndim else 1
@@ -259,28 +264,43 @@ def accurate_sums(terms: Array) -> tuple[Array, Array]:
     return s, err
 
 
-def pairwise_sums(terms: Array) -> tuple[Array, Array]:
-    """Row sums of ``terms`` ([rows, count], float64, each term exact), compensated: halves added
-    elementwise in a fixed pairwise tree (log2(count) levels), each addition's rounding error kept
-    exactly by TwoSum, and the errors added back at the end. The result's error is that of adding
-    the (tiny) errors, about u^2 log2(count)^2 sum|terms|, and exactly zero when no addition
-    rounded: a sum whose terms cancel exactly (an STFT's symmetric frames) is decided here."""
+def pairwise_sums(terms: Array, compensated: bool = True) -> tuple[Array, Array]:
+    """Row sums of ``terms`` ([rows, count], float64, each term exact) in a fixed pairwise tree:
+    halves added elementwise, log2(count) levels.
+
+    Plain: Higham's bound for the tree, (ceil(log2 count) + 1) u sum|terms|, where a sum in an
+    unknown order needs (count + 1) u sum|terms|: a pass or two for a bound 100 times tighter.
+    Compensated: each addition's rounding error kept exactly by TwoSum and the errors added back; the
+    result's error is that of adding the (tiny) errors, about u^2 log2(count)^2 sum|terms|, and
+    exactly zero when no addition rounded (terms that cancel exactly, an STFT's symmetric frames, are
+    decided here)."""
     rows, count = terms.shape
     width = 1 << max(0, (count - 1).bit_length())
-    level = np.zeros((rows, width))
-    level[:, :count] = terms
+    if width == count:
+        level = terms
+    else:
+        level = np.zeros((rows, width))
+        level[:, :count] = terms
+    magnitude = np.sum(np.abs(terms), axis=1)
+    if not compensated:
+        depth = 0
+        while width > 1:
+            width //= 2
+            level = level[:, :width] + level[:, width:]
+            depth += 1
+        return level[:, 0] + 0.0, magnitude * ((depth + 1) * U * WIDEN)
     errors = np.zeros(rows)
-    magnitude = np.zeros(rows)
+    error_magnitude = np.zeros(rows)
     additions = 0
     while width > 1:
         width //= 2
         level, e = two_sum(level[:, :width], level[:, width:])
         errors += np.sum(e, axis=1)
-        magnitude += np.sum(np.abs(e), axis=1)
+        error_magnitude += np.sum(np.abs(e), axis=1)
         additions += width
     total = level[:, 0] + errors
-    # errors: additions roundings of at most u (sum|e|); the last addition: u |total|
-    err = (magnitude * ((additions + 1) * U) + np.abs(total) * U) * WIDEN
+    # the errors' sum: additions roundings of at most u sum|e|; the last addition: u |total|
+    err = (error_magnitude * ((additions + 1) * U) + np.abs(total) * U) * WIDEN
     return total + 0.0, err
 
 
@@ -331,8 +351,14 @@ def settle_sums(
 
     def exact(index: Array) -> Array:
         terms = terms_of(index)
-        s, e = pairwise_sums(terms)
-        return settle(s, e, fmt, lambda again: _accurate(terms[again], fmt), count=False).astype(np.float64)
+        s, e = pairwise_sums(terms, compensated=False)
+
+        def compensated(again: Array) -> Array:
+            rest = terms[again]
+            s2, e2 = pairwise_sums(rest)
+            return settle(s2, e2, fmt, lambda last: _accurate(rest[last], fmt), count=False).astype(np.float64)
+
+        return settle(s, e, fmt, compensated, count=False).astype(np.float64)
 
     if isinstance(err, tuple):
         return settle_outer(y, err[0], err[1], fmt, exact)
