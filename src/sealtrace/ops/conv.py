@@ -64,7 +64,8 @@ class _Products:
         ``col_norms`` [G or 1, L] bound the columns' norms (see column_norms)."""
         if self.fmt is not None:
             addend = None if bias is None else np.asarray(bias, dtype=np.float64)[..., None]
-            return numerics.product(w, cols, self.fmt, addend, b_norms=col_norms)
+            wide, row_norms = numerics.prepared_rows(w)  # once per weight, for read-only ones
+            return numerics.product(wide, cols, self.fmt, addend, a_norms=row_norms, b_norms=col_norms)
         wide = w.astype(self.cols_dtype, copy=False)
         y = np.dot(wide[0], cols[0])[None] if w.shape[0] == cols.shape[0] == 1 else np.matmul(wide, cols)
         if bias is not None:

@@ -42,7 +42,7 @@ from sealtrace.ops.numerics.mode import (
     is_native,
     numerics_mode,
 )
-from sealtrace.ops.numerics.products import determinant, einsum, gemm, matmul, product
+from sealtrace.ops.numerics.products import determinant, einsum, gemm, matmul, prepared_rows, product
 from sealtrace.ops.numerics.reductions import (
     mean_square,
     reduce_l1,
@@ -80,6 +80,7 @@ __all__ = [
     "mean_square",
     "numerics_mode",
     "power",
+    "prepared_rows",
     "product",
     "reduce_l1",
     "reduce_l2",

@@ -342,9 +342,21 @@ def _immutable(x: Any) -> bool:
 
 
 def _columns(b: Array, transposed: bool) -> tuple[Array, Array | None]:
-    """``b`` (or ``b.T``) as float64 [K, N] and its column norms (None: not prepared, measure it).
-    A view of a read-only weight (an LSTM's W[d], a slice of it) is recognized by the array that
-    owns the memory, its offset, shape and strides."""
+    """``b`` (or ``b.T``) as float64 [K, N] and its column norms (None: not prepared, measure it)."""
+    return _prepared(b, transposed, -2)
+
+
+def prepared_rows(a: Array) -> tuple[Array, Array | None]:
+    """``a`` ([..., M, K]) as float64 and the norms of its rows ([..., M]), for ``product``'s
+    ``a_norms``: made once for a read-only weight (a convolution's filters), else now (None: the
+    norms are left to ``product``)."""
+    return _prepared(a, False, -1)
+
+
+def _prepared(b: Array, transposed: bool, axis: int) -> tuple[Array, Array | None]:
+    """``b`` (or ``b.T``) as float64 and its norms along ``axis`` (None: not prepared). A view of a
+    read-only weight (an LSTM's W[d], a slice of it) is recognized by the array that owns the
+    memory, its offset, shape and strides."""
     matrix = b.T if transposed else b
     if not _immutable(b):
         return np.asarray(matrix, dtype=np.float64), None
@@ -352,13 +364,13 @@ def _columns(b: Array, transposed: bool) -> tuple[Array, Array | None]:
     while isinstance(root.base, np.ndarray):
         root = root.base
     offset = b.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-    key = (id(root), offset, b.shape, b.strides, b.dtype.str, transposed)
+    key = (id(root), offset, b.shape, b.strides, b.dtype.str, transposed, axis)
     with _PREPARED_LOCK:
         entry = _PREPARED.get(key)
         if entry is not None and entry[0]() is root:
             return entry[1], entry[2]
     wide = np.asarray(matrix, dtype=np.float64)
-    norms = np.sqrt(np.einsum("kn,kn->n", wide, wide))
+    norms = np.sqrt(np.add.reduce(wide * wide, axis=axis))
     global _prepared_bytes
     with _PREPARED_LOCK:
         if key not in _PREPARED and _prepared_bytes + wide.nbytes <= PREPARED_LIMIT:

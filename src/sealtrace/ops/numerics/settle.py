@@ -117,12 +117,16 @@ def settle_outer(y: Array, rows: Array, cols: Array, fmt: FloatFormat, exact: Ex
     row2 = rows.reshape(groups * m, 1)
 
     def bound(start: int, stop: int) -> Array:
-        g = start // m if cols.shape[0] > 1 else 0
-        return row2[start:stop] * cols[g]
+        if cols.shape[0] == 1:
+            return row2[start:stop] * cols[0]
+        first, last = start // m, (stop - 1) // m
+        if first == last:
+            return row2[start:stop] * cols[first]
+        # a block over several groups (depthwise convolutions: one row per group): each row
+        # with its group's column factors
+        return row2[start:stop] * cols[np.arange(start, stop) // m]
 
-    # blocks never straddle two groups (each group has its own column factors)
-    group_rows = m if cols.shape[0] > 1 else None
-    return _settle_rows(y2, bound, fmt, exact, False, group_rows, widen=False).reshape(y.shape)
+    return _settle_rows(y2, bound, fmt, exact, False, widen=False).reshape(y.shape)
 
 
 def _settle_rows(
@@ -131,18 +135,15 @@ def _settle_rows(
     fmt: FloatFormat,
     exact: Exact,
     relative: bool,
-    group_rows: int | None = None,
     widen: bool = True,
 ) -> Array:
     """The rounding test of ``settle`` over [rows, cols] ``y2``, a block of rows at a time, with
-    ``bound(start, stop)`` the bound of rows start:stop; blocks end at multiples of ``group_rows``."""
+    ``bound(start, stop)`` the bound of rows start:stop."""
     rows, cols = y2.shape
     out = np.empty(y2.shape, dtype=fmt.dtype)
     if y2.size == 0:
         return out
     step = max(1, BLOCK // max(cols, 1))
-    if group_rows is not None:
-        step = min(step, group_rows)
     size = min(rows, step) * cols
     low = np.empty(size, dtype=np.float64)
     high = np.empty(size, dtype=np.float64)
@@ -151,8 +152,6 @@ def _settle_rows(
         start = 0
         while start < rows:
             stop = min(rows, start + step)
-            if group_rows is not None:
-                stop = min(stop, (start // group_rows + 1) * group_rows)
             yb = y2[start:stop]
             eb = bound(start, stop)
             lo = low[: yb.size].reshape(yb.shape)
@@ -213,8 +212,9 @@ def _round_into(out: Array, y: Array, fmt: FloatFormat) -> None:
 
 
 def _rounded_bits(y: Array, fmt: FloatFormat) -> Array:
-    """The bits of RN(y) in ``fmt``."""
-    return round_to(y, fmt).view(fmt.bits)
+    """The bits of RN(y) in ``fmt`` (inside the caller's np.errstate: overflow to infinity is quiet)."""
+    rounded = round_to(y, fmt) if fmt is BFLOAT16 else y.astype(fmt.dtype)
+    return rounded.view(fmt.bits)
 
 
 def two_sum(a: Array, b: Array) -> tuple[Array, Array]:
