@@ -413,3 +413,26 @@ def test_direct_conv_in_row_blocks(
     feeds = {"x": normal(*x_shape)}
     weights = {"w": normal(*w_shape), "b": normal(w_shape[0])}
     same(build("Conv", feeds, 17, weights, kernel_shape=list(w_shape[2:]), **attrs), feeds)
+
+
+@pytest.mark.parametrize("pads", [(0, 0, 0, 0), (1, 0, 0, 1)])
+@pytest.mark.parametrize("output_padding", [(0, 0), (1, 1)])
+def test_conv_transpose_tiles_give_the_bits_of_the_general_path(pads: tuple[int, ...], output_padding: tuple[int, ...]) -> None:
+    # kernel = stride: the tiles path and the general one (the convolution it equals) compute the
+    # same correctly rounded sums (docs/numerics.md, ConvTranspose), uncovered positions the bias
+    from sealtrace.ops import conv as conv_module
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    kwargs: dict[str, Any] = dict(
+        auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, output_shape=None, strides=(2, 2)
+    )
+    got = conv_module.conv_transpose(x, w, b, pads=pads, output_padding=output_padding, **kwargs)
+    begin, out_shape = conv_module._transpose_geometry((5, 6), (2, 2), (2, 2), (1, 1), output_padding, pads, None, "NOTSET")
+    want = conv_module._transposed_as_convolution(
+        x, w, b, 1, (2, 2), (2, 2), (1, 1), begin, out_shape, conv_module._Products(x.dtype)
+    )
+    assert got.shape == want.shape
+    assert got.tobytes() == want.tobytes()

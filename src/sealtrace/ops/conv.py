@@ -604,13 +604,18 @@ def _scatter_taps(
     return np.ascontiguousarray(canvas[(slice(None), slice(None), *crop)])
 
 
-def _window_of_canvas(canvas: Array, begin: Sequence[int], out_shape: Sequence[int]) -> Array:
-    """``canvas[..., b : b + o]`` per spatial axis, with zeros wherever that runs off the canvas."""
+def _window_of_canvas(
+    canvas: Array, begin: Sequence[int], out_shape: Sequence[int], fill: Array | None = None
+) -> Array:
+    """``canvas[..., b : b + o]`` per spatial axis, with zeros (or ``fill``, one value per channel)
+    wherever that runs off the canvas."""
     size = canvas.shape[2:]
     if all(b >= 0 and b + o <= s for b, o, s in zip(begin, out_shape, size, strict=True)):
         index = tuple(slice(b, b + o) for b, o in zip(begin, out_shape, strict=True))
         return np.ascontiguousarray(canvas[(slice(None), slice(None), *index)])
     out = np.zeros((*canvas.shape[:2], *out_shape), dtype=canvas.dtype)
+    if fill is not None:
+        out[...] = fill.astype(canvas.dtype).reshape((1, -1) + (1,) * len(out_shape))
     src = tuple(slice(max(b, 0), min(s, b + o)) for b, o, s in zip(begin, out_shape, size, strict=True))
     dst = tuple(
         slice(max(b, 0) - b, min(s, b + o) - b) for b, o, s in zip(begin, out_shape, size, strict=True)
@@ -656,7 +661,10 @@ def conv_transpose(
                               strides=strides).astype(x.dtype)
     products = _Products(x.dtype)
     if products.fmt is not None:
-        y = _transposed_as_convolution(x, w, b, group, kernel, strides_t, dilations_t, begin, out_shape, products)
+        if all(k == st and d == 1 for k, st, d in zip(kernel, strides_t, dilations_t, strict=True)):
+            y = _transposed_tiles(x, w, b, group, kernel, begin, out_shape, products)
+        else:
+            y = _transposed_as_convolution(x, w, b, group, kernel, strides_t, dilations_t, begin, out_shape, products)
         return y.astype(x.dtype, copy=False)
     dtype = products.cols_dtype
     mg = w.shape[1]
@@ -669,6 +677,37 @@ def conv_transpose(
     cols = cols.reshape((n, group * mg, *kernel, *in_shape))
     y = _scatter_taps(cols, strides_t, dilations_t, begin, out_shape)
     return _add_bias(y, b).astype(x.dtype, copy=False)
+
+
+def _transposed_tiles(
+    x: Array,
+    w: Array,
+    b: Array | None,
+    group: int,
+    kernel: Sequence[int],
+    begin: Sequence[int],
+    out_shape: Sequence[int],
+    products: _Products,
+) -> Array:
+    """A transposed convolution whose taps tile the output (kernel = stride, no dilation: the
+    upsampling of DBNet's head): every output position takes exactly one (input position, tap)
+    pair, so each output is one product sum over the input channels plus the bias, rounded once,
+    and the output is those sums interleaved. Positions the tiles do not reach (output padding)
+    hold the bias alone."""
+    n, c = x.shape[:2]
+    in_shape = x.shape[2:]
+    cg = c // group
+    mg = w.shape[1]
+    taps = prod(kernel)
+    columns = np.asarray(x, dtype=products.cols_dtype).reshape(n, group, cg, prod(in_shape))
+    weights = w.reshape(group, cg, mg * taps).transpose(0, 2, 1)  # [G, Mg*K, Cg]
+    bias = None if b is None else np.repeat(b.reshape(group, mg), taps, axis=1)  # each tap's row
+    sums = np.stack([products(weights, columns[image], bias) for image in range(n)])
+    rank = len(kernel)
+    cols = sums.reshape((n, group * mg, *kernel, *in_shape))
+    order = [0, 1] + [a for i in range(rank) for a in (2 + rank + i, 2 + i)]
+    dense = cols.transpose(order).reshape((n, group * mg, *(i * k for i, k in zip(in_shape, kernel, strict=True))))
+    return _window_of_canvas(dense, begin, out_shape, b)
 
 
 def _transposed_as_convolution(

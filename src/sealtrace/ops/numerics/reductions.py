@@ -99,8 +99,7 @@ def _function_of_sum(
         err = np.where(finite, np.inf, 0.0)
     else:
         err = np.where(finite, err, 0.0)
-    rows = values.tolist()
-    out = settle(y, err, fmt, lambda index: _exact_rows([rows[i] for i in index], fmt, square, finish))
+    out = settle(y, err, fmt, lambda index: _exact_rows(values[index].tolist(), fmt, square, finish))
     if not finite.all():
         out[~finite] = y[~finite].astype(fmt.dtype)
     return canonical_nans(out, fmt).reshape(out_shape)
@@ -223,12 +222,9 @@ def reduce_prod(x: Array, axes: Axes) -> Array:
     y = np.where(finite, y, naive) + 0.0
     err = np.abs(y) * ((count + 2) * U * WIDEN) if exact_in_float64(fmt) else np.full_like(y, np.inf)
     err = np.where(finite, err, 0.0)
-    rows = values.tolist()
-
     def exact(index: Array) -> list[float]:
         out = []
-        for i in index:
-            row = rows[i]
+        for row in values[index].tolist():
             with gmpy2.context(precision=53 * max(len(row), 1)):
                 product = math.prod((gmpy2.mpfr(v, 53) for v in row), start=gmpy2.mpfr(1))
             with fmt.context:
