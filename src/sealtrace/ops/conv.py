@@ -41,8 +41,8 @@ class _Products:
     Every convolution here is GEMMs of a weight matrix [M, K] and im2col blocks [K, L] (of one
     image, one group, one channel ...), each a stack [G, M, K] x [G or 1, K, L]; a stack of one
     weight is used for every block. The strategy decides the arithmetic: portable numerics
-    (docs/numerics.md: each output RN(sum of its products + bias), im2col built in float64, whose
-    products are exact), native (the BLAS in float32 or float64, the bias added after), or exact
+    (docs/numerics.md: each output RN(sum of its products + bias), the products exact in float64),
+    native (the BLAS in float32 or float64, the bias added after), or exact
     integer sums (ConvInteger: float64 GEMM, exact below 2**53).
     """
 
@@ -54,7 +54,9 @@ class _Products:
         if integer:
             self.cols_dtype = self.out_dtype = np.dtype(np.float64)
         elif self.fmt is not None:
-            self.cols_dtype = np.dtype(np.float64)
+            # im2col in the input's own type (a strided copy that also converts runs several times
+            # slower than one that does not); the product widens the contiguous blocks to float64
+            self.cols_dtype = dtype
             self.out_dtype = self.fmt.dtype
         else:  # native: float16/bfloat16 have no BLAS, they are computed in float32
             self.cols_dtype = self.out_dtype = dtype if dtype in _WIDE else np.dtype(np.float32)
