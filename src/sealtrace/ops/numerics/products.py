@@ -65,7 +65,7 @@ def product(
     if fmt is FLOAT64 or not exact_in_float64(fmt):
         return _product_float64(_stacked(a, groups), _stacked(b, groups), addend, alpha)
     if groups == 1 and alpha == 1.0 and a.shape[1] * b.shape[2] <= SMALL_PRODUCT and fmt is not BFLOAT16:
-        small = _small_product(a[0], b[0], fmt, addend, b_norms)
+        small = _small_product(a[0], b[0], fmt, addend, a_norms, b_norms)
         if small is not None:
             return small[None]
     a64 = np.asarray(a, dtype=np.float64)
@@ -141,24 +141,25 @@ def product(
 SMALL_PRODUCT = 4096
 
 
-def _small_product(a: Array, b: Array, fmt: FloatFormat, addend: Array | None, b_norms: Array | None) -> Array | None:
+def _small_product(
+    a: Array, b: Array, fmt: FloatFormat, addend: Array | None, a_norms: Array | None, b_norms: Array | None
+) -> Array | None:
     """``product`` of one small matrix pair in a few NumPy calls: the whole bound as one array, one
     rounding test. None when an element is undecided or not finite (the general path decides)."""
     a64 = np.asarray(a, dtype=np.float64)
     b64 = np.asarray(b, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         y = np.dot(a64, b64)
+        rows = np.sqrt(np.einsum("mk,mk->m", a64, a64)) if a_norms is None else a_norms[0]
+        cols = np.sqrt(np.einsum("kn,kn->n", b64, b64)) if b_norms is None else b_norms[0]
         if addend is None:
             y += 0.0  # an exact zero is +0
-            rows = np.sqrt(np.einsum("mk,mk->m", a64, a64))
-            cols = np.sqrt(np.einsum("kn,kn->n", b64, b64)) if b_norms is None else b_norms[0]
             factor = _gamma(a64.shape[1])
         else:
             y += addend[0]
             top = np.max(np.abs(np.broadcast_to(addend[0], y.shape)), axis=1)
-            rows = np.sqrt(np.einsum("mk,mk->m", a64, a64) + top * top)
-            norms = np.einsum("kn,kn->n", b64, b64) if b_norms is None else b_norms[0] * b_norms[0]
-            cols = np.sqrt(norms + 1.0)
+            rows = np.sqrt(rows * rows + top * top)
+            cols = np.sqrt(cols * cols + 1.0)
             factor = _gamma(a64.shape[1]) + 3 * U * WIDEN
         err = np.multiply.outer(rows * factor, cols)  # covers y -+ err's own rounding (_gamma)
         out = y.astype(fmt.dtype)
