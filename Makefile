@@ -29,7 +29,7 @@ SPEECH_DIR := .testmodels/speech
 SPEECH_WAV := $(SPEECH_DIR)/root/usr/share/sounds/alsa/Front_Center.wav
 PYTEST_ARGS ?=
 
-.PHONY: venv dev material speech acasxu demo test lint bench fuzz clean verifier verifier-check verifier-corpus
+.PHONY: venv dev material speech acasxu demo test lint bench fuzz exhaustive portability clean verifier verifier-check verifier-corpus
 
 $(VENV)/.stamp-core: pyproject.toml
 	@echo "== creating $(VENV)/ (a virtual environment: everything below is installed inside it)"
@@ -170,6 +170,22 @@ bench: $(VENV)/.stamp-bench material
 # cores); `make test` runs a few dozen per reader and the kept corpus. Writes benchmarks/results/fuzz.md.
 fuzz: $(VENV)/.stamp-dev
 	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/fuzz_readers.py --record
+
+# Every float32 input of every elementwise function against an independent MPFR program (a long run:
+# about 40 minutes per function on two cores; `make test` checks a sample). Needs a C compiler and
+# GNU MPFR's headers (Debian/Ubuntu: apt-get install libmpfr-dev). Resumes where it stopped; writes
+# benchmarks/results/exhaustive_functions.md. EXHAUSTIVE_ARGS: e.g. --functions exp,tanh.
+EXHAUSTIVE_ARGS ?=
+exhaustive: $(VENV)/.stamp-dev
+	$(PY) benchmarks/exhaustive_functions.py $(EXHAUSTIVE_ARGS)
+
+# The golden run digests (tests/portability/golden.json) on arm64: Debian's arm64 Python and NumPy in
+# an arm64 root built once into .testmodels/arm64-root (debootstrap; needs Debian or Ubuntu, root, and
+# the Debian mirror and PyPI the first time), run under qemu-user emulation. Writes
+# benchmarks/results/portability_arm64.md. PORTABILITY_ARGS: e.g. --models magika, or --onnx 1.23.2.
+PORTABILITY_ARGS ?=
+portability: material
+	$(PY) benchmarks/portability_arm64.py $(PORTABILITY_ARGS)
 
 clean:
 	rm -rf $(VENV) $(NUMPY1_VENV) .pytest_cache .mypy_cache .ruff_cache
