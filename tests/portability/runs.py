@@ -89,7 +89,7 @@ def real_cases() -> Iterator[tuple[str, str, dict[str, Any]]]:
 
 def conformance_cases() -> Iterator[tuple[str, bytes, list[dict[str, Any]]]]:
     """(case, model bytes, feeds of each data set) of ONNX's node test cases the reference runs."""
-    from sealtrace.conformance.runner import collect_cases
+    from sealtrace.conformance.runner import collect_cases, to_value
     from sealtrace.plan.builder import build_plan
 
     for case in collect_cases():
@@ -100,7 +100,8 @@ def conformance_cases() -> Iterator[tuple[str, bytes, list[dict[str, Any]]]]:
         if plan.unsupported:
             continue
         names = [value.name for value in case.model.graph.input]
-        feeds = [dict(zip(names, inputs, strict=False)) for inputs, _ in case.data_sets]
+        # inputs as the conformance runner gives them (TensorProtos of bfloat16, float8 ... to arrays)
+        feeds = [dict(zip(names, (to_value(v) for v in inputs), strict=False)) for inputs, _ in case.data_sets]
         yield f"node/{case.name}", case.model.SerializeToString(), feeds
 
 

@@ -210,20 +210,22 @@ def run_case(case: NodeCase, prepare: Callable[[onnx.ModelProto], Any]) -> CaseR
     for index, (inputs, expected) in enumerate(case.data_sets):
         try:
             with np.errstate(all="ignore"):
-                outputs = runner(case.model, [_to_value(v) for v in inputs])
+                outputs = runner(case.model, [to_value(v) for v in inputs])
         except Exception as exc:  # a crash is a failed case, reported with its cause
             return CaseResult(case.name, case.op_type, "failed", f"data set {index}: {type(exc).__name__}: {exc}")
-        problem = compare_outputs([_to_value(v) for v in expected], outputs, case.rtol, case.atol)
+        problem = compare_outputs([to_value(v) for v in expected], outputs, case.rtol, case.atol)
         if problem:
             return CaseResult(case.name, case.op_type, "failed", f"data set {index}: {problem}")
     return CaseResult(case.name, case.op_type, "passed")
 
 
-def _to_value(value: Any) -> Any:
+def to_value(value: Any) -> Any:
+    """A case's input or expected output as the backends take it: arrays (a TensorProto decoded,
+    bfloat16 and float8 as ml_dtypes), lists of them for sequences."""
     if isinstance(value, onnx.TensorProto):
         return numpy_helper.to_array(value)
     if isinstance(value, list):
-        return [_to_value(v) for v in value]
+        return [to_value(v) for v in value]
     if value is None or isinstance(value, np.ndarray):
         return value
     return np.asarray(value)
