@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from sealtrace.ops import numerics
-from sealtrace.ops._elementwise_common import quiet
-from sealtrace.ops.registry import register
+from sealtrace.ops.registry import quiet, register
 
 Array = np.ndarray
 

@@ -10,13 +10,38 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from sealtrace.ops import numerics
-from sealtrace.ops._elementwise_common import is_float, legacy_operand, quiet
-from sealtrace.ops.registry import VARIES, KernelFn, register, specializes
+from sealtrace.ops.registry import VARIES, KernelFn, quiet, register, specializes
 
 Array = np.ndarray
+
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def legacy_operand(b: np.ndarray, a_ndim: int, broadcast: int | None, axis: int | None) -> np.ndarray:
+    """B of an opset<7 binary op, reshaped so NumPy broadcasting matches the legacy rule.
+
+    With ``broadcast=1`` B's shape is a contiguous run of A's shape starting at ``axis``
+    (default: aligned to A's trailing axes, which NumPy already does). With ``broadcast=0``
+    the shapes must be equal and nothing changes.
+    """
+    if not broadcast or axis is None or b.ndim == 0:
+        return b
+    if axis < 0:
+        axis += a_ndim
+    trailing = a_ndim - axis - b.ndim
+    if trailing <= 0:
+        return b
+    return b.reshape(b.shape + (1,) * trailing)
+
+
+def is_float(dtype: np.dtype[Any]) -> bool:
+    """True for IEEE-like floats, including ml_dtypes' bfloat16."""
+    return dtype.kind == "f" or dtype == _BFLOAT16
+
 
 # --------------------------------------------------------------------------------------------
 # Unary math
