@@ -29,6 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.audit import audited_run
+from sealtrace.session import RunOptions
+
 HERE = Path(__file__).resolve().parent
 FLOOR_TARGET = 1.15  # issue 16: audited wall <= 1.15x the floor measured in the same run, either digest
 PLAIN_TARGET = 1.5  # issue 16: audited/plain on the models whose floor is 1.0
@@ -89,7 +92,7 @@ def intrinsic(session: Any, feeds: dict[str, Any], sample: int, digests: list[st
             direct = {i: event.inputs[i] for i in positions} if positions else None
             items.append((event.path, event.step, event.outputs, direct, getattr(event, "constant", False)))
 
-    session.run(None, feeds, observers=[Keep()])
+    session.run(None, feeds, RunOptions(observers=[Keep()]))
     fresh = [v for item in items if not item[4] for v in item[2] if isinstance(v, np.ndarray)]
     contiguous = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in fresh if a.dtype.kind != "O"]
     numeric = [a for a in fresh if a.dtype.kind in "biuf" and a.size]
@@ -143,7 +146,7 @@ def executor_cost_us(session: Any, feeds: dict[str, Any], digest: str, runs: int
             samples.append(clock() - start)
 
         recorder.on_step = on_step  # type: ignore[method-assign]
-        session.run(None, feeds, audit=recorder)
+        audited_run(session, feeds, audit=recorder)
 
     def nothing(event: Any) -> None:
         pass
@@ -178,7 +181,7 @@ def measure(
     def audited(digest: str) -> Any:
         def run() -> None:
             recorder = AuditRecorder(logs / f"run{next(counter)}-{digest}.jsonl", digest=digest)
-            session.run(None, feeds, audit=recorder)
+            audited_run(session, feeds, audit=recorder)
             last[digest] = recorder
 
         return run

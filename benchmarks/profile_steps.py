@@ -23,8 +23,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from sealtrace import Session, zoo
+from sealtrace.audit import audited_run
 from sealtrace.backends.base import Backend, StepEvent
 from sealtrace.plan.model import Plan
+from sealtrace.session import RunOptions
 
 
 class StepTimer:
@@ -99,8 +101,8 @@ def audit_profile(session: Session, feeds: Mapping[str, Any], digest: str, passe
             direct = {i: event.inputs[i] for i in positions} if positions else None
             items.append((event.path, event.step, event.outputs, direct, event.constant))
 
-    session.run(None, feeds, audit=AuditRecorder(io.BytesIO(), digest=digest))  # per-Plan facts made
-    session.run(None, feeds, observers=[Keep()])
+    audited_run(session, feeds, audit=AuditRecorder(io.BytesIO(), digest=digest))  # per-Plan facts made
+    session.run(None, feeds, RunOptions(observers=[Keep()]))
     fresh = [
         v for item in items if not item[4] for v in item[2]
         if type(v) is np.ndarray and v.size and v.flags.c_contiguous and v.dtype.kind in "fiub"
@@ -153,7 +155,7 @@ def audit_profile(session: Session, feeds: Mapping[str, Any], digest: str, passe
             hand_offs.append(clock() - start)
 
         recorder.on_step = timed  # type: ignore[method-assign]
-        session.run(None, feeds, audit=recorder)
+        audited_run(session, feeds, audit=recorder)
     parts = {"worker, all": least(worker), "digests": least(digests), "statistics": least(stats)}
     parts["samples"] = least(samples)
     parts["records, chain, rest"] = parts["worker, all"] - parts["digests"] - parts["statistics"] - parts["samples"]
@@ -184,7 +186,7 @@ def main() -> None:
     timer = StepTimer()
     start = time.perf_counter()
     for _ in range(args.runs):
-        session.run(None, feeds, observers=[timer])
+        session.run(None, feeds, RunOptions(observers=[timer]))
     total = (time.perf_counter() - start) / args.runs
     print(f"{args.model}: {total * 1000:.2f} ms per run, {len(session.plan.steps)} steps")
     for op, seconds in sorted(timer.totals.items(), key=lambda kv: -kv[1]):

@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 from sealtrace import Session
+from sealtrace.audit import audited_run
 from sealtrace.binding import (
     BindingCheckError,
     BindingError,
@@ -132,7 +133,7 @@ def test_cli(sealed: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixt
 def test_audit_header_names_both_digests(sealed: dict[str, Path], tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     session = Session(sealed["artifact"], backend="onnxruntime", container=sealed["seal"])
-    session.run(None, FEEDS, audit=log)
+    audited_run(session, FEEDS, audit=log)
     header = json.loads(log.read_text().splitlines()[0])
     model = header["model"]
     assert model["container_digest"] == session.origin.container_digest

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import sealtrace
-from sealtrace.audit import CapturedRun, CaptureStore, replay_log, verify_log
+from sealtrace.audit import CapturedRun, CaptureStore, audited_run, replay_log, verify_log
 from sealtrace.audit.records import map_digest, value_digest
 from sealtrace.parity import Tolerance, check_parity, compare_values
 from sealtrace.parity.diff import diff_runs
@@ -71,7 +71,7 @@ def test_captured_maps_read_back_and_replay_bit_identically(tmp_path: Path) -> N
     model = zip_map_model(["cat", "dog", "emu"])
     onnx.save(model, tmp_path / "m.onnx")
     session = sealtrace.Session(model)
-    maps, _ = session.run(None, {"x": X}, capture=CaptureStore(tmp_path / "cap"), audit=tmp_path / "run.jsonl")
+    maps, _ = audited_run(session, {"x": X}, capture=CaptureStore(tmp_path / "cap"), audit=tmp_path / "run.jsonl")
     run = CapturedRun.open(tmp_path / "cap")
     assert run.load("maps") == maps
     assert run.entries["maps"]["digest"] == value_digest(maps)
@@ -96,8 +96,8 @@ def test_diff_of_two_captures_with_maps(tmp_path: Path) -> None:
     model = zip_map_model([4, 7, 9])
     session = sealtrace.Session(model)
     ort_session = sealtrace.Session(model, backend="onnxruntime")
-    session.run(None, {"x": X}, capture=CaptureStore(tmp_path / "ref"))
-    ort_session.run(None, {"x": X}, capture=CaptureStore(tmp_path / "ort"))
+    audited_run(session, {"x": X}, capture=CaptureStore(tmp_path / "ref"))
+    audited_run(ort_session, {"x": X}, capture=CaptureStore(tmp_path / "ort"))
     report = diff_runs(tmp_path / "ref", tmp_path / "ort", None)
     assert report.passed
 
@@ -160,7 +160,7 @@ def test_a_map_input_is_logged_captured_replayed_and_compared(tmp_path: Path) ->
     onnx.save(model, tmp_path / "m.onnx")
     feeds = {"x": {"a": 1.5, "c": -2.0}}
     session = sealtrace.Session(model)
-    session.run(None, feeds, audit=tmp_path / "run.jsonl", capture=CaptureStore(tmp_path / "cap"))
+    audited_run(session, feeds, audit=tmp_path / "run.jsonl", capture=CaptureStore(tmp_path / "cap"))
     assert CapturedRun.open(tmp_path / "cap").load("x") == feeds["x"]
     header = json.loads((tmp_path / "run.jsonl").read_text().splitlines()[0])
     assert header["inputs"] == [{"name": "x", "kind": "map", "size": 2, "digest": map_digest(feeds["x"])}]

@@ -9,6 +9,7 @@ import onnxruntime as ort
 import pytest
 
 from sealtrace import Session, zoo
+from sealtrace.session import RunOptions
 from tests.conftest import require_material
 
 
@@ -43,7 +44,7 @@ def test_real_model_matches_onnxruntime(key: str) -> None:
     # Deterministic: a second run is bit-identical, and so is a run with an observer (the
     # reference backend's step loop, where a run without observers executes generated code).
     again = session.run(None, feeds)
-    watched = session.run(None, feeds, observers=[_Silent()])
+    watched = session.run(None, feeds, RunOptions(observers=[_Silent()]))
     for first, second, third in zip(ours, again, watched, strict=True):
         assert first.tobytes() == second.tobytes() == third.tobytes()
 

@@ -12,6 +12,7 @@ from sealtrace import Session
 from sealtrace.backends import reference
 from sealtrace.backends.reference import ReferenceBackend
 from sealtrace.errors import KernelError
+from sealtrace.session import RunOptions
 from tests.conftest import StepRecorder, make_model
 
 
@@ -62,13 +63,13 @@ def test_observers_see_every_step_in_order_with_folded_ones_marked() -> None:
     x = np.ones((2, 8), np.float32)
     folded, unfolded = StepRecorder(), StepRecorder()
     session = Session(model, backend=ReferenceBackend())
-    session.run(None, {"x": x}, observers=[folded])
+    session.run(None, {"x": x}, RunOptions(observers=[folded]))
     first = [out for event in folded.events for out in event.outputs]
     first_events = list(folded.events)
-    session.run(None, {"x": x}, observers=[folded])
+    session.run(None, {"x": x}, RunOptions(observers=[folded]))
     # A folded step's event is made once and handed out again (it is the same every run).
     assert [a is b for a, b in zip(first_events, folded.events, strict=True)] == [True, True, False, True]
-    Session(model, backend=ReferenceBackend(fold=False)).run(None, {"x": x}, observers=[unfolded])
+    Session(model, backend=ReferenceBackend(fold=False)).run(None, {"x": x}, RunOptions(observers=[unfolded]))
     assert [e.step.name for e in folded.events] == [e.step.name for e in unfolded.events]
     assert [e.constant for e in folded.events] == [True, True, False, True]
     assert not any(e.constant for e in unfolded.events)
@@ -157,7 +158,7 @@ def test_subgraph_steps_on_captured_weights_fold() -> None:
     for flag in (True, False, True):
         feeds = {"x": x, "flag": np.array(flag)}
         events = StepRecorder()
-        got = session.run(None, feeds, observers=[events])[0]
+        got = session.run(None, feeds, RunOptions(observers=[events]))[0]
         assert got.tobytes() == unfolded.run(None, feeds)[0].tobytes()
         # The branch's Slice reads only the enclosing graph's weights: reported as constant.
         assert [(e.step.name, e.constant) for e in events.events if e.path] == [
@@ -247,7 +248,7 @@ def test_generated_locals_keep_what_others_read_in_the_environment(
     for flag in (True, False):
         feeds = {"x": x, "flag": np.array(flag)}
         generated = session.run(None, feeds)
-        looped = session.run(None, feeds, observers=[StepRecorder()])
+        looped = session.run(None, feeds, RunOptions(observers=[StepRecorder()]))
         assert [v.tobytes() for v in generated] == [v.tobytes() for v in looped]
 
 

@@ -120,6 +120,13 @@ def _refuse_engine_without_container(model: str | os.PathLike[str]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """Settings of one run, like ``onnxruntime.RunOptions``: the observers that see each step."""
+
+    observers: Sequence[StepObserver] = ()
+
+
 class Session:
     """Compile a model once into a Plan and run it on a backend.
 
@@ -203,21 +210,13 @@ class Session:
         self,
         output_names: Sequence[str] | None,
         feeds: Mapping[str, Any],
-        *,
-        observers: Sequence[StepObserver] = (),
-        audit: Any = None,
-        sample: int | None = None,
-        sign_key: Any = None,
-        capture: Any = None,
-        digest: str | None = None,
+        run_options: RunOptions | None = None,
     ) -> list[Any]:
         """Run the Plan; return the requested outputs (all graph outputs when None) in order.
 
-        ``audit`` (a log path or an AuditRecorder) records the run as a hash-chained audit log,
-        showing the first ``sample`` values of each tensor and signed with ``sign_key`` (a PEM
-        path) if given; ``capture`` (a directory or a CaptureStore) stores every intermediate
-        tensor. ``digest`` names the digest algorithm of both ("sha256", the default, or
-        "blake3"). See sealtrace.audit and docs/audit-log.md.
+        Shaped like ``onnxruntime.InferenceSession.run``. ``run_options`` carries the observers that
+        see each executed step; recording a run (audit log, capture, ledger record) is
+        :func:`sealtrace.audit.audited_run` and :func:`sealtrace.ledger.record_run`, built on this.
         """
         if output_names:
             wanted = list(output_names)
@@ -230,16 +229,6 @@ class Session:
         else:
             wanted = self.plan.output_names
         checked = check_feeds(self.plan, feeds)
-        recording: list[Any] = []
-        if audit is not None or capture is not None or sample is not None or sign_key is not None or digest is not None:
-            from sealtrace.audit.attach import observers_for_run
-
-            recording = observers_for_run(self.origin, audit, sample, sign_key, capture, digest)
-        try:
-            results = self.backend.run(self.plan, checked, [*observers, *recording])
-        finally:
-            # After a failure this keeps what was recorded so far (a log without footer reads as
-            # truncated); after success it is a no-op.
-            for observer in recording:
-                observer.abort()
+        observers = list(run_options.observers) if run_options is not None else []
+        results = self.backend.run(self.plan, checked, observers)
         return [results[name] for name in wanted]

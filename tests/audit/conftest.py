@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from sealtrace.audit import audited_run
 from sealtrace.session import Session
 from tests.conftest import make_model, mlp_model
 
@@ -80,7 +81,7 @@ def record_log(tmp_path: Path) -> Callable[..., Path]:
 
     def record(model: Path | onnx.ModelProto, feeds: dict[str, np.ndarray] | None = None, **options: object) -> Path:
         log = tmp_path / f"run{next(counter)}.jsonl"
-        Session(model).run(None, feeds if feeds is not None else MLP_INPUT, audit=log, **options)
+        audited_run(Session(model), feeds if feeds is not None else MLP_INPUT, audit=log, **options)
         return log
 
     return record

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from sealtrace.audit import AuditLogExistsError, AuditRecorder, CapturedRun, CaptureStore
+from sealtrace.audit import AuditLogExistsError, AuditRecorder, CapturedRun, CaptureStore, audited_run
 from sealtrace.audit.capture import safe_file_stem
 from sealtrace.session import Session
 from tests.audit.conftest import MLP_INPUT, loop_model
@@ -17,7 +17,7 @@ from tests.audit.conftest import MLP_INPUT, loop_model
 
 def test_capture_holds_every_value_with_the_logged_digest(mlp_path: Path, tmp_path: Path) -> None:
     recorder = AuditRecorder(None)
-    outputs = Session(mlp_path).run(None, MLP_INPUT, audit=recorder, capture=tmp_path / "cap")
+    outputs = audited_run(Session(mlp_path), MLP_INPUT, audit=recorder, capture=tmp_path / "cap")
     captured = CapturedRun.open(tmp_path / "cap")
     assert captured.complete
     assert captured.keys() == ["x", "h", "z", "y"]
@@ -30,7 +30,7 @@ def test_capture_holds_every_value_with_the_logged_digest(mlp_path: Path, tmp_pa
 
 
 def test_subgraph_values_are_keyed_by_path(tmp_path: Path) -> None:
-    Session(loop_model()).run(None, {"x": np.array([1.0, -2.0], np.float32)}, capture=tmp_path / "cap")
+    audited_run(Session(loop_model()), {"x": np.array([1.0, -2.0], np.float32)}, capture=tmp_path / "cap")
     captured = CapturedRun.open(tmp_path / "cap")
     assert "loop/body/2/acc_out" in captured
     np.testing.assert_array_equal(captured.load("loop/body/2/acc_out"), [3.0, -6.0])
@@ -44,9 +44,9 @@ def test_capture_refuses_a_non_empty_directory(mlp_path: Path, tmp_path: Path) -
     (tmp_path / "cap").mkdir()
     (tmp_path / "cap" / "keep.txt").write_text("x")
     with pytest.raises(AuditLogExistsError):
-        Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+        audited_run(Session(mlp_path), MLP_INPUT, capture=tmp_path / "cap")
     store = CaptureStore(tmp_path / "cap", overwrite=True)
-    Session(mlp_path).run(None, MLP_INPUT, capture=store)
+    audited_run(Session(mlp_path), MLP_INPUT, capture=store)
     assert CapturedRun.open(tmp_path / "cap").complete
 
 
@@ -62,7 +62,7 @@ def test_safe_file_stems() -> None:
 
 
 def test_index_is_json(mlp_path: Path, tmp_path: Path) -> None:
-    Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    audited_run(Session(mlp_path), MLP_INPUT, capture=tmp_path / "cap")
     index = json.loads((tmp_path / "cap" / "index.json").read_text())
     assert index["format"] == "sealtrace.capture.v1"
     assert {e["source"] for e in index["values"]} == {"input", "step"}
@@ -74,7 +74,7 @@ def test_failed_run_leaves_an_incomplete_index(tmp_path: Path) -> None:
 
     feeds = {"x": np.ones((2, 3), np.float32), "shape": np.array([4, 4], np.int64)}
     with pytest.raises(KernelError):
-        Session(_failing_model()).run(None, feeds, capture=tmp_path / "cap")
+        audited_run(Session(_failing_model()), feeds, capture=tmp_path / "cap")
     captured = CapturedRun.open(tmp_path / "cap")
     assert not captured.complete
     assert captured.keys() == ["x", "shape", "r"]
@@ -85,7 +85,7 @@ def test_capture_memory_is_bounded(tmp_path: Path) -> None:
 
     size = 1 << 18  # 1 MiB per tensor
     store = CaptureStore(tmp_path / "cap", max_pending_bytes=2 << 20)
-    Session(_big_chain(12, size)).run(None, {"v0": np.zeros(size, np.float32)}, capture=store)
+    audited_run(Session(_big_chain(12, size)), {"v0": np.zeros(size, np.float32)}, capture=store)
     assert 0 < store.peak_pending_bytes <= 2 << 20
     np.testing.assert_array_equal(CapturedRun.open(tmp_path / "cap").load("v12"), np.full(size, 12, np.float32))
 
@@ -95,7 +95,7 @@ def test_a_crafted_index_cannot_point_outside_the_capture(mlp_path: Path, tmp_pa
     # Captures are shared and diffed: the file names in their index are checked before use.
     from sealtrace.errors import InputError
 
-    Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    audited_run(Session(mlp_path), MLP_INPUT, capture=tmp_path / "cap")
     (tmp_path / "outside.npy").write_bytes((tmp_path / "cap" / "x.npy").read_bytes())
     index_path = tmp_path / "cap" / "index.json"
     index = json.loads(index_path.read_text())
@@ -139,9 +139,9 @@ def test_force_replaces_a_capture_of_maps_and_keeps_files_sealtrace_did_not_writ
 
 
 def test_force_removes_the_files_of_the_previous_capture(mlp_path: Path, tmp_path: Path) -> None:
-    Session(loop_model()).run(None, {"x": np.array([1.0, -2.0], np.float32)}, capture=tmp_path / "cap")
+    audited_run(Session(loop_model()), {"x": np.array([1.0, -2.0], np.float32)}, capture=tmp_path / "cap")
     (tmp_path / "cap" / "h.npy").write_bytes(b"a user's h")  # a name the next capture wants
-    Session(mlp_path).run(None, MLP_INPUT, capture=CaptureStore(tmp_path / "cap", overwrite=True))
+    audited_run(Session(mlp_path), MLP_INPUT, capture=CaptureStore(tmp_path / "cap", overwrite=True))
     run = CapturedRun.open(tmp_path / "cap")
     listed = {name for entry in run.entries.values() for name in entry["files"]}
     assert (tmp_path / "cap" / "h.npy").read_bytes() == b"a user's h"  # kept; the new h went elsewhere
@@ -151,7 +151,7 @@ def test_force_removes_the_files_of_the_previous_capture(mlp_path: Path, tmp_pat
 
 
 def test_the_previous_capture_stays_whole_until_the_new_one_is_in_place(mlp_path: Path, tmp_path: Path) -> None:
-    Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    audited_run(Session(mlp_path), MLP_INPUT, capture=tmp_path / "cap")
     seen: list[bool] = []
 
     class Watch:
@@ -165,7 +165,7 @@ def test_the_previous_capture_stays_whole_until_the_new_one_is_in_place(mlp_path
             pass
 
     doubled = {"x": MLP_INPUT["x"] * 2}
-    Session(mlp_path).run(None, doubled, observers=[Watch()], capture=CaptureStore(tmp_path / "cap", overwrite=True))
+    audited_run(Session(mlp_path), doubled, observers=[Watch()], capture=CaptureStore(tmp_path / "cap", overwrite=True))
     assert seen and all(seen)
     np.testing.assert_array_equal(CapturedRun.open(tmp_path / "cap").load("x"), doubled["x"])
 
@@ -185,7 +185,7 @@ def test_a_capture_whose_writer_failed_is_not_complete(
 
     monkeypatch.setattr(CaptureStore, "_save", failing_save)
     with pytest.raises(AuditWriteError, match="No space left"):
-        Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+        audited_run(Session(mlp_path), MLP_INPUT, capture=tmp_path / "cap")
     captured = CapturedRun.open(tmp_path / "cap")
     assert not captured.complete
     assert captured.keys() == ["x", "h"]
@@ -193,11 +193,11 @@ def test_a_capture_whose_writer_failed_is_not_complete(
 
 
 def test_force_removes_only_array_files_an_index_lists(mlp_path: Path, tmp_path: Path) -> None:
-    Session(mlp_path).run(None, MLP_INPUT, capture=tmp_path / "cap")
+    audited_run(Session(mlp_path), MLP_INPUT, capture=tmp_path / "cap")
     (tmp_path / "cap" / "notes.txt").write_text("mine")
     index = json.loads((tmp_path / "cap" / "index.json").read_text())
     index["values"][0]["files"] = ["notes.txt"]  # an edited index cannot get a user's file deleted
     (tmp_path / "cap" / "index.json").write_text(json.dumps(index))
-    Session(mlp_path).run(None, MLP_INPUT, capture=CaptureStore(tmp_path / "cap", overwrite=True))
+    audited_run(Session(mlp_path), MLP_INPUT, capture=CaptureStore(tmp_path / "cap", overwrite=True))
     assert (tmp_path / "cap" / "notes.txt").read_text() == "mine"
     assert _loads_whole(tmp_path / "cap")

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from sealtrace.audit import CapturedRun
+from sealtrace.audit import CapturedRun, audited_run
 from sealtrace.audit.capture import CaptureIndexError, CaptureIntegrityError
 from sealtrace.audit.records import value_digest
 from sealtrace.cli import main
@@ -25,7 +25,7 @@ from tests.test_map_values import X, zip_map_model
 
 
 def _capture(model: Any, feeds: dict[str, Any], directory: Path) -> Path:
-    Session(model).run(None, feeds, capture=directory)
+    audited_run(Session(model), feeds, capture=directory)
     return directory
 
 

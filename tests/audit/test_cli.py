@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sealtrace.audit import audited_run
 from sealtrace.cli import main
 from sealtrace.container import seal_model
 from sealtrace.signing import generate_keypair
@@ -141,7 +142,7 @@ def test_show_fits_80_120_and_200_columns(
                        [helper.make_tensor_value_info(values[-1], TensorProto.FLOAT, [1, 16, 112, 112])])
     log = tmp_path / "run.jsonl"
     x = np.random.default_rng(0).standard_normal((1, 16, 112, 112)).astype(np.float32)
-    Session(model).run(None, {"x": x}, audit=log)
+    audited_run(Session(model), {"x": x}, audit=log)
     rows = step_rows(read_records(log))
     for width in (80, 120, 200):
         monkeypatch.setenv("COLUMNS", str(width))

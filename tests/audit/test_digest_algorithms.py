@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from blake3 import blake3
 
-from sealtrace.audit import AuditRecorder, replay_log, verify_log
+from sealtrace.audit import AuditRecorder, audited_run, replay_log, verify_log
 from sealtrace.audit.capture import CapturedRun
 from sealtrace.audit.entries import tensor_entry
 from sealtrace.audit.errors import AuditFormatError
@@ -80,14 +80,14 @@ def test_v1_capture_reads_back_and_diffs_against_its_log() -> None:
 
 
 def test_sha256_logs_are_still_written_as_v1(tmp_path: Path) -> None:
-    Session(V1 / "mlp.onnx").run(None, MLP_X, audit=tmp_path / "a.jsonl")
+    audited_run(Session(V1 / "mlp.onnx"), MLP_X, audit=tmp_path / "a.jsonl")
     header = json.loads((tmp_path / "a.jsonl").read_bytes().splitlines()[0])
     assert header["format"] == "sealtrace.audit.v1" and "digest_algorithm" not in header
 
 
 def test_blake3_log_is_v2_and_every_digest_is_blake3(tmp_path: Path) -> None:
     log = tmp_path / "b.jsonl"
-    Session(V1 / "mlp.seal").run(None, MLP_X, audit=log, digest="blake3")
+    audited_run(Session(V1 / "mlp.seal"), MLP_X, audit=log, digest="blake3")
     records = [json.loads(line) for line in log.read_bytes().splitlines()]
     header, footer = records[0], records[-1]
     assert header["format"] == "sealtrace.audit.v2" and header["digest_algorithm"] == "blake3"
@@ -128,14 +128,14 @@ def test_blake3_log_with_helpers_and_large_outputs(tmp_path: Path) -> None:
     model, feeds = _big_chain(12, size), {"v0": np.zeros(size, np.float32)}
     log = tmp_path / "big.jsonl"
     recorder = AuditRecorder(log, digest="blake3", hash_threads=2, max_pending_bytes=1 << 20)
-    Session(model).run(None, feeds, audit=recorder)
+    audited_run(Session(model), feeds, audit=recorder)
     assert verify_log(log).ok
     assert replay_log(log, model, feeds).passed
 
 
 def test_edited_algorithm_is_a_failed_check_and_an_unknown_one_bad_input(tmp_path: Path) -> None:
     log = tmp_path / "b.jsonl"
-    Session(V1 / "mlp.onnx").run(None, MLP_X, audit=log, digest="blake3")
+    audited_run(Session(V1 / "mlp.onnx"), MLP_X, audit=log, digest="blake3")
     lines = log.read_bytes().splitlines(keepends=True)
     edited = tmp_path / "edited.jsonl"
     edited.write_bytes(lines[0].replace(b'"blake3"', b'"sha256"') + b"".join(lines[1:]))
@@ -160,7 +160,7 @@ def test_edited_algorithm_is_a_failed_check_and_an_unknown_one_bad_input(tmp_pat
 
 
 def test_blake3_capture_is_v3_and_diff_refuses_mixed_algorithms(tmp_path: Path) -> None:
-    Session(V1 / "mlp.onnx").run(None, MLP_X, audit=tmp_path / "b.jsonl", capture=tmp_path / "cap", digest="blake3")
+    audited_run(Session(V1 / "mlp.onnx"), MLP_X, audit=tmp_path / "b.jsonl", capture=tmp_path / "cap", digest="blake3")
     index = json.loads((tmp_path / "cap" / "index.json").read_text())
     assert index["format"] == "sealtrace.capture.v3" and index["digest_algorithm"] == "blake3"
     assert CapturedRun.open(tmp_path / "cap").load("y").shape == (1, 3)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sealtrace.audit import AuditRecorder, verify_log
+from sealtrace.audit import AuditRecorder, audited_run, verify_log
 from sealtrace.audit import recorder as recorder_module
 from sealtrace.audit.entries import StepTemplate, tensor_entry
 from sealtrace.audit.records import value_summary
@@ -107,12 +107,12 @@ def test_helpers_make_the_same_log(monkeypatch: pytest.MonkeyPatch) -> None:
     session = Session(_big_chain(40, size))
     feeds = {"v0": np.zeros(size, np.float32)}
     alone = AuditRecorder(None, hash_threads=0)
-    session.run(None, feeds, audit=alone)
+    audited_run(session, feeds, audit=alone)
     # Every output goes to the helpers (which take some, the worker takes back the rest).
     monkeypatch.setattr(recorder_module, "AHEAD_BYTES", 0)
     monkeypatch.setattr(recorder_module, "PARALLEL_MIN_BYTES", 1)
     helped = AuditRecorder(None, hash_threads=2, max_pending_bytes=8 * size * 4)
-    session.run(None, feeds, audit=helped)
+    audited_run(session, feeds, audit=helped)
 
     def steps(records: list[dict[str, Any]]) -> list[Any]:
         return [(r["name"], r["inputs"], r["outputs"]) for r in records if r["type"] == "step"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sealtrace import zoo
-from sealtrace.audit import replay_log, verify_log
+from sealtrace.audit import audited_run, replay_log, verify_log
 from sealtrace.session import Session
 from tests.conftest import require_material
 
@@ -27,8 +27,8 @@ def test_real_model_logs_verify_replay_and_repeat(key: str, tmp_path: Path) -> N
     feeds = real.inputs()
     session = Session(path)
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
-    session.run(None, feeds, audit=first)
-    session.run(None, feeds, audit=second)
+    audited_run(session, feeds, audit=first)
+    audited_run(session, feeds, audit=second)
     assert verify_log(first, model=path, inputs=feeds).ok
     # Two runs of the same model and input on the same machine: identical step digests.
     assert step_digests(first) == step_digests(second)

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sealtrace.audit import AuditLogExistsError, AuditRecorder, verify_log
+from sealtrace.audit import AuditLogExistsError, AuditRecorder, audited_run, verify_log
 from sealtrace.audit.records import sample_of, stats_of, value_summary
 from sealtrace.backends.base import Backend, StepEvent
 from sealtrace.digest import tensor_digest
 from sealtrace.errors import KernelError
 from sealtrace.plan.model import Plan
-from sealtrace.session import Session
+from sealtrace.session import RunOptions, Session
 from tests.audit.conftest import MLP_INPUT, loop_model
 from tests.conftest import make_model
 
@@ -49,7 +49,7 @@ def test_log_holds_every_step_with_full_digests(mlp_path: Path, record_log: Call
             values.update(zip(event.step.outputs, event.outputs, strict=True))
         def on_run_end(self, outputs: Mapping[str, Any]) -> None: ...
 
-    Session(mlp_path).run(None, MLP_INPUT, observers=[Keep()])
+    Session(mlp_path).run(None, MLP_INPUT, RunOptions(observers=[Keep()]))
     for step in steps:
         out = step["outputs"][0]
         assert out["digest"] == tensor_digest(values[out["name"]])
@@ -95,23 +95,23 @@ def test_existing_log_is_refused_unless_overwrite(mlp_path: Path, tmp_path: Path
     log = tmp_path / "log.jsonl"
     log.write_text("keep me")
     with pytest.raises(AuditLogExistsError):
-        Session(mlp_path).run(None, MLP_INPUT, audit=log)
+        audited_run(Session(mlp_path), MLP_INPUT, audit=log)
     assert log.read_text() == "keep me"
-    Session(mlp_path).run(None, MLP_INPUT, audit=AuditRecorder(log, overwrite=True))
+    audited_run(Session(mlp_path), MLP_INPUT, audit=AuditRecorder(log, overwrite=True))
     assert verify_log(log).ok
 
 
 def test_recorder_writes_to_a_file_object_and_memory(mlp_path: Path) -> None:
     buffer = io.BytesIO()
     recorder = AuditRecorder(buffer)
-    Session(mlp_path).run(None, MLP_INPUT, audit=recorder)
+    audited_run(Session(mlp_path), MLP_INPUT, audit=recorder)
     assert buffer.getvalue().count(b"\n") == 5
     assert recorder.run_digest == json.loads(buffer.getvalue().splitlines()[-1])["chain_head"]
     in_memory = AuditRecorder(None)
-    Session(mlp_path).run(None, MLP_INPUT, audit=in_memory)
+    audited_run(Session(mlp_path), MLP_INPUT, audit=in_memory)
     assert [r["type"] for r in in_memory.records] == ["header", "step", "step", "step", "footer"]
     with pytest.raises(Exception, match="one run"):
-        Session(mlp_path).run(None, MLP_INPUT, audit=in_memory)
+        audited_run(Session(mlp_path), MLP_INPUT, audit=in_memory)
 
 
 def _failing_model() -> Any:
@@ -134,7 +134,7 @@ def test_a_failed_run_leaves_a_valid_prefix_reported_as_truncated(tmp_path: Path
     log = tmp_path / "log.jsonl"
     feeds = {"x": np.ones((2, 3), np.float32), "shape": np.array([4, 4], np.int64)}
     with pytest.raises(KernelError):
-        Session(_failing_model()).run(None, feeds, audit=log)
+        audited_run(Session(_failing_model()), feeds, audit=log)
     assert [r["type"] for r in records(log)] == ["header", "step"]
     result = verify_log(log)
     assert not result.ok
@@ -158,7 +158,7 @@ def test_lines_are_written_while_the_run_goes(mlp_path: Path, tmp_path: Path) ->
                 seen.append(lines())
         def on_run_end(self, outputs: Mapping[str, Any]) -> None: ...
 
-    Session(mlp_path).run(None, MLP_INPUT, audit=log, observers=[WatchLog()])
+    audited_run(Session(mlp_path), MLP_INPUT, audit=log, observers=[WatchLog()])
     assert seen and seen[0] >= 3
 
 
@@ -178,11 +178,11 @@ def test_a_short_run_wakes_no_worker_thread(mlp_path: Path, tmp_path: Path, monk
     monkeypatch.setattr(pipeline, "start_worker", counted)
     session = Session(_big_chain(8, 1 << 16))
     feeds = {"v0": np.zeros(1 << 16, np.float32)}
-    session.run(None, feeds, audit=tmp_path / "short.jsonl")
+    audited_run(session, feeds, audit=tmp_path / "short.jsonl")
     assert started == []
     assert verify_log(tmp_path / "short.jsonl").ok
     filled = AuditRecorder(tmp_path / "filled.jsonl", max_pending_bytes=1 << 18, hash_threads=0)
-    session.run(None, feeds, audit=filled)
+    audited_run(session, feeds, audit=filled)
     assert started == ["sealtrace-audit"]
     assert verify_log(tmp_path / "filled.jsonl").ok
     short, full = (records(tmp_path / name) for name in ("short.jsonl", "filled.jsonl"))
@@ -194,7 +194,7 @@ def test_lines_are_written_while_the_run_goes_in_a_forked_child(mlp_path: Path, 
     # Threads do not survive fork: the child starts its own latency watch and worker threads rather
     # than hand its run to the parent's parked worker, which does not exist in the child.
     started = AuditRecorder(tmp_path / "parent.jsonl", max_pending_bytes=1 << 18, hash_threads=0)
-    Session(_big_chain(8, 1 << 16)).run(None, {"v0": np.zeros(1 << 16, np.float32)}, audit=started)
+    audited_run(Session(_big_chain(8, 1 << 16)), {"v0": np.zeros(1 << 16, np.float32)}, audit=started)
     log = tmp_path / "child.jsonl"
 
     class WatchLog:
@@ -212,7 +212,7 @@ def test_lines_are_written_while_the_run_goes_in_a_forked_child(mlp_path: Path, 
     pid = os.fork()
     if pid == 0:  # the child: exit status 0 when the lines were there before the run ended
         try:
-            Session(mlp_path).run(None, MLP_INPUT, audit=log, observers=[WatchLog()])
+            audited_run(Session(mlp_path), MLP_INPUT, audit=log, observers=[WatchLog()])
             os._exit(0 if WatchLog.seen >= 3 else 1)
         except BaseException:
             os._exit(2)
@@ -235,7 +235,7 @@ def test_memory_held_by_the_recorder_is_bounded() -> None:
     size = 1 << 18  # 1 MiB per tensor
     bound = 3 << 20
     recorder = AuditRecorder(None, max_pending_bytes=bound)
-    Session(_big_chain(24, size)).run(None, {"v0": np.zeros(size, np.float32)}, audit=recorder)
+    audited_run(Session(_big_chain(24, size)), {"v0": np.zeros(size, np.float32)}, audit=recorder)
     assert 0 < recorder.peak_pending_bytes <= bound
     assert recorder.steps == 24
     assert recorder.records[-1]["outputs"][0]["digest"] == tensor_digest(np.full(size, 24, np.float32))
@@ -244,7 +244,7 @@ def test_memory_held_by_the_recorder_is_bounded() -> None:
 def test_other_backends_are_logged_too(mlp_path: Path, tmp_path: Path) -> None:
     # The recorder does not know which backend ran: whatever steps it reports are chained.
     log = tmp_path / "ort.jsonl"
-    Session(mlp_path, backend="onnxruntime").run(None, MLP_INPUT, audit=log)
+    audited_run(Session(mlp_path, backend="onnxruntime"), MLP_INPUT, audit=log)
     result = verify_log(log)
     assert result.ok, result.problems
     assert result.header is not None and result.header["backend"]["name"] == "onnxruntime"
@@ -288,7 +288,7 @@ def test_plan_constants_are_summarized_once_per_plan() -> None:
     logs = []
     for _ in range(2):
         recorder = AuditRecorder(None)
-        session.run(None, {"x": np.ones((2, 3), np.float32)}, audit=recorder)
+        audited_run(session, {"x": np.ones((2, 3), np.float32)}, audit=recorder)
         logs.append(recorder.records)
     constant = [r["outputs"][0] for log in logs for r in log if r["type"] == "step" and r["name"] == "const"]
     assert [c["digest"] for c in constant] == [tensor_digest(value)] * 2
@@ -305,7 +305,7 @@ def test_a_log_created_between_recorder_and_run_is_not_overwritten(mlp_path: Pat
     recorder = AuditRecorder(log)
     log.write_text("someone else's")
     with pytest.raises(AuditLogExistsError):
-        Session(mlp_path).run(None, MLP_INPUT, audit=recorder)
+        audited_run(Session(mlp_path), MLP_INPUT, audit=recorder)
     assert log.read_text() == "someone else's"
 
 
@@ -313,4 +313,4 @@ def test_an_unwritable_log_fails_the_run_with_a_write_error(mlp_path: Path, tmp_
     from sealtrace.audit import AuditWriteError
 
     with pytest.raises(AuditWriteError, match="cannot create audit log"):
-        Session(mlp_path).run(None, MLP_INPUT, audit=tmp_path / "missing-dir" / "log.jsonl")
+        audited_run(Session(mlp_path), MLP_INPUT, audit=tmp_path / "missing-dir" / "log.jsonl")

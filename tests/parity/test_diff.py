@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
+from sealtrace.audit import audited_run
 from sealtrace.cli import main
 from sealtrace.parity.diff import diff_runs
 from tests.parity.test_parity import conv_net
@@ -150,7 +151,7 @@ def test_values_that_are_none_on_both_sides_are_identical(tmp_path: Path) -> Non
         opset=18,
     )
     for name in ("a", "b"):
-        Session(model).run(None, {"x": np.ones(2, np.float32)}, capture=tmp_path / name)
+        audited_run(Session(model), {"x": np.ones(2, np.float32)}, capture=tmp_path / name)
     report = diff_runs(tmp_path / "a", tmp_path / "b")
     assert [(e.key, e.status) for e in report.entries] == [("x", "identical"), ("y", "identical"),
                                                             ("nothing", "identical")]
@@ -194,8 +195,8 @@ def test_a_capture_against_a_log_differing_beyond_the_sample_differs(tmp_path: P
     x = np.arange(20, dtype=np.float32)
     other = x.copy()
     other[-1] += 5
-    Session(model).run(None, {"x": x}, capture=tmp_path / "cap")
-    Session(model).run(None, {"x": other}, audit=tmp_path / "run.jsonl")
+    audited_run(Session(model), {"x": x}, capture=tmp_path / "cap")
+    audited_run(Session(model), {"x": other}, audit=tmp_path / "run.jsonl")
     for a, b in ((tmp_path / "cap", tmp_path / "run.jsonl"), (tmp_path / "run.jsonl", tmp_path / "cap")):
         report = diff_runs(a, b)
         assert not report.passed  # the capture's side used to be judged "within" on the sample alone
@@ -211,7 +212,7 @@ def test_two_incomplete_captures_do_not_pass(tmp_path: Path, capsys: pytest.Capt
     feeds = {"x": np.ones((2, 3), np.float32), "shape": np.array([4, 4], np.int64)}
     for name in ("a", "b"):
         with pytest.raises(KernelError):
-            Session(_failing_model()).run(None, feeds, capture=tmp_path / name)
+            audited_run(Session(_failing_model()), feeds, capture=tmp_path / name)
     report = diff_runs(tmp_path / "a", tmp_path / "b")
     assert not report.differing and not report.passed
     assert main(["diff", str(tmp_path / "a"), str(tmp_path / "b")]) == 1

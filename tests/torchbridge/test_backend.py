@@ -16,6 +16,7 @@ from sealtrace.backends import get_backend  # noqa: E402
 from sealtrace.backends.torch import TorchBackend  # noqa: E402
 from sealtrace.cli import main  # noqa: E402
 from sealtrace.errors import BackendError  # noqa: E402
+from sealtrace.session import RunOptions  # noqa: E402
 from tests.conftest import require_material  # noqa: E402
 
 
@@ -54,7 +55,7 @@ def test_backend_reports_every_step_with_numpy_arrays(tiny_mlp: onnx.ModelProto)
         def on_run_end(self, outputs):  # type: ignore[no-untyped-def]
             pass
 
-    Session(tiny_mlp, backend="torch").run(None, {"x": np.ones((1, 4), np.float32)}, observers=[Recorder()])
+    Session(tiny_mlp, backend="torch").run(None, {"x": np.ones((1, 4), np.float32)}, RunOptions(observers=[Recorder()]))
     assert seen == ["MatMul", "Add", "Relu"]
 
 

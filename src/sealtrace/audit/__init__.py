@@ -11,6 +11,7 @@ from sealtrace.audit.errors import AuditCheckError, AuditFormatError, AuditLogEx
 from sealtrace.audit.recorder import AuditRecorder
 from sealtrace.audit.records import AUDIT_FORMAT, DEFAULT_SAMPLE
 from sealtrace.audit.replay import ReplayReport, replay_log
+from sealtrace.audit.run import LoggedRun, audited_run, logged_run
 from sealtrace.audit.verify import AuditVerification, verify_log
 
 __all__ = [
@@ -24,7 +25,10 @@ __all__ = [
     "AuditWriteError",
     "CaptureStore",
     "CapturedRun",
+    "LoggedRun",
     "ReplayReport",
+    "audited_run",
+    "logged_run",
     "replay_log",
     "verify_log",
 ]

@@ -310,7 +310,7 @@ class AuditRecorder(BackgroundObserver):
     file object, or None to keep the records in memory only (``records``). ``sample`` is how many
     leading values of each tensor the log shows; ``sign_key`` (a PEM path or key) signs the run
     digest; ``origin`` is the Session's ModelOrigin, which links the log to the container or file
-    (``Session.run(audit=...)`` fills it in). ``digest`` is the log's digest algorithm: "sha256"
+    (``audited_run`` fills it in). ``digest`` is the log's digest algorithm: "sha256"
     (the default, FIPS 180-4; a v1 log) or "blake3" (a v2 log naming it; docs/audit-log.md). One
     recorder records one run.
 

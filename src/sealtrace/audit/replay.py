@@ -31,9 +31,11 @@ from sealtrace.audit.linkage import logged_model_digest
 from sealtrace.audit.log import read_lines
 from sealtrace.audit.recorder import AuditRecorder
 from sealtrace.audit.records import from_json_number, value_digest
+from sealtrace.audit.run import audited_run
 from sealtrace.audit.verify import verify_lines
 from sealtrace.errors import InputError
 from sealtrace.ops.numerics import SPEC_VERSION
+from sealtrace.session import Session
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,6 @@ def replay_log(
     as ``--trust`` means everywhere.
     """
     from sealtrace.backends.reference import ReferenceBackend
-    from sealtrace.session import Session
 
     trust = session_options.get("trust")
     verification = verify_lines(read_lines(log), str(log), trust=trust or None)
@@ -220,7 +221,7 @@ def replay_log(
     feeds = _replay_feeds(header, dict(inputs or {}), report, algorithm)
     # Re-recorded with the logged digest algorithm, so that digests compare with digests.
     recorder = AuditRecorder(None, sample=int(header["sample_size"]), origin=session.origin, digest=algorithm)
-    session.run(None, feeds, audit=recorder)
+    audited_run(session, feeds, audit=recorder)
     report.replayed_records = recorder.records
     _compare(report, verification.records, recorder.records)
     _compare_outputs(report, footer, recorder.records[-1])
@@ -244,9 +245,10 @@ def host_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[
     return differing
 
 
-def _note_linkage(report: ReplayReport, header: dict[str, Any], session: Any) -> None:
+def _note_linkage(report: ReplayReport, header: dict[str, Any], session: Session) -> None:
     logged = logged_model_digest(header["model"])
     origin = session.origin
+    actual: tuple[str, str | None]
     if origin.kind == "container" and origin.container_digest:
         actual = ("container", origin.container_digest)
     else:

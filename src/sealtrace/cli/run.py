@@ -154,7 +154,16 @@ def run(
             audit = AuditRecorder(audit_path, sample=sample, sign_key=sign_log, overwrite=force, digest=digest or "sha256")
         if capture_dir:
             capture = CaptureStore(capture_dir, overwrite=force, digest=digest or "sha256")
-    outputs = session.run(None, feeds, audit=audit, capture=capture)
+    from sealtrace.audit import audited_run
+    from sealtrace.ledger import LedgerEntry, record_run
+
+    if ledger is not None:
+        entry = LedgerEntry(Path(session.origin.path or "model").stem, audit="full" if audit is not None else "io",
+                            principal=_login_name())  # fmt: skip
+        run = record_run(session, feeds, entry, audit=audit, capture=capture)
+        outputs = run.values
+    else:
+        outputs = audited_run(session, feeds, audit=audit, capture=capture)
     table = Table(title=f"{Path(model).name} on {backend}", title_justify="left")
     for column in ("output", "dtype", "shape", "values"):
         table.add_column(column)
@@ -175,7 +184,9 @@ def run(
     if capture is not None:
         click.echo(f"captured {len(capture.entries)} value(s) in {capture_dir}")
     if ledger is not None:
-        _record_in_ledger(ledger, session, feeds, outputs, audit, audit_path)
+        receipt = ledger.append(run.record, inputs=feeds, trail=run.trail)
+        signed = " (a signed tree head follows)" if ledger.signer is not None else " (unsigned: give --ledger-key)"
+        click.echo(f"ledger {ledger.store.location}: record {receipt.record_id} at index {receipt.index}{signed}")
     if session.origin.kind in ("container", "artifact"):
         click.echo(session.origin.provenance())
     else:
@@ -184,29 +195,14 @@ def run(
         click.echo(f"note: {session.origin.provenance()}", err=True)
 
 
-def _record_in_ledger(ledger: Any, session: Session, feeds: Any, outputs: list[Any], audit: Any,
-                      audit_path: str | None) -> None:
-    """Append the run's record (a run made by hand) to a ledger; durable before this returns."""
+def _login_name() -> str | None:
+    """Who ran this, for the ledger record: the login name, or None (null) where there is none."""
     import getpass
 
-    from sealtrace.ledger import new_record
-    from sealtrace.limits import read_regular_file
-
-    trail = read_regular_file(audit_path, "audit log") if audit is not None and audit_path else None
     try:
-        user: str | None = getpass.getuser()
-    except (OSError, KeyError):  # no login name in this environment: the record says so (null)
-        user = None
-    record = new_record(
-        model_name=Path(session.origin.path or "model").stem, plan_digest=session.plan.digest,
-        container_digest=session.origin.container_digest, backend=str(session.backend.name),
-        backend_version=str(session.backend.version), inputs=feeds,
-        outputs=dict(zip(session.plan.output_names, outputs, strict=True)), principal=user,
-        audit="full" if trail is not None else "io", trail=audit.run_digest if trail is not None else None,
-    )
-    receipt = ledger.append(record, inputs=feeds, trail=trail)
-    signed = " (a signed tree head follows)" if ledger.signer is not None else " (unsigned: give --ledger-key)"
-    click.echo(f"ledger {ledger.store.location}: record {receipt.record_id} at index {receipt.index}{signed}")
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return None
 
 
 @app.command()

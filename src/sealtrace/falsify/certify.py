@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from onnx import ModelProto
 
-from sealtrace.audit import AuditRecorder, verify_log
+from sealtrace.audit import AuditRecorder, audited_run, verify_log
 from sealtrace.container import is_container, open_container, seal_model, verify_container
 from sealtrace.errors import CheckFailedError, SealtraceError
 from sealtrace.falsify.network import NetworkLayout
@@ -214,7 +214,7 @@ class Certifier:
         else:
             recorder = AuditRecorder(None)
         try:
-            outputs = self.session.run(None, feeds, audit=recorder)
+            outputs = audited_run(self.session, feeds, audit=recorder)
         except BaseException:
             if log_file is not None:
                 log_file.unlink(missing_ok=True)

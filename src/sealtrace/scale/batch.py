@@ -28,7 +28,6 @@ the others go on.
 from __future__ import annotations
 
 import hashlib
-import io
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -38,7 +37,7 @@ from typing import Any
 from sealtrace import __version__
 from sealtrace.digest import canonical_json
 from sealtrace.errors import InputError, SealtraceError
-from sealtrace.ledger import Ledger, Trail, new_record
+from sealtrace.ledger import Ledger, LedgerEntry, Trail, record_run
 from sealtrace.scale.cluster import Executor, worker_name
 from sealtrace.scale.datasets import Request, iter_positions, open_dataset
 from sealtrace.scale.errors import JobError, JobInterrupted
@@ -99,26 +98,11 @@ def run_batch_task(model: ShippedModel, task: BatchTask) -> list[RunOutcome]:
 
 def _run_one(model: ShippedModel, session: Any, task: BatchTask, request: Request) -> tuple[dict[str, Any], Trail | None]:
     assert request.feeds is not None
-    trail: Trail | None = None
-    run_digest: str | None = None
-    if task.audit == "full":
-        from sealtrace.audit import AuditRecorder
-
-        buffer = io.BytesIO()
-        # One worker, one CPU: hashing stays on the recorder's own thread.
-        recorder = AuditRecorder(buffer, sample=task.sample, origin=session.origin, hash_threads=0)
-        values = session.run(None, request.feeds, audit=recorder)
-        trail, run_digest = Trail.of(buffer.getvalue()), recorder.run_digest
-    else:
-        values = session.run(None, request.feeds)
-    outputs = dict(zip(session.plan.output_names, values, strict=True))
-    record = new_record(
-        model_name=model.name, plan_digest=session.plan.digest, container_digest=model.digest,
-        backend=model.backend, backend_version=model.backend_version, inputs=request.feeds, outputs=outputs,
-        principal=task.principal, audit=task.audit, trail=run_digest,
-        record_id=batch_record_id(task.job_id, request.position),
-    )
-    return record, trail
+    # One worker, one CPU: an audit log's hashing stays on the recorder's own thread.
+    entry = LedgerEntry(model.name, audit=task.audit, principal=task.principal, sample=task.sample, hash_threads=0,
+                        record_id=batch_record_id(task.job_id, request.position))  # fmt: skip
+    run = record_run(session, request.feeds, entry)
+    return run.record, Trail.of(run.trail) if run.trail is not None else None
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import re
 import time
 from collections import Counter
@@ -127,16 +126,13 @@ def _replay_one(pair: ModelPair, task: ReplayTask, item: ReplayItem,
     trail: Trail | None = None
     log: bytes | None = None
     if pair.replay.backend == "reference":
-        from sealtrace.audit import AuditRecorder
+        from sealtrace.audit import logged_run
 
-        buffer = io.BytesIO()
-        recorder = AuditRecorder(buffer, sample=task.sample, origin=session.origin, hash_threads=0)
-        values = session.run(None, item.feeds, audit=recorder)
-        log = buffer.getvalue()
+        logged = logged_run(session, item.feeds, sample=task.sample, hash_threads=0)
+        outputs, log = logged.outputs, logged.log
         trail = Trail.of(log)
     else:
-        values = session.run(None, item.feeds)
-    outputs = dict(zip(session.plan.output_names, values, strict=True))
+        outputs = dict(zip(session.plan.output_names, session.run(None, item.feeds), strict=True))
     served, note = _served(pair, record, item.feeds, outputs)
     verdict, detail = judge(outputs, served, record, task.tolerance)
     step = None

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import io
 import logging
 import multiprocessing
 import os
@@ -118,17 +117,15 @@ def _session(name: str, backend: str) -> Any:
 
 def replay_in_worker(job: ReplayJob) -> ReplayResult:
     """Run ``job`` on the reference backend with the full audit and judge it (in a worker process)."""
-    from sealtrace.audit import AuditRecorder
+    from sealtrace.audit import logged_run
 
     spec: ReplaySpec = _WORKER["spec"]
     original = job.record
     assert job.feeds is not None
     try:
         reference = _session(job.model, "reference")
-        buffer = io.BytesIO()
-        recorder = AuditRecorder(buffer, sign_key=_signer(spec), origin=reference.origin, hash_threads=0)
-        values = reference.run(None, job.feeds, audit=recorder)
-        outputs = dict(zip(reference.plan.output_names, values, strict=True))
+        logged = logged_run(reference, job.feeds, sign_key=_signer(spec), hash_threads=0)
+        outputs = logged.outputs
         served, note = _served_outputs(job, spec)
         verdict, detail = judge(outputs, served, original, spec.tolerance)
         if note:
@@ -136,9 +133,9 @@ def replay_in_worker(job: ReplayJob) -> ReplayResult:
         record = replay_record(
             original, plan_digest=reference.plan.digest, container_digest=reference.origin.container_digest,
             backend="reference", backend_version=str(reference.backend.version), inputs=job.feeds,
-            outputs=outputs, audit="full", trail=recorder.run_digest, verdict=verdict, detail=detail,
+            outputs=outputs, audit="full", trail=logged.run_digest, verdict=verdict, detail=detail,
         )
-        return ReplayResult(record, Trail.of(buffer.getvalue()), verdict)
+        return ReplayResult(record, Trail.of(logged.log), verdict)
     except SealtraceError as exc:
         return ReplayResult(failed_record(original, f"replay failed: {exc}"), None, "failed")
 

@@ -15,7 +15,6 @@ Audit modes (``ServeConfig.audit``):
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 from sealtrace.backends import Backend
 from sealtrace.errors import InputError
-from sealtrace.ledger import Ledger, Receipt, new_record
+from sealtrace.ledger import Ledger, LedgerEntry, Receipt, record_run
 from sealtrace.ledger.records import AUDIT_MODES
 from sealtrace.parity.metrics import Tolerance
 from sealtrace.serve.models import ServedModel, model_name_of, open_served_model
@@ -155,25 +154,11 @@ class InferenceService:
 
         Blocking (it runs the model): call it from a worker thread, not the event loop.
         """
-        session = model.session
-        trail: bytes | None = None
-        run_digest: str | None = None
-        if self.audit == "full":
-            from sealtrace.audit import AuditRecorder
-
-            buffer = io.BytesIO()
-            recorder = AuditRecorder(buffer, sample=self.config.sample, sign_key=self._signer, origin=session.origin)
-            values = session.run(None, request.inputs, audit=recorder)
-            trail, run_digest = buffer.getvalue(), recorder.run_digest
-        else:
-            values = session.run(None, request.inputs)
-        outputs = dict(zip(session.plan.output_names, values, strict=True))
-        record = new_record(
-            model_name=model.name, plan_digest=model.plan_digest, container_digest=model.container_digest,
-            backend=model.backend_name, backend_version=model.backend_version, inputs=request.inputs,
-            outputs=outputs, principal=principal, audit=self.audit, trail=run_digest,
-        )
-        durable = self.ledger.submit(record, inputs=request.inputs if self.store_inputs else None, trail=trail)
+        entry = LedgerEntry(model.name, audit=self.audit, principal=principal, sample=self.config.sample,
+                            sign_key=self._signer)  # fmt: skip
+        run = record_run(model.session, request.inputs, entry)
+        record, outputs = run.record, run.outputs
+        durable = self.ledger.submit(record, inputs=request.inputs if self.store_inputs else None, trail=run.trail)
         if self.replay is not None:
             queue, job = self.replay, ReplayJob(record["id"], model.name, record, request.inputs, outputs)
             durable.add_done_callback(lambda f: queue.put(job) if f.exception() is None else None)
