@@ -28,7 +28,7 @@ from sealtrace.audit.records import float_stats, value_summary
 from sealtrace.digest import SHA256, canonical_dtype, canonical_json, hasher, tensor_digest_prefix
 from sealtrace.plan.model import Step
 
-try:  # Rust: writes a sample of eight floats ten times faster than repr (the recorder's largest cost per step)
+try:  # Rust: writes a sample of floats far faster than repr, the recorder's largest cost per step
     from orjson import JSONEncodeError as _OrjsonError
     from orjson import dumps as _orjson_dumps
 except ImportError:  # pragma: no cover - orjson is a dependency; repr is the definition either way
@@ -164,7 +164,7 @@ def tensor_entry(value: Any, sample: int, algorithm: str = SHA256) -> Entry:
 
 
 # Tensors of fewer values than this (NumPy's pairwise summation adds them one by one) get their
-# statistics in Python from one tolist(): three ufunc reductions cost some 3 us even on one value.
+# statistics in Python from one tolist(): three ufunc calls cost more than that loop below this size.
 _SMALL = 8
 _FLOAT32 = struct.Struct("<f")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -2,7 +2,7 @@
 
 Weights are every numeric TensorProto that carries data: graph initializers (subgraphs included)
 and tensor-valued attributes (Constant ``value``, ConstantOfShape ``value``, ...), so models that
-keep all their weights in Constant nodes (PP-OCR) are sealed the same way. A stripped tensor keeps
+keep all their weights in Constant nodes are sealed the same way. A stripped tensor keeps
 its name, dtype and dims, loses its data field, and gains one ``external_data`` entry whose key is
 :data:`MARKER` and whose value is the container entry's name. Restoring removes the marker and
 fills the original field again, so the model's serialized bytes come back exactly.

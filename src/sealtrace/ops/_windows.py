@@ -31,8 +31,8 @@ def scratch(slot: str, shape: Sequence[int], dtype: np.dtype[Any]) -> Array:
     The buffer behind each ``slot`` is kept per thread and reused, so every call overwrites the
     previous one's contents: a kernel must finish with a slot's array before it asks for the same
     slot again, and must never return it. Reuse matters inside a model run: a fresh multi-megabyte
-    temporary per call comes from a new mapping whose page faults measured up to several times
-    the cost of the copy that fills it (PP-OCR's depthwise convolutions on this project's VMs).
+    temporary per call comes from a new mapping, whose page faults can cost more than the copy
+    that fills it (BENCHMARKS.md, "Measurements behind the code").
     """
     dtype = np.dtype(dtype)
     nbytes = prod(shape) * dtype.itemsize

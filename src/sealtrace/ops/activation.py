@@ -30,8 +30,8 @@ def _scalar(value: float, dtype: np.dtype[Any]) -> Any:
     return np.asarray(np.float32(value)).astype(dtype)[()]
 
 
-# Per input dtype: Relu's zero and whether the type has a -0 to normalize (its per-call cost was a
-# third of a small Relu's; ACAS Xu runs six of [1, 50]).
+# Per input dtype: Relu's zero and whether the type has a -0 to normalize, made once: on small
+# tensors making them per call is a large part of the call (BENCHMARKS.md, "Measurements behind the code").
 _RELU_ZEROS: dict[np.dtype[Any], tuple[Any, bool]] = {}
 
 

@@ -226,7 +226,7 @@ def pow_op(a: Array, b: Array) -> Array:
 
 @specializes(pow_op)
 def _pow_constant_exponent(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
-    """x ** 2 with a constant exponent (Silero's STFT magnitude): _power's own x*x, without
+    """x ** 2 with a constant exponent (a power spectrum's square): _power's own x*x, without
     looking at the exponent on every run. Other exponents and dtypes run the kernel."""
     exponent = inputs[1]
     if exponent is VARIES or exponent.size != 1 or exponent.ndim > 0:

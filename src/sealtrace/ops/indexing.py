@@ -103,7 +103,7 @@ def slice_v10(
 @specializes(slice_v10)
 def _slice_constant_bounds(inputs: tuple[Any, ...], attributes: Any) -> KernelFn | None:
     """Slice whose starts, ends, axes and steps are all constants: the index for each input
-    shape worked out once (Silero VAD slices its STFT with constant bounds)."""
+    shape worked out once (STFT front ends slice their frames with constant bounds)."""
     if any(value is VARIES for value in inputs[1:]):
         return None
     starts, ends, axes_in, steps_in = (*inputs[1:], None, None)[:4]

@@ -4,8 +4,8 @@ Each instance is one task: :func:`sealtrace.falsify.instances.run_instance`, the
 each instance without Ray, so a worker searches **and certifies** its counterexample (the audited
 reference run of the sealed network happens where it was found) and the driver only tabulates. What
 travels: each network file's bytes once, through Ray's object store (a network shared by many
-instances, as ACAS Xu's 45 networks are by its 186 instances, is put there once), the property's
-text and the settings. A worker writes them to a private folder named by the network's SHA-256 (so
+instances, as a verification benchmark's few networks are by its many properties, is put there
+once), the property's text and the settings. A worker writes them to a private folder named by the network's SHA-256 (so
 the sealing cache, keyed by content, is hit on every later task) and runs the instance from there;
 the result names the instance as the driver's file does. Results are returned in the file's order.
 """

@@ -137,7 +137,7 @@ def product(
 
 
 # Products with at most this many outputs try _small_product first: on models of many small steps
-# (ACAS Xu's [1, 50] x [50, 50]) the NumPy calls are the cost, not the arithmetic.
+# (a [1, 50] x [50, 50] layer) the NumPy calls are the cost, not the arithmetic.
 SMALL_PRODUCT = 4096
 
 
