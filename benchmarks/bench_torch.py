@@ -137,8 +137,8 @@ def torch_value(value: Any) -> Any:
     """A NumPy value as the torch modules take it: tensors; strings stay NumPy; sequences lists."""
     import numpy as np
 
-    from sealtrace.torchbridge.dtypes import from_numpy
-    from sealtrace.torchbridge.reference_step import is_string_array
+    from sealtrace.torchops.dtypes import from_numpy
+    from sealtrace.torchops.reference_step import is_string_array
 
     if isinstance(value, list):
         return [torch_value(v) for v in value]
@@ -150,7 +150,7 @@ def torch_value(value: Any) -> Any:
 def numpy_value(value: Any) -> Any:
     import numpy as np
 
-    from sealtrace.torchbridge.dtypes import to_numpy
+    from sealtrace.torchops.dtypes import to_numpy
 
     if isinstance(value, (list, tuple)):
         return [numpy_value(v) for v in value]
@@ -216,7 +216,7 @@ def module_runner() -> Callable[[Any], Any]:
     """run_case's factory for the torch bridge's fx module."""
     from sealtrace.plan import build_plan
     from sealtrace.torchbridge import to_torch
-    from sealtrace.torchbridge.steps import check_supported
+    from sealtrace.torchops.steps import check_supported
 
     def prepare(model: Any) -> Any:
         plan = build_plan(model)

@@ -133,7 +133,7 @@ def without_torch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """`import torch` fails as it does without the torch extra; modules imported meanwhile are dropped after."""
     before = set(sys.modules)
     monkeypatch.setitem(sys.modules, "torch", None)  # type: ignore[arg-type]
-    for name in [n for n in sys.modules if n.startswith(("sealtrace.falsify", "sealtrace.torchbridge", "torch."))]:
+    for name in [n for n in sys.modules if n.startswith(("sealtrace.falsify", "sealtrace.torchbridge", "sealtrace.torchops", "torch."))]:
         monkeypatch.delitem(sys.modules, name)
     yield
     for name in set(sys.modules) - before:

@@ -22,9 +22,9 @@ from sealtrace.backends.torch import TorchBackend  # noqa: E402
 from sealtrace.conformance.runner import CaseResult, NodeCase, collect_cases, reference_runner, run_case  # noqa: E402
 from sealtrace.plan import build_plan  # noqa: E402
 from sealtrace.torchbridge import conformance_exclusions, to_torch  # noqa: E402
-from sealtrace.torchbridge.dtypes import from_numpy, to_numpy  # noqa: E402
-from sealtrace.torchbridge.reference_step import is_string_array  # noqa: E402
-from sealtrace.torchbridge.steps import check_supported  # noqa: E402
+from sealtrace.torchops.dtypes import from_numpy, to_numpy  # noqa: E402
+from sealtrace.torchops.reference_step import is_string_array  # noqa: E402
+from sealtrace.torchops.steps import check_supported  # noqa: E402
 
 EXCLUDED = conformance_exclusions()
 

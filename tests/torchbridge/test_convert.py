@@ -109,7 +109,7 @@ def test_input_model_file_is_not_modified(tmp_path) -> None:  # type: ignore[no-
 def test_all_unsupported_ops_are_listed_in_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
     # Ops the reference interpreter runs but torch has no translation for, one inside an If branch.
     # Every op the reference runs is translated now: two translations are taken away for the test.
-    from sealtrace.torchbridge import registry
+    from sealtrace.torchops import registry
 
     for key in [k for k in registry._TRANSLATIONS if k[1] in ("MaxRoiPool", "NonMaxSuppression")]:
         monkeypatch.delitem(registry._TRANSLATIONS, key)

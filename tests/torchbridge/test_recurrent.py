@@ -16,7 +16,7 @@ pytestmark = pytest.mark.torch
 from sealtrace.backends import get_backend  # noqa: E402
 from sealtrace.plan import build_plan  # noqa: E402
 from sealtrace.torchbridge import to_torch  # noqa: E402
-from sealtrace.torchbridge.ops import rnn as rnn_ops  # noqa: E402
+from sealtrace.torchops.translations import rnn as rnn_ops  # noqa: E402
 
 SEQ, BATCH, FEATURES, HIDDEN = 5, 3, 4, 6
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.torch
 from sealtrace.backends import get_backend  # noqa: E402
 from sealtrace.plan import build_plan  # noqa: E402
 from sealtrace.torchbridge import reference_kernel_ops, registered_translations, to_torch  # noqa: E402
-from sealtrace.torchbridge.dtypes import from_numpy, to_numpy  # noqa: E402
-from sealtrace.torchbridge.reference_step import is_string_array  # noqa: E402
+from sealtrace.torchops.dtypes import from_numpy, to_numpy  # noqa: E402
+from sealtrace.torchops.reference_step import is_string_array  # noqa: E402
 
 ML = "ai.onnx.ml"
 F = TensorProto.FLOAT
@@ -286,7 +286,7 @@ def test_new_differentiable_translations_pass_gradcheck(name: str) -> None:
 
 def test_dft_gradient_is_torch_ffts() -> None:
     # DFT's forward is NumPy's FFT (the reference's values); its gradient is torch.fft's.
-    from sealtrace.torchbridge.ops.signal import _dft, _torch_dft
+    from sealtrace.torchops.translations.signal import _dft, _torch_dft
 
     x = torch.from_numpy(RNG.standard_normal((2, 8, 2))).requires_grad_(True)
     weights = torch.from_numpy(RNG.standard_normal((2, 5, 2)))

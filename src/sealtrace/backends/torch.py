@@ -1,4 +1,4 @@
-"""The torch backend: executes a Plan step by step with the torch translations of sealtrace.torchbridge.
+"""The torch backend: executes a Plan step by step with the torch translations of sealtrace.torchops.
 
 Every step (subgraph steps included) is reported to observers with NumPy arrays, exactly as the
 reference backend reports them, so audit logs, captures and per-step parity work unchanged. Runs
@@ -17,10 +17,10 @@ import torch
 from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.errors import BackendError, KernelError, SealtraceError
 from sealtrace.plan.model import Plan, Step
-from sealtrace.torchbridge.control import empty_scan_output, run_scan, run_scan_8
-from sealtrace.torchbridge.dtypes import from_numpy, to_numpy
-from sealtrace.torchbridge.reference_step import is_string_array
-from sealtrace.torchbridge.steps import call_translation, check_supported, tensor_attributes, translation_for
+from sealtrace.torchops.control import empty_scan_output, run_scan, run_scan_8
+from sealtrace.torchops.dtypes import from_numpy, to_numpy
+from sealtrace.torchops.reference_step import is_string_array
+from sealtrace.torchops.steps import call_translation, check_supported, tensor_attributes, translation_for
 
 
 class TorchBackend:
@@ -72,7 +72,7 @@ class TorchBackend:
 
     def _tensor(self, value: Any) -> Any:
         # Strings (torch has no string dtype) stay NumPy object arrays and maps stay dicts: only
-        # reference-kernel steps read them (torchbridge.reference_step).
+        # reference-kernel steps read them (torchops.reference_step).
         if value is None or isinstance(value, (torch.Tensor, dict)) or is_string_array(value):
             return value
         if isinstance(value, list):  # a sequence

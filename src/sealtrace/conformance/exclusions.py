@@ -15,13 +15,13 @@ def excluded_cases(backend: str = "reference") -> dict[str, str]:
     """Every documented exclusion of ``backend``: case name -> why the case is not claimed.
 
     The torch backend claims what the reference claims, less the cases its translations exclude
-    (types torch has no dtype for: sealtrace.torchbridge.conformance_exclusions)."""
+    (types torch has no dtype for: sealtrace.torchops.registry.conformance_exclusions)."""
     found: dict[str, str] = {}
     for name, module in sorted(sys.modules.items()):
         if name.startswith("sealtrace.ops.") and hasattr(module, "CONFORMANCE_EXCLUSIONS"):
             found.update(module.CONFORMANCE_EXCLUSIONS)
     if backend == "torch":
-        from sealtrace.torchbridge.registry import conformance_exclusions
+        from sealtrace.torchops.registry import conformance_exclusions
 
         found.update(conformance_exclusions())
     return found

@@ -161,7 +161,7 @@ def torch_runner() -> Callable[[onnx.ModelProto], Runner | None]:
     step by step); a model with an untranslated step is unsupported."""
     from sealtrace.backends.torch import TorchBackend
     from sealtrace.plan import build_plan
-    from sealtrace.torchbridge.steps import check_supported
+    from sealtrace.torchops.steps import check_supported
 
     backend = TorchBackend()
 

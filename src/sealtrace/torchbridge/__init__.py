@@ -1,9 +1,9 @@
-"""ONNX -> PyTorch: torch translations of ONNX ops, an fx module built from a Plan, and export parity.
+"""ONNX -> PyTorch: an fx module built from a Plan, and export parity.
 
 - :func:`to_torch` converts a model (Plan, ONNX file, ModelProto or .seal container) into a
-  ``torch.fx.GraphModule`` with the weights as parameters;
-- the ``torch`` backend (:mod:`sealtrace.backends.torch`) runs a Plan step by step on the same
-  translations, reporting every step to observers;
+  ``torch.fx.GraphModule`` with the weights as parameters, built from the torch translations of
+  :mod:`sealtrace.torchops` (which the ``torch`` backend, :mod:`sealtrace.backends.torch`, runs step
+  by step);
 - :func:`check_export` compares a PyTorch module with its ONNX export, leaf module call by call.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from sealtrace.torchbridge.convert import IfModule, LoopModule, ScanModule, load_plan, to_torch
-from sealtrace.torchbridge.registry import (
+from sealtrace.torchops.registry import (
     conformance_exclusions,
     reference_kernel_ops,
     registered_translations,
 )
-from sealtrace.torchbridge.steps import unsupported_steps
+from sealtrace.torchops.steps import unsupported_steps
 
 
 def __getattr__(name: str) -> Any:

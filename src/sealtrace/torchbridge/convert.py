@@ -33,12 +33,12 @@ from sealtrace.backends.reference import StepContext
 from sealtrace.errors import InputError, UnsupportedError
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan import ModelSource, Plan, Step, build_plan
-from sealtrace.torchbridge.control import empty_scan_output, run_scan, run_scan_8
-from sealtrace.torchbridge.dtypes import from_numpy
-from sealtrace.torchbridge.ops.sequence import sequence_construct
-from sealtrace.torchbridge.reference_step import ReferenceKernelStep, is_string_array
-from sealtrace.torchbridge.registry import DirectCall, StepInput, Translation
-from sealtrace.torchbridge.steps import check_supported, translation_for
+from sealtrace.torchops.control import empty_scan_output, run_scan, run_scan_8
+from sealtrace.torchops.dtypes import from_numpy
+from sealtrace.torchops.reference_step import ReferenceKernelStep, is_string_array
+from sealtrace.torchops.registry import DirectCall, StepInput, Translation
+from sealtrace.torchops.steps import check_supported, translation_for
+from sealtrace.torchops.translations.sequence import sequence_construct
 
 ModelLike = ModelSource | Plan
 

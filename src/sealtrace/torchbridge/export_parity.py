@@ -32,7 +32,7 @@ from sealtrace.backends import Backend, StepEvent, get_backend
 from sealtrace.errors import BackendError, SealtraceError
 from sealtrace.parity import DriftReport, StepComparison, ToleranceTable, compare_values
 from sealtrace.plan import Plan, build_plan
-from sealtrace.torchbridge.dtypes import to_numpy
+from sealtrace.torchops.dtypes import to_numpy
 
 _SCOPES = "pkg.torch.onnx.name_scopes"
 

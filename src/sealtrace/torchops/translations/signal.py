@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from sealtrace.ops.signal import mel_weight_matrix as _reference_mel
-from sealtrace.torchbridge.dtypes import from_numpy
-from sealtrace.torchbridge.registry import ints, reference_versions, register, static_array
+from sealtrace.torchops.dtypes import from_numpy
+from sealtrace.torchops.registry import ints, reference_versions, register, static_array
 
 
 def _as_complex(x: torch.Tensor) -> torch.Tensor:

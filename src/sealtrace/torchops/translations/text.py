@@ -9,7 +9,7 @@ keep, and the reference kernel is the exact forward we check against.
 
 from __future__ import annotations
 
-from sealtrace.torchbridge.registry import reference_versions, register_reference_kernel
+from sealtrace.torchops.registry import reference_versions, register_reference_kernel
 
 _STRINGS = "torch has no string dtype: the strings stay NumPy object arrays and the reference kernel runs on them"
 

@@ -2,7 +2,7 @@
 
 Used where torch has nothing to compute with (strings: torch has no string dtype, so every op on
 strings, an Equal or a Reshape included, runs here) and for the operators registered with
-:func:`~sealtrace.torchbridge.registry.register_reference_kernel`, whose outputs are piecewise
+:func:`~sealtrace.torchops.registry.register_reference_kernel`, whose outputs are piecewise
 constant in their inputs (so there is no gradient to keep) and whose reference kernel is the
 specification we check against. Tensors go in as NumPy arrays; numeric outputs come back as
 tensors on the device of the step's tensor inputs, string outputs stay NumPy object arrays and
@@ -19,7 +19,7 @@ import torch
 
 from sealtrace.ops.registry import as_outputs
 from sealtrace.plan.model import Step
-from sealtrace.torchbridge.dtypes import from_numpy, to_numpy
+from sealtrace.torchops.dtypes import from_numpy, to_numpy
 
 
 def is_string_array(value: Any) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import ints, reference_versions, register
+from sealtrace.torchops.registry import ints, reference_versions, register
 
 
 def _position(position: Any, n: int, default: int, what: str, allow_end: bool) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import DirectCall, StepInput, reference_versions, register, specializes
+from sealtrace.torchops.registry import DirectCall, StepInput, reference_versions, register, specializes
 
 
 @register("Relu", *reference_versions("Relu"))

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from sealtrace.ops.resize import _F32, _axis_map, _output_from_scales, _round_half_up
-from sealtrace.torchbridge.registry import floats, ints, register
+from sealtrace.torchops.registry import floats, ints, register
 
 
 def _geometry(shape: tuple[int, ...], roi: Any, scales: Any, sizes: Any, axes: tuple[int, ...] | None,

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import (
+from sealtrace.torchops.registry import (
     DirectCall,
     StepInput,
     reference_versions,

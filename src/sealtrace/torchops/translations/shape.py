@@ -15,8 +15,8 @@ import onnx
 import torch
 import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
 
-from sealtrace.torchbridge.dtypes import from_numpy, torch_dtype
-from sealtrace.torchbridge.registry import (
+from sealtrace.torchops.dtypes import from_numpy, torch_dtype
+from sealtrace.torchops.registry import (
     DirectCall,
     StepInput,
     floats,
@@ -435,7 +435,7 @@ def range_(start: Any, limit: Any, delta: Any, **_: Any) -> torch.Tensor:
 
 
 # Node test cases the torch bridge does not claim, each with its reason (gathered by
-# sealtrace.torchbridge.conformance_exclusions, as the reference gathers its own).
+# sealtrace.torchops.registry.conformance_exclusions, as the reference gathers its own).
 NO_TORCH_DTYPE = (
     "torch has no usable 2/4-bit type: torch.int2/int4/uint2/uint4 are placeholders without conversion or "
     "arithmetic kernels, and float4_e2m1fn_x2 packs two values per element (a different shape)"
@@ -463,7 +463,7 @@ def cast(x: torch.Tensor, *, to: int, saturate: int = 1, round_mode: str = "up",
     """
     if int(to) == onnx.TensorProto.STRING:
         from sealtrace.ops.cast import _cast
-        from sealtrace.torchbridge.dtypes import to_numpy
+        from sealtrace.torchops.dtypes import to_numpy
 
         return _cast(to_numpy(x), np.dtype(object), saturate, round_mode)
     target = torch_dtype(int(to))
@@ -511,7 +511,7 @@ _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.
 @register("CastLike", *reference_versions("CastLike"))
 def cast_like(x: torch.Tensor, like: torch.Tensor, *, saturate: int = 1, **_: Any) -> torch.Tensor:
     """CastLike: X in the dtype of the second input."""
-    from sealtrace.torchbridge.dtypes import onnx_elem_type
+    from sealtrace.torchops.dtypes import onnx_elem_type
 
     return cast(x, to=onnx_elem_type(like.dtype), saturate=saturate)
 

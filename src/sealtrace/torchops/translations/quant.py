@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.dtypes import torch_dtype
-from sealtrace.torchbridge.ops.shape import NO_TORCH_DTYPE
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchops.dtypes import torch_dtype
+from sealtrace.torchops.registry import reference_versions, register
+from sealtrace.torchops.translations.shape import NO_TORCH_DTYPE
 
-# 2/4-bit (de)quantization: torch has no such dtype (see ops/shape.py's NO_TORCH_DTYPE).
+# 2/4-bit (de)quantization: torch has no such dtype (see translations/shape.py's NO_TORCH_DTYPE).
 CONFORMANCE_EXCLUSIONS: dict[str, str] = {
     f"test_{op}_{narrow}": NO_TORCH_DTYPE
     for op in ("quantizelinear", "dequantizelinear") for narrow in ("float4e2m1", "int2", "int4", "uint2", "uint4")
@@ -143,7 +143,7 @@ def qlinear_conv(x: torch.Tensor, x_scale: torch.Tensor, x_zero_point: torch.Ten
                  y_zero_point: torch.Tensor, b: torch.Tensor | None = None, **attrs: Any) -> torch.Tensor:
     """QLinearConv: the integer convolution (exact in float64; padding acts as the zero point), plus
     the int32 bias, requantized as ONNX Runtime does (per-channel weight scales)."""
-    from sealtrace.torchbridge.ops.nn import conv
+    from sealtrace.torchops.translations.nn import conv
 
     xf = x.to(torch.float64) - x_zero_point.to(torch.float64).reshape(-1)[0]
     wz = w_zero_point.to(torch.float64).reshape(-1)

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
 
-from sealtrace.torchbridge.dtypes import torch_dtype
-from sealtrace.torchbridge.registry import ints, reference_versions, register
+from sealtrace.torchops.dtypes import torch_dtype
+from sealtrace.torchops.registry import ints, reference_versions, register
 
 
 @register("CumProd", *reference_versions("CumProd"), static=(1,))
@@ -118,7 +118,7 @@ def matmul_integer(a: torch.Tensor, b: torch.Tensor, a_zero_point: torch.Tensor 
 def conv_integer(x: torch.Tensor, w: torch.Tensor, x_zero_point: torch.Tensor | None = None,
                  w_zero_point: torch.Tensor | None = None, **attrs: Any) -> torch.Tensor:
     """ConvInteger: the convolution of zero-point-shifted integers, exact in float64, as int32."""
-    from sealtrace.torchbridge.ops.nn import conv
+    from sealtrace.torchops.translations.nn import conv
 
     xx = x.to(torch.float64) - (0 if x_zero_point is None else x_zero_point.to(torch.float64).reshape(()))
     ww = w.to(torch.float64)

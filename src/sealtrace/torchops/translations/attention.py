@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.dtypes import torch_dtype
-from sealtrace.torchbridge.ops.activation import ordered_sum
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchops.dtypes import torch_dtype
+from sealtrace.torchops.registry import reference_versions, register
+from sealtrace.torchops.translations.activation import ordered_sum
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:

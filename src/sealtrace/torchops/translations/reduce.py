@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import ints, reference_versions, register
+from sealtrace.torchops.registry import ints, reference_versions, register
 
 Reducer = Callable[[torch.Tensor, list[int], bool], torch.Tensor]
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F  # noqa: N812 - the name every torch reader know
 from sealtrace.ops._windows import Window, resolve_window
 from sealtrace.ops.conv import _transpose_geometry
 from sealtrace.ops.pool import _avg_counts
-from sealtrace.torchbridge.registry import DirectCall, StepInput, reference_versions, register, specializes
+from sealtrace.torchops.registry import DirectCall, StepInput, reference_versions, register, specializes
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from sealtrace.ops.rnn import _PARAMETERS
-from sealtrace.torchbridge.registry import ints, reference_versions, register
+from sealtrace.torchops.registry import ints, reference_versions, register
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchops.registry import reference_versions, register
 
 _TRAINING = "ai.onnx.preview.training"
 

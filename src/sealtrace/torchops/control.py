@@ -91,6 +91,6 @@ def run_scan_8(body: BodyCall, sequence_lens: Any, values: Sequence[Any], n_stat
 def empty_scan_output(plan: Any, index: int) -> torch.Tensor:
     """Scan output ``index`` of a body that never ran: zero steps of its static element shape."""
     from sealtrace.ops.control import _empty_scan_output
-    from sealtrace.torchbridge.dtypes import from_numpy
+    from sealtrace.torchops.dtypes import from_numpy
 
     return from_numpy(_empty_scan_output(plan.outputs[index]))

@@ -177,7 +177,7 @@ def static_array(value: Any) -> np.ndarray:
     if value is None:
         return np.zeros(0, dtype=np.int64)
     if hasattr(value, "detach"):
-        from sealtrace.torchbridge.dtypes import to_numpy  # bfloat16 and float8 go through ml_dtypes
+        from sealtrace.torchops.dtypes import to_numpy  # bfloat16 and float8 go through ml_dtypes
 
         return np.asarray(to_numpy(value))
     return np.asarray(value)
@@ -198,10 +198,10 @@ def conformance_exclusions() -> dict[str, str]:
     the reason: each translation module's ``CONFORMANCE_EXCLUSIONS``, as the reference declares its own."""
     import sys
 
-    import sealtrace.torchbridge.ops  # noqa: F401 - importing it loads every translation module
+    import sealtrace.torchops.translations  # noqa: F401 - importing it loads every translation module
 
     found: dict[str, str] = {}
     for name, module in sorted(sys.modules.items()):
-        if name.startswith("sealtrace.torchbridge.ops.") and hasattr(module, "CONFORMANCE_EXCLUSIONS"):
+        if name.startswith("sealtrace.torchops.translations.") and hasattr(module, "CONFORMANCE_EXCLUSIONS"):
             found.update(module.CONFORMANCE_EXCLUSIONS)
     return found

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchops.registry import reference_versions, register
 
 
 def _nll(log_prob: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int | None,

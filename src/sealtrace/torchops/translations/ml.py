@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sealtrace.torchbridge.registry import reference_versions, register, register_reference_kernel
+from sealtrace.torchops.registry import reference_versions, register, register_reference_kernel
 
 _ML = "ai.onnx.ml"
 

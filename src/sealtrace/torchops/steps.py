@@ -13,12 +13,12 @@ import numpy as np
 import onnx
 import torch
 
-import sealtrace.torchbridge.ops  # noqa: F401  (registers every translation)
+import sealtrace.torchops.translations  # noqa: F401  (registers every translation)
 from sealtrace.errors import UnsupportedError
 from sealtrace.plan.model import Plan, Step
-from sealtrace.torchbridge.dtypes import from_numpy
-from sealtrace.torchbridge.reference_step import ReferenceKernelStep, holds_strings
-from sealtrace.torchbridge.registry import Translation, lookup
+from sealtrace.torchops.dtypes import from_numpy
+from sealtrace.torchops.reference_step import ReferenceKernelStep, holds_strings
+from sealtrace.torchops.registry import Translation, lookup
 
 # Control flow is handled by the executors themselves, not by a translation.
 CONTROL_FLOW = ("If", "Loop", "Scan")

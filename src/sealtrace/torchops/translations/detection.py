@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from sealtrace.torchbridge.registry import reference_versions, register
+from sealtrace.torchops.registry import reference_versions, register
 
 
 def _corners(boxes: torch.Tensor, center_point_box: int) -> tuple[torch.Tensor, ...]:
