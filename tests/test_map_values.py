@@ -15,9 +15,9 @@ from onnx import TensorProto, helper
 
 import sealtrace
 from sealtrace.audit import CapturedRun, CaptureStore, audited_run, replay_log, verify_log
+from sealtrace.audit.diff import diff_runs
 from sealtrace.audit.records import map_digest, value_digest
 from sealtrace.parity import Tolerance, check_parity, compare_values
-from sealtrace.parity.diff import diff_runs
 
 ML = "ai.onnx.ml"
 

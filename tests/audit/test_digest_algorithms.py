@@ -15,13 +15,13 @@ from blake3 import blake3
 
 from sealtrace.audit import AuditRecorder, audited_run, replay_log, verify_log
 from sealtrace.audit.capture import CapturedRun
+from sealtrace.audit.diff import diff_runs
 from sealtrace.audit.entries import tensor_entry
 from sealtrace.audit.errors import AuditFormatError
 from sealtrace.audit.records import value_summary
 from sealtrace.cli import main
 from sealtrace.digest import canonical_json, tensor_digest, tensor_digest_prefix
 from sealtrace.errors import InputError
-from sealtrace.parity.diff import diff_runs
 from sealtrace.session import Session
 from tests.audit.test_entries import values
 

@@ -143,7 +143,7 @@ def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json
 
     Exit 0 when every value matches (identical digests or numbers within tolerance), 1 when not.
     """
-    from sealtrace.parity.diff import diff_json, diff_runs
+    from sealtrace.audit.diff import diff_json, diff_runs
 
     default = Tolerance()
     table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))

@@ -24,6 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.audit.capture import CapturedRun
+from sealtrace.audit.log import read_lines
+from sealtrace.audit.records import from_json_number
+from sealtrace.audit.verify import verify_lines
 from sealtrace.errors import InputError
 from sealtrace.parity.metrics import Tolerance, ToleranceTable, ValueDiff, compare_values
 
@@ -154,7 +158,6 @@ def load_recorded(path: str | os.PathLike[str]) -> RecordedRun:
 
 
 def _from_capture(directory: Path) -> RecordedRun:
-    from sealtrace.audit.capture import CapturedRun
 
     run = CapturedRun.open(directory)
     values = [
@@ -167,8 +170,6 @@ def _from_capture(directory: Path) -> RecordedRun:
 
 
 def _from_audit_log(path: Path) -> tuple[list[RecordedValue], str]:
-    from sealtrace.audit.log import read_lines
-    from sealtrace.audit.verify import verify_lines
 
     # Only a log whose chain verifies is compared: past a bad line nothing can be trusted.
     verification = verify_lines(read_lines(path), str(path))
@@ -193,7 +194,6 @@ def _from_audit_log(path: Path) -> tuple[list[RecordedValue], str]:
 
 
 def _logged_value(key: str, step: str, op_type: str, entry: dict[str, Any]) -> RecordedValue:
-    from sealtrace.audit.records import from_json_number
 
     numbers = None
     if entry.get("kind") == "tensor" and entry.get("sample"):

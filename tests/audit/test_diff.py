@@ -9,8 +9,8 @@ import onnx
 import pytest
 
 from sealtrace.audit import audited_run
+from sealtrace.audit.diff import diff_runs
 from sealtrace.cli import main
-from sealtrace.parity.diff import diff_runs
 from tests.parity.test_parity import conv_net
 
 
