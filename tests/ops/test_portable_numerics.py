@@ -17,11 +17,11 @@ import pytest
 
 from sealtrace.ops import numerics
 from sealtrace.ops.cast import cast
+from sealtrace.ops.grid_sample import affine_grid
 from sealtrace.ops.ml._scores import probit
 from sealtrace.ops.ml.preprocessing import normalizer
 from sealtrace.ops.ml.svm import _couple, _svm_kernel
 from sealtrace.ops.quant import quantize_linear
-from sealtrace.ops.resize import affine_grid
 from sealtrace.ops.shape import range_v11
 from sealtrace.ops.training import adam
 from tests.ops.oneop import both
