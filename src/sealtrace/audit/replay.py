@@ -366,7 +366,8 @@ def _output_difference(line: int, old: dict[str, Any], new: dict[str, Any]) -> S
 
 def _deviations(line: int, old: dict[str, Any], new: dict[str, Any]) -> list[StepDeviation]:
     """Each differing output's largest ulp distance and tolerance verdict over the logged sample."""
-    from sealtrace.parity.metrics import ToleranceTable, ulp_distance, within
+    from sealtrace.parity.metrics import ulp_distance
+    from sealtrace.parity.tolerance import ToleranceTable, within
 
     tolerances = ToleranceTable()
     where = "/".join((*old["path"], old["name"]))

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from sealtrace.errors import InputError
-from sealtrace.parity.metrics import Tolerance, ToleranceTable, ValueDiff, compare_values
+from sealtrace.parity.metrics import ValueDiff, compare_values
+from sealtrace.parity.tolerance import Tolerance, ToleranceTable
 
 DIFF_FORMAT = "sealtrace.diff.v1"
 
