@@ -13,6 +13,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import sealtrace
+from sealtrace.ops import _convolution, conv_transpose
 from sealtrace.ops import conv as conv_ops
 from tests.conftest import make_model
 
@@ -103,8 +104,8 @@ def test_conv_general_paths_match_onnxruntime(
 ) -> None:
     # The small single images above take the one-GEMM path; the same cases through the paths
     # larger convolutions take (flat im2col, direct strided im2col, depthwise, 1x1).
-    monkeypatch.setattr(conv_ops, "_ONE_BLOCK_BYTES", 0)
-    monkeypatch.setattr(conv_ops, "_GEOMETRIES", {})
+    monkeypatch.setattr(_convolution, "_ONE_BLOCK_BYTES", 0)
+    monkeypatch.setattr(_convolution, "_GEOMETRIES", {})
     feeds = {"x": normal(*x_shape)}
     weights = {"w": normal(*w_shape), "b": normal(w_shape[0])}
     same(build("Conv", feeds, 17, weights, kernel_shape=list(w_shape[2:]), **attrs), feeds)
@@ -124,10 +125,10 @@ def test_conv_geometry_is_cached_per_input_shape() -> None:
 
 def test_batched_conv_in_several_row_blocks() -> None:
     """A batch whose im2col exceeds one block: the images share each block's GEMM columns."""
-    from sealtrace.ops.conv import _IM2COL_BYTES
+    from sealtrace.ops._convolution import IM2COL_BYTES
 
     x_shape, w_shape = (2, 256, 40, 40), (8, 256, 3, 3)
-    assert _IM2COL_BYTES // (256 * 9 * 20 * 4) < 20  # rows per block < the 20 output rows
+    assert IM2COL_BYTES // (256 * 9 * 20 * 4) < 20  # rows per block < the 20 output rows
     feeds = {"x": normal(*x_shape)}
     # Weights scaled by 1/sqrt(fan-in) keep outputs of order 1, so float32 sums of 2304 terms
     # stay within the absolute tolerance.
@@ -178,7 +179,7 @@ def test_conv_empty_batch() -> None:
 def test_depthwise_conv_in_channel_blocks(monkeypatch: pytest.MonkeyPatch, strides: list[int]) -> None:
     # Large images gather their depthwise columns a block of channels at a time: force several
     # (uneven) blocks on a small input and compare with onnxruntime.
-    monkeypatch.setattr(conv_ops, "_IM2COL_BYTES", 3 * 9 * 4 * 100)
+    monkeypatch.setattr(_convolution, "IM2COL_BYTES", 3 * 9 * 4 * 100)
     feeds = {"x": normal(2, 10, 9, 11)}
     weights = {"w": normal(10, 1, 3, 3), "b": normal(10)}
     same(build("Conv", feeds, 17, weights, group=10, pads=[1, 1, 1, 1], strides=strides), feeds)
@@ -409,7 +410,7 @@ def test_direct_conv_in_row_blocks(
 ) -> None:
     # Strided convolutions gather their windows a block of output rows at a time: force several
     # (uneven) blocks on small inputs and compare with onnxruntime.
-    monkeypatch.setattr(conv_ops, "_IM2COL_BYTES", 2000)
+    monkeypatch.setattr(_convolution, "IM2COL_BYTES", 2000)
     feeds = {"x": normal(*x_shape)}
     weights = {"w": normal(*w_shape), "b": normal(w_shape[0])}
     same(build("Conv", feeds, 17, weights, kernel_shape=list(w_shape[2:]), **attrs), feeds)
@@ -420,8 +421,6 @@ def test_direct_conv_in_row_blocks(
 def test_conv_transpose_tiles_give_the_bits_of_the_general_path(pads: tuple[int, ...], output_padding: tuple[int, ...]) -> None:
     # kernel = stride: the tiles path and the general one (the convolution it equals) compute the
     # same correctly rounded sums (docs/numerics.md, ConvTranspose), uncovered positions the bias
-    from sealtrace.ops import conv as conv_module
-
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     w = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
@@ -429,10 +428,10 @@ def test_conv_transpose_tiles_give_the_bits_of_the_general_path(pads: tuple[int,
     kwargs: dict[str, Any] = dict(
         auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, output_shape=None, strides=(2, 2)
     )
-    got = conv_module.conv_transpose(x, w, b, pads=pads, output_padding=output_padding, **kwargs)
-    begin, out_shape = conv_module._transpose_geometry((5, 6), (2, 2), (2, 2), (1, 1), output_padding, pads, None, "NOTSET")
-    want = conv_module._transposed_as_convolution(
-        x, w, b, 1, (2, 2), (2, 2), (1, 1), begin, out_shape, conv_module._Products(x.dtype)
+    got = conv_transpose.conv_transpose(x, w, b, pads=pads, output_padding=output_padding, **kwargs)
+    begin, out_shape = conv_transpose._transpose_geometry((5, 6), (2, 2), (2, 2), (1, 1), output_padding, pads, None, "NOTSET")
+    want = conv_transpose._transposed_as_convolution(
+        x, w, b, 1, (2, 2), (2, 2), (1, 1), begin, out_shape, _convolution.Products(x.dtype)
     )
     assert got.shape == want.shape
     assert got.tobytes() == want.tobytes()

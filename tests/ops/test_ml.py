@@ -81,7 +81,7 @@ def test_label_encoder_keys_and_values(
 
 def test_label_encoder_4_tensor_attributes() -> None:
     # onnxruntime has no int32 -> int16 LabelEncoder: the spec's behaviour, checked directly.
-    from sealtrace.ops.ml import label_encoder_4
+    from sealtrace.ops.ml.encoders import label_encoder_4
 
     unset: dict[str, Any] = {
         k: None
@@ -109,7 +109,7 @@ def test_label_encoder_4_tensor_attributes() -> None:
 
 def test_label_encoder_repeated_key_takes_the_last_value() -> None:
     # The spec: "If a key is repeated, the last key takes precedence" (onnxruntime keeps the first).
-    from sealtrace.ops.ml import label_encoder_2
+    from sealtrace.ops.ml.encoders import label_encoder_2
 
     y = label_encoder_2(
         strings("a", "b"),

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from sealtrace.parity.metrics import (
-    Tolerance,
     ValueDiff,
     _compare_floats_general,
     _equal_floats,
@@ -25,6 +24,7 @@ from sealtrace.parity.metrics import (
     compare_values,
     ulp_distance,
 )
+from sealtrace.parity.tolerance import Tolerance
 
 TOLERANCES = [Tolerance(), Tolerance(0.0, 0.0), Tolerance(10.0, 0.0), Tolerance(1e-6, 1e-6), Tolerance(1e-3, 0.5)]
 

@@ -29,7 +29,8 @@ from sealtrace.audit.log import read_lines
 from sealtrace.audit.records import from_json_number
 from sealtrace.audit.verify import verify_lines
 from sealtrace.errors import InputError
-from sealtrace.parity.metrics import Tolerance, ToleranceTable, ValueDiff, compare_values
+from sealtrace.parity.metrics import ValueDiff, compare_values
+from sealtrace.parity.tolerance import Tolerance, ToleranceTable
 
 DIFF_FORMAT = "sealtrace.diff.v1"
 

@@ -35,7 +35,8 @@ from sealtrace.audit.run import audited_run
 from sealtrace.audit.verify import verify_lines
 from sealtrace.errors import InputError
 from sealtrace.ops.numerics import SPEC_VERSION
-from sealtrace.parity.metrics import ToleranceTable, ulp_distance, within
+from sealtrace.parity.metrics import ulp_distance
+from sealtrace.parity.tolerance import ToleranceTable, within
 from sealtrace.session import Session
 
 
@@ -369,7 +370,6 @@ def _output_difference(line: int, old: dict[str, Any], new: dict[str, Any]) -> S
 
 def _deviations(line: int, old: dict[str, Any], new: dict[str, Any]) -> list[StepDeviation]:
     """Each differing output's largest ulp distance and tolerance verdict over the logged sample."""
-
     tolerances = ToleranceTable()
     where = "/".join((*old["path"], old["name"]))
     found = []

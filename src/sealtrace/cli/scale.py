@@ -199,7 +199,7 @@ def replay(store: str, containers: tuple[str, ...], since: str | None, backend: 
     from rich.console import Console
     from rich.table import Table
 
-    from sealtrace.parity.metrics import Tolerance
+    from sealtrace.parity.tolerance import Tolerance
     from sealtrace.scale.errors import JobInterrupted
     from sealtrace.scale.replay import LedgerReplay, replay_ledger
 

@@ -81,7 +81,7 @@ def serve(
     try:
         import uvicorn
 
-        from sealtrace.parity.metrics import Tolerance
+        from sealtrace.parity.tolerance import Tolerance
         from sealtrace.serve import InferenceService, ServeConfig, create_app
         from sealtrace.serve.tokens import TokenTable
     except ImportError as exc:

@@ -16,7 +16,8 @@ import numpy as np
 
 from sealtrace.audit.records import value_identity
 from sealtrace.ledger.records import new_record, record_leaf, replay_link
-from sealtrace.parity.metrics import Tolerance, compare_values
+from sealtrace.parity.metrics import compare_values
+from sealtrace.parity.tolerance import Tolerance
 
 MAX_DETAIL = 1000  # characters of a link's detail
 

@@ -1,4 +1,4 @@
-"""Resizing and sampling: Resize, Upsample, GridSample, AffineGrid.
+"""Resizing: Resize, Upsample (GridSample and AffineGrid are in grid_sample.py).
 
 Resize is separable: every resized axis maps each output index to a few source indices and
 weights (computed once per axis, vectorized), and the data is gathered and blended one axis at a
@@ -8,8 +8,7 @@ the spec leaves rounding open, and 2-D bilinear sums its four corners in ONNX Ru
 that the outputs are bit-identical to it.
 
 Numerics are portable: coordinates, filter weights (Keys' cubic, the antialiasing triangle, their
-normalization by a sum taken tap by tap) and the blends are IEEE operations in a fixed order;
-AffineGrid's products are numerics' correctly rounded sums.
+normalization by a sum taken tap by tap) and the blends are IEEE operations in a fixed order.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.ops import numerics
 from sealtrace.ops.registry import register
 
 _F32 = np.float32
@@ -97,7 +95,7 @@ def _nearest_indices(x: np.ndarray, nearest_mode: str, downsampling: bool) -> np
     return picked.astype(np.int64)
 
 
-def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
+def cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
     """Keys' cubic convolution kernel with coefficient ``a``, evaluated at distances ``d``."""
     d = np.abs(d)
     d2, d3 = d * d, d * d * d
@@ -151,7 +149,7 @@ def _axis_map(
     base = np.ceil(xd).astype(np.int64) - 1
     idx = base[:, None] + np.arange(start, start + taps)[None, :]
     dist = (idx - xd[:, None]) * stretch
-    weights = np.clip(1 - np.abs(dist), 0, 1) if mode == "linear" else _cubic_kernel(dist, cubic_coeff_a)
+    weights = np.clip(1 - np.abs(dist), 0, 1) if mode == "linear" else cubic_kernel(dist, cubic_coeff_a)
     if exclude_outside:
         weights = np.where((idx < 0) | (idx >= in_len), 0.0, weights)
     if antialias or exclude_outside:
@@ -484,139 +482,3 @@ def upsample_7(x: np.ndarray, *, mode: str, scales: tuple[float, ...]) -> np.nda
 def upsample_9(x: np.ndarray, scales: np.ndarray, *, mode: str) -> np.ndarray:
     """Upsample-9, -10: scales as an input."""
     return _legacy_resize(x, scales, mode)
-
-
-def _grid_reflect(x: np.ndarray, low: float, high: float) -> np.ndarray:
-    """Reflect coordinates into [low, high] by the nearer border until they land inside."""
-    span = high - low
-    if span <= 0:
-        return np.full_like(x, low)
-    below = x < low
-    above = x > high
-    dx = np.where(below, low - x, np.where(above, x - high, 0))
-    n = np.trunc(dx / x.dtype.type(span))
-    r = dx - n * x.dtype.type(span)
-    even = np.remainder(n, 2) == 0
-    from_low = np.where(even, low + r, high - r)
-    from_high = np.where(even, high - r, low + r)
-    return np.where(below, from_low, np.where(above, from_high, x)).astype(x.dtype)
-
-
-def _padded_index(
-    index: np.ndarray, length: int, padding_mode: str, low: float, high: float, work: np.dtype[Any]
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """An integer sampling index made safe for the axis: (clamped index, validity mask or None)."""
-    if padding_mode == "zeros":
-        return np.clip(index, 0, length - 1), (index >= 0) & (index < length)
-    if padding_mode == "reflection":
-        index = np.trunc(_grid_reflect(index.astype(work), low, high)).astype(np.int64)
-    return np.clip(index, 0, length - 1), None
-
-
-def _grid_sample(
-    x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, align_corners: int
-) -> np.ndarray:
-    spatial = x.shape[2:]
-    rank = len(spatial)
-    if grid.shape[-1] != rank or grid.shape[0] != x.shape[0]:
-        raise ValueError(f"grid of shape {grid.shape} does not fit an input of shape {x.shape}")
-    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
-    work = np.dtype(np.float64) if np.float64 in (x.dtype, grid.dtype) else np.dtype(np.float32)
-    g: np.ndarray = grid.astype(work, copy=False)
-    one: np.ndarray = np.asarray(1, dtype=work)
-    two: np.ndarray = np.asarray(2, dtype=work)
-    coords: list[np.ndarray] = []
-    bounds: list[tuple[float, float]] = []
-    for d, length in enumerate(spatial):
-        # The grid's last axis lists coordinates innermost first (x, y, z ...).
-        n: np.ndarray = g[..., rank - 1 - d]
-        if align_corners:
-            c = (n + one) / two * np.asarray(length - 1, dtype=work)
-            low, high = 0.0, float(length - 1)
-        else:
-            c = ((n + one) * np.asarray(length, dtype=work) - one) / two
-            low, high = -0.5, length - 0.5
-        if mode == "nearest":
-            c = np.rint(c)  # half to even, as PyTorch and ONNX Runtime round
-        outside = (c < low) | (c > high)
-        if padding_mode == "border" and mode != "cubic":
-            # Cubic taps are clamped one by one instead (ONNX Runtime and PyTorch do the same).
-            c = np.where(outside, np.clip(c, 0, length - 1), c)
-        elif padding_mode == "reflection":
-            c = np.where(outside, _grid_reflect(c, low, high), c)
-        coords.append(c.astype(work, copy=False))
-        bounds.append((low, high))
-    # Channels last so one advanced index gathers every channel of a sampling point.
-    data = np.moveaxis(x, 1, -1)
-    batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
-    if mode == "nearest":
-        index: list[np.ndarray] = [batch]
-        valid = np.ones(grid.shape[:-1], dtype=bool)
-        for d, c in enumerate(coords):
-            i, mask = _padded_index(np.trunc(c).astype(np.int64), spatial[d], padding_mode, *bounds[d], work)
-            index.append(i)
-            if mask is not None:
-                valid &= mask
-        out = data[tuple(index)]
-        if padding_mode == "zeros":
-            out = np.where(valid[..., None], out, np.zeros((), dtype=x.dtype))
-        return np.ascontiguousarray(np.moveaxis(out, -1, 1))
-    if mode not in ("linear", "cubic"):
-        raise ValueError(f"unknown GridSample mode {mode!r}")
-    offsets = range(2) if mode == "linear" else range(-1, 3)
-    per_dim: list[list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]] = []
-    for d, c in enumerate(coords):
-        t = c - np.floor(c)
-        if mode == "linear":
-            weights = [one - t, t]
-        else:
-            weights = [_cubic_kernel(t - o, -0.75).astype(work) for o in offsets]
-        base = np.floor(c).astype(np.int64)
-        taps = [_padded_index(base + o, spatial[d], padding_mode, *bounds[d], work) for o in offsets]
-        per_dim.append([(i, m, w) for (i, m), w in zip(taps, weights, strict=True)])
-    values = data.astype(work, copy=False)
-    acc = np.zeros((*grid.shape[:-1], x.shape[1]), dtype=work)
-    for combo in np.ndindex(*(len(taps) for taps in per_dim)):
-        index = [batch]
-        weight = np.ones(grid.shape[:-1], dtype=work)
-        for d, k in enumerate(combo):
-            i, mask, w = per_dim[d][k]
-            index.append(i)
-            weight = weight * (w if mask is None else np.where(mask, w, 0))
-        acc += values[tuple(index)] * weight[..., None]
-    out = acc if x.dtype.kind == "f" else np.trunc(acc)
-    return np.ascontiguousarray(np.moveaxis(out.astype(x.dtype), -1, 1))
-
-
-@register("GridSample", 16, 20, 22)
-def grid_sample(
-    x: np.ndarray, grid: np.ndarray, *, align_corners: int, mode: str, padding_mode: str
-) -> np.ndarray:
-    """GridSample-16 (4-D, bilinear/bicubic names), -20, -22 (N-D): nearest / linear / cubic sampling."""
-    return _grid_sample(x, grid, mode, padding_mode, align_corners)
-
-
-@register("AffineGrid", 20)
-def affine_grid(theta: np.ndarray, size: np.ndarray, *, align_corners: int) -> np.ndarray:
-    """AffineGrid-20: sampling grid (N, *spatial, r) of the affine maps theta (N, r, r+1).
-
-    In theta's type T: each spatial axis of length L has base coordinates 2i / (L - 1) - 1
-    (align_corners) or (2i + 1) / L - 1, IEEE operations in T; each grid value is
-    RN(sum_k theta[r, k] * base_k + theta[r, last]), one rounding (MatMul's)."""
-    dims = [int(s) for s in size.reshape(-1)[2:]]
-    work = theta.dtype if numerics.format_of(theta.dtype) is not None else np.dtype(np.float32)
-    one, two = np.asarray(1, dtype=work), np.asarray(2, dtype=work)
-    axes = []
-    for length in dims:
-        i: np.ndarray = np.arange(length).astype(work)
-        if align_corners:
-            axes.append(i * two / np.asarray(max(length - 1, 1), dtype=work) - one)
-        else:
-            axes.append((i * two + one) / np.asarray(length, dtype=work) - one)
-    # Homogeneous base coordinates, innermost spatial axis first (x, y, z ...), then 1.
-    mesh = np.meshgrid(*axes, indexing="ij")
-    base = np.stack([*mesh[::-1], np.ones(dims, dtype=work)], axis=-1).reshape(-1, len(dims) + 1)
-    # base [P, r+1] @ theta^T [N, r+1, r]: numerics.einsum("pk,nrk->npr") by definition, through
-    # numerics.matmul (the same correctly rounded sums; its float64 path is much faster)
-    grid = numerics.matmul(base, np.swapaxes(theta.astype(work, copy=False), 1, 2))
-    return grid.reshape((theta.shape[0], *dims, len(dims))).astype(theta.dtype, copy=False)

@@ -1,7 +1,8 @@
 """Per-op parity across backends: where two runtimes start to disagree, and why."""
 
 from sealtrace.parity.checker import DriftReport, StepComparison, check_parity
-from sealtrace.parity.metrics import Tolerance, ToleranceTable, ValueDiff, compare_values
+from sealtrace.parity.metrics import ValueDiff, compare_values
+from sealtrace.parity.tolerance import Tolerance, ToleranceTable
 
 __all__ = [
     "DriftReport",

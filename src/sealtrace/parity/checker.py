@@ -26,14 +26,8 @@ from sealtrace.backends import Backend, StepEvent, StepObserver, get_backend
 from sealtrace.backends.reference import ReferenceBackend, StepContext
 from sealtrace.errors import InputError
 from sealtrace.ops.registry import as_outputs, unquieted
-from sealtrace.parity.metrics import (
-    BYTES_CHECK,
-    Tolerance,
-    ToleranceTable,
-    ValueDiff,
-    compare_values,
-    identical_diff,
-)
+from sealtrace.parity.metrics import BYTES_CHECK, ValueDiff, compare_values, identical_diff
+from sealtrace.parity.tolerance import Tolerance, ToleranceTable
 from sealtrace.plan import ModelSource, Plan, build_plan
 from sealtrace.plan.feeds import check_feeds
 from sealtrace.plan.model import Step

@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from sealtrace.parity.metrics import Tolerance, within
+from sealtrace.parity.tolerance import Tolerance, within
 
 MAX_RANK = 5
 # Checked first: the flips exporters and runtimes actually make.

@@ -3,90 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from sealtrace.errors import InputError
-from sealtrace.limits import read_regular_file
-
-_MAX_TOLERANCE_FILE = 16 << 20  # a table of names and numbers; more is not a tolerance file
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Allowed difference: |a - b| <= atol + rtol * |b| elementwise (numpy.allclose's rule)."""
-
-    atol: float = 1e-4
-    rtol: float = 1e-3
-
-    def to_json(self) -> dict[str, float]:
-        return {"atol": self.atol, "rtol": self.rtol}
-
-
-@dataclass(frozen=True)
-class ToleranceTable:
-    """A default tolerance with overrides per op type and per value name (value beats op)."""
-
-    default: Tolerance = field(default_factory=Tolerance)
-    ops: dict[str, Tolerance] = field(default_factory=dict)
-    values: dict[str, Tolerance] = field(default_factory=dict)
-
-    def for_value(self, op_type: str, name: str) -> Tolerance:
-        return self.values.get(name) or self.ops.get(op_type) or self.default
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "default": self.default.to_json(),
-            "ops": {k: v.to_json() for k, v in sorted(self.ops.items())},
-            "values": {k: v.to_json() for k, v in sorted(self.values.items())},
-        }
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> ToleranceTable:
-        """Read a .toml or .json file: ``[default]`` atol/rtol, ``[ops.Conv]``, ``[values."name"]``."""
-        file = Path(path)
-        # A regular file of a sane size only: /dev/zero or a FIFO would be a read without end.
-        raw = read_regular_file(file, "tolerance file", max_bytes=_MAX_TOLERANCE_FILE)
-        kind = "JSON" if file.suffix == ".json" else "TOML"
-        try:
-            text = raw.decode("utf-8")
-            data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
-        except (ValueError, tomllib.TOMLDecodeError) as exc:
-            raise InputError(f"{file}: not valid {kind} ({' '.join(str(exc).split())[:160]})") from None
-        except RecursionError:
-            raise InputError(f"{file}: not valid {kind} (nested too deeply)") from None
-        if not isinstance(data, dict):
-            raise InputError(f"{file}: a tolerance file is a table of sections (default, ops, values)")
-        unknown = set(data) - {"default", "ops", "values"}
-        if unknown:
-            raise InputError(f"{file}: unknown section(s) {', '.join(sorted(unknown))}")
-        for section in ("ops", "values"):
-            if not isinstance(data.get(section, {}), dict):
-                raise InputError(f"{file}: [{section}] must be a table of names")
-
-        def tol(entry: Any, where: str) -> Tolerance:
-            if not isinstance(entry, dict) or set(entry) - {"atol", "rtol"}:
-                raise InputError(f"{file}: {where} must have only 'atol' and 'rtol'")
-            try:
-                values = {k: float(v) for k, v in entry.items()}
-            except (TypeError, ValueError):
-                raise InputError(f"{file}: {where}: atol and rtol must be numbers") from None
-            if any(v < 0 or math.isnan(v) for v in values.values()):
-                raise InputError(f"{file}: {where}: tolerances must be non-negative")
-            return Tolerance(**values)
-
-        default = tol(data.get("default", {}), "[default]")
-        ops = {k: tol(v, f"[ops.{k}]") for k, v in data.get("ops", {}).items()}
-        values = {k: tol(v, f"[values.{k}]") for k, v in data.get("values", {}).items()}
-        return cls(default, ops, values)
+from sealtrace.parity.layout import find_permutation
+from sealtrace.parity.tolerance import Tolerance
 
 
 @dataclass(frozen=True)
@@ -171,8 +96,6 @@ def compare_values(name: str, a: Any, b: Any, tol: Tolerance, quiet: bool = Fals
     if a.dtype != b.dtype:
         return ValueDiff(name, _dtype_name(a.dtype), a.shape, dtype_mismatch=f"{a.dtype} vs {b.dtype}", exceeds=True)
     if a.shape != b.shape:
-        from sealtrace.parity.layout import find_permutation
-
         layout = find_permutation(a, b, tol)
         return ValueDiff(
             name, _dtype_name(a.dtype), a.shape, shape_mismatch=f"{list(a.shape)} vs {list(b.shape)}", exceeds=True,
@@ -358,8 +281,6 @@ def _finite_figures(
     # A flipped layout scrambles values (cosine far from 1); rounding noise does not. Only the
     # former is worth the permutation search.
     if exceeds and cosine < 0.999:
-        from sealtrace.parity.layout import find_permutation
-
         layout = find_permutation(a, b, tol)
     return _make_diff(name, _dtype_name(a.dtype), a.shape, max_abs, mean_abs, max_rel, max_ulp, min(1.0, cosine),
                       exceeds, layout)
@@ -437,8 +358,6 @@ def _finite_figures_chunked(
     cosine = ab / norm if norm > 0 else (1.0 if max_abs == 0 else 0.0)
     layout = None
     if exceeds and cosine < 0.999:
-        from sealtrace.parity.layout import find_permutation
-
         layout = find_permutation(a, b, tol)
     return _make_diff(name, _dtype_name(a.dtype), a.shape, max_abs, mean_abs, max_rel, max_ulp, min(1.0, cosine),
                       exceeds, layout)
@@ -454,8 +373,6 @@ def _cosine_and_layout(
     # A flipped layout scrambles values (cosine far from 1); rounding noise does not. Only the
     # former is worth the permutation search.
     if exceeds and cosine < 0.999:
-        from sealtrace.parity.layout import find_permutation
-
         layout = find_permutation(a, b, tol)
     return min(1.0, cosine), layout
 
@@ -593,8 +510,3 @@ def _compare_maps(name: str, a: Any, b: Any, tol: Tolerance) -> ValueDiff:
             values_a, values_b = narrow_a, narrow_b
     diff = compare_values(name, values_a, values_b, tol)
     return dataclasses.replace(diff, dtype="map", shape=(len(keys),))
-
-
-def within(a: np.ndarray, b: np.ndarray, tol: Tolerance) -> bool:
-    """True when a and b have one shape and agree within ``tol`` (NaNs equal)."""
-    return a.shape == b.shape and bool(np.allclose(a, b, atol=tol.atol, rtol=tol.rtol, equal_nan=True))

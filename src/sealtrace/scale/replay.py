@@ -40,7 +40,7 @@ from sealtrace.digest import canonical_json
 from sealtrace.errors import InputError, SealtraceError
 from sealtrace.ledger import Ledger, Trail
 from sealtrace.ledger.verdicts import failed_record, judge, replay_record, reproduces
-from sealtrace.parity.metrics import Tolerance
+from sealtrace.parity.tolerance import Tolerance
 from sealtrace.scale.cluster import Executor, worker_name
 from sealtrace.scale.errors import JobError, JobInterrupted
 from sealtrace.scale.ordered import Appended, Outcome, append_in_order

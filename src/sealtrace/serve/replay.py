@@ -35,7 +35,7 @@ from sealtrace.errors import SealtraceError
 from sealtrace.ledger import Ledger
 from sealtrace.ledger.values import Trail
 from sealtrace.ledger.verdicts import failed_record, judge, replay_record, reproduces
-from sealtrace.parity.metrics import Tolerance
+from sealtrace.parity.tolerance import Tolerance
 
 log = logging.getLogger("sealtrace.serve")
 

@@ -27,7 +27,7 @@ from sealtrace.backends import Backend
 from sealtrace.errors import InputError
 from sealtrace.ledger import Ledger, LedgerEntry, Receipt, record_run
 from sealtrace.ledger.records import AUDIT_MODES
-from sealtrace.parity.metrics import Tolerance
+from sealtrace.parity.tolerance import Tolerance
 from sealtrace.serve.models import ServedModel, model_name_of, open_served_model
 from sealtrace.serve.protocol import EncodedResponse, InferenceRequest, encode_response, parse_request
 from sealtrace.serve.replay import ReplayJob, ReplayQueue, ReplayResult, ReplaySpec, served_model_of

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the name every torch reader knows
 
 from sealtrace.ops._windows import Window, resolve_window
-from sealtrace.ops.conv import _transpose_geometry
+from sealtrace.ops.conv_transpose import _transpose_geometry
 from sealtrace.ops.pool import _avg_counts
 from sealtrace.torchops.registry import DirectCall, StepInput, reference_versions, register, specializes
 
