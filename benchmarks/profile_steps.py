@@ -24,7 +24,8 @@ from typing import Any
 
 from sealtrace import Session, zoo
 from sealtrace.audit import audited_run
-from sealtrace.backends.base import Backend, StepEvent
+from sealtrace.backends.base import Backend
+from sealtrace.plan.events import StepEvent
 from sealtrace.plan.model import Plan
 from sealtrace.session import RunOptions
 

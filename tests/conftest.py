@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 import pytest
 
-from sealtrace.backends.base import StepEvent
+from sealtrace.plan.events import StepEvent
 from sealtrace.zoo import MaterialMissingError
 
 

@@ -10,12 +10,13 @@ from typing import Any
 
 from onnx import ModelProto
 
-from sealtrace.backends import Backend, StepObserver, get_backend
+from sealtrace.backends import Backend, get_backend
 from sealtrace.container import IntegrityError, Mismatch, is_container, load_sealed_plan
 from sealtrace.container.signatures import describe_signers, signers
 from sealtrace.errors import InputError
 from sealtrace.plan import ModelSource, Plan, ValueInfo, build_plan
 from sealtrace.plan.builder import load_model_file
+from sealtrace.plan.events import StepObserver
 from sealtrace.plan.feeds import check_feeds
 
 

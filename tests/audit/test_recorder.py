@@ -16,9 +16,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace.audit import AuditLogExistsError, AuditRecorder, audited_run, verify_log
 from sealtrace.audit.records import sample_of, stats_of, value_summary
-from sealtrace.backends.base import Backend, StepEvent
+from sealtrace.backends.base import Backend
 from sealtrace.digest import tensor_digest
 from sealtrace.errors import KernelError
+from sealtrace.plan.events import StepEvent
 from sealtrace.plan.model import Plan
 from sealtrace.session import RunOptions, Session
 from tests.audit.conftest import MLP_INPUT, loop_model

@@ -17,7 +17,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace import build_plan, zoo
-from sealtrace.backends.base import StepObserver
 from sealtrace.backends.reference import ReferenceBackend
 from sealtrace.cli import main
 from sealtrace.errors import InputError
@@ -26,6 +25,7 @@ from sealtrace.parity import Tolerance, ToleranceTable, check_parity, compare_va
 from sealtrace.parity.metrics import ulp_distance
 from sealtrace.parity.report import report_html, report_json, report_markdown
 from sealtrace.plan import Plan
+from sealtrace.plan.events import StepObserver
 from tests.conftest import make_model, require_material
 
 

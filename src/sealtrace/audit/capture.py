@@ -55,10 +55,11 @@ from sealtrace.audit.pipeline import (
     nbytes_of,
 )
 from sealtrace.audit.records import sequence_digest, value_digest
-from sealtrace.backends.base import Backend, StepEvent
+from sealtrace.backends.base import Backend
 from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_dtype, tensor_digest
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.limits import has_control_characters, memory_budget, read_regular_file
+from sealtrace.plan.events import StepEvent
 from sealtrace.plan.model import Plan
 
 CAPTURE_FORMAT = "sealtrace.capture.v1"

@@ -60,8 +60,9 @@ from sealtrace.audit.records import (
     value_identity,
     value_summary,
 )
-from sealtrace.backends.base import Backend, StepEvent
+from sealtrace.backends.base import Backend
 from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_json, hasher
+from sealtrace.plan.events import StepEvent
 from sealtrace.plan.model import Plan, Step
 from sealtrace.signing import load_private_key, sign_digest
 

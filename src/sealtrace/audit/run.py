@@ -15,9 +15,9 @@ from typing import Any
 from sealtrace.audit.capture import CaptureStore
 from sealtrace.audit.recorder import AuditRecorder, SignKey
 from sealtrace.audit.records import DEFAULT_SAMPLE
-from sealtrace.backends import StepObserver
 from sealtrace.digest import SHA256
 from sealtrace.errors import InputError
+from sealtrace.plan.events import StepObserver
 from sealtrace.session import RunOptions, Session
 
 AuditTarget = str | os.PathLike[str] | AuditRecorder

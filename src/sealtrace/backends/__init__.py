@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sealtrace.backends.base import Backend, StepEvent, StepObserver
+from sealtrace.backends.base import Backend
 from sealtrace.errors import BackendError
 
 
@@ -52,7 +52,7 @@ def get_backend(name: str) -> Backend:
     return factory()
 
 
-__all__ = ["BACKENDS", "Backend", "StepEvent", "StepObserver", "get_backend", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "get_backend", "make_backend"]
 
 
 def make_backend(name: str, threads: int | None = None, numerics: str = "portable") -> Backend:

@@ -39,8 +39,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.errors import BackendError
+from sealtrace.plan.events import StepEvent, StepObserver
 from sealtrace.plan.model import Plan
 
 _PROTOBUF_LIMIT = 2_000_000_000

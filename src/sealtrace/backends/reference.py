@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sealtrace import __version__
-from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.backends.threads import blas_threads
 from sealtrace.errors import KernelError, SealtraceError, UnsupportedError
 from sealtrace.ops.numerics import (
@@ -30,13 +29,18 @@ from sealtrace.ops.numerics import (
     is_native,
     numerics_mode,
 )
-from sealtrace.ops.registry import VARIES, KernelFn, as_outputs, specialized, unquieted
+from sealtrace.ops.registry import (
+    NONDETERMINISTIC_OPS,
+    VARIES,
+    KernelFn,
+    StandaloneContext,
+    as_outputs,
+    specialized,
+    unquieted,
+)
+from sealtrace.plan.events import StepEvent, StepObserver
 from sealtrace.plan.model import Plan, Step
 
-# Operators whose output is not a function of their inputs alone: never folded.
-NONDETERMINISTIC_OPS = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
-)
 # A folded output lives as long as the backend does. A step is folded only when the memory it
 # allocates is at most FOLD_GROWTH times what it reads (int8 -> float32 is 4x) plus a small
 # allowance, so a tiny shape fed to ConstantOfShape or Expand never pins a huge tensor.
@@ -410,7 +414,7 @@ class StepContext:
         self._calls[name] = call + 1
         path = (*self._path, self._step.name, name, str(call))
         programs = self._programs
-        if programs is None:  # a kernel called outside a run (torch bridge, parity re-runs)
+        if programs is None:  # inside a Plan run without a ProgramCache (standalone_context)
             outer = {c: self._env[c] for c in plan.captures}
             outer.update(zip(plan.input_names, feeds, strict=False))
             return execute(plan, outer, self._observers, path)
@@ -448,6 +452,16 @@ def execute(
     with np.errstate(all="ignore"):
         _run_program(program, env, path, observers, programs)
     return [env[name] for name in plan.output_names]
+
+
+def standalone_context(step: Step, path: tuple[str, ...] = ()) -> StandaloneContext:
+    """The KernelContext of ``step`` called outside a run (sealtrace.ops.registry.call_step): its
+    subgraphs run here, unobserved."""
+    return StandaloneContext(step, path, _execute_unobserved)
+
+
+def _execute_unobserved(plan: Plan, feeds: Mapping[str, Any], path: tuple[str, ...]) -> list[Any]:
+    return execute(plan, feeds, (), path)
 
 
 def _run_program(

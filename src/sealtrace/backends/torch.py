@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from sealtrace.backends.base import StepEvent, StepObserver
 from sealtrace.errors import BackendError, KernelError, SealtraceError
+from sealtrace.plan.events import StepEvent, StepObserver
 from sealtrace.plan.model import Plan, Step
 from sealtrace.torchops.control import empty_scan_output, run_scan, run_scan_8
 from sealtrace.torchops.dtypes import from_numpy, to_numpy

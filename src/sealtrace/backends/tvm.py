@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from sealtrace.backends.base import StepObserver
 from sealtrace.engines.tvm import TvmEngine, compile_in_memory, load_tvm_library, tvm_version
+from sealtrace.plan.events import StepObserver
 from sealtrace.plan.model import Plan
 
 GRAPH_OUTPUTS_ONLY = "graph outputs only: TVM fuses operators, so there are no per-step values"

@@ -10,13 +10,14 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from sealtrace.backends import Backend, StepEvent
+from sealtrace.backends import Backend
 from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity
 from sealtrace.parity.report import check_report_paths, format_number, graph_outputs_only, write_reports
 from sealtrace.plan import Plan
+from sealtrace.plan.events import StepEvent
 from sealtrace.session import open_model
 
 

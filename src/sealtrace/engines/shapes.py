@@ -27,15 +27,12 @@ import onnx
 from onnx import numpy_helper
 
 from sealtrace.errors import SealtraceError
-from sealtrace.ops.registry import as_outputs
+from sealtrace.ops.registry import NONDETERMINISTIC_OPS, as_outputs, call_step
 from sealtrace.plan import build_plan
 from sealtrace.plan.model import Plan, Step
 
 FOLD_MAX_BYTES = 1 << 16
 MAX_PASSES = 64
-# Steps whose outputs differ from run to run (the reference backend never folds them either).
-_RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
-                     "Dropout"})  # fmt: skip
 
 
 def _static(info: Any) -> tuple[int, ...] | None:
@@ -50,7 +47,7 @@ def _fold(step: Step, constants: dict[str, Any], static: dict[str, tuple[tuple[i
     """Evaluate ``step`` into ``constants`` if it can be (see the module docstring); whether it was."""
     if step.domain not in ("", "ai.onnx") or step.subgraphs or step.implicit_inputs or step.kernel is None:
         return False
-    if step.kernel.context or step.op_type in _RANDOM or not all(step.outputs):
+    if step.kernel.context or step.op_type in NONDETERMINISTIC_OPS or not all(step.outputs):
         return False
     args: list[Any] = []
     for name in step.inputs:
@@ -65,7 +62,7 @@ def _fold(step: Step, constants: dict[str, Any], static: dict[str, tuple[tuple[i
         else:
             return False
     try:
-        outputs = as_outputs(step.kernel.fn(*args, **step.attributes))
+        outputs = as_outputs(call_step(step, args))
     except Exception:  # it fails again at run time, where the error names its step
         return False
     if len(outputs) < len(step.outputs) or not all(type(o) is np.ndarray and o.nbytes <= FOLD_MAX_BYTES

@@ -20,6 +20,8 @@ from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
+from sealtrace.errors import UnsupportedError
+
 KernelFn = Callable[..., Any]
 
 
@@ -172,6 +174,95 @@ def specialized(kernel: Kernel, inputs: tuple[Any, ...], attributes: Mapping[str
         return specializer(inputs, attributes)
     except Exception:  # malformed constants: the kernel runs, and its error names the step
         return None
+
+
+# Operators whose outputs are not a function of their inputs alone: every constant folder (the
+# reference backend's, the engines' shape pass, the torch bridge's) leaves them to run each time.
+NONDETERMINISTIC_OPS = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
+)
+
+SubgraphRunner = Callable[[Any, Mapping[str, Any], tuple[str, ...]], list[Any]]
+
+
+class CalledStep(Protocol):
+    """What calling a step's kernel reads of a Plan step (sealtrace.plan.Step)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def op_type(self) -> str: ...
+
+    @property
+    def kernel(self) -> Kernel | None: ...
+
+    @property
+    def attributes(self) -> Mapping[str, Any]: ...
+
+    @property
+    def outputs(self) -> tuple[str, ...]: ...
+
+    @property
+    def since_version(self) -> int: ...
+
+    @property
+    def output_info(self) -> tuple[Any, ...]: ...
+
+
+class StandaloneContext:
+    """The KernelContext of a step called outside a run (a constant folded, a reference kernel
+    inside a torch module, parity's re-run of one step): the step's own facts, and its subgraphs
+    run by ``run_plan(plan, feeds, path)`` (an executor's, unobserved); without one a subgraph
+    is refused."""
+
+    __slots__ = ("_calls", "_path", "_run_plan", "_step")
+
+    def __init__(self, step: CalledStep, path: tuple[str, ...] = (), run_plan: SubgraphRunner | None = None) -> None:
+        self._step = step
+        self._path = path
+        self._run_plan = run_plan
+        self._calls: dict[str, int] = {}
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self._step.outputs)
+
+    @property
+    def since_version(self) -> int:
+        return self._step.since_version
+
+    @property
+    def output_info(self) -> tuple[Any, ...]:
+        return self._step.output_info
+
+    @property
+    def requested_outputs(self) -> tuple[bool, ...]:
+        return tuple(bool(o) for o in self._step.outputs)
+
+    def run_subgraph(self, name: str, plan: Any, feeds: Sequence[Any]) -> list[Any]:
+        if self._run_plan is None:
+            raise UnsupportedError([f"{self._step.op_type} step {self._step.name!r}: its subgraph {name!r} runs only in a run"])
+        call = self._calls.get(name, 0)
+        self._calls[name] = call + 1
+        path = (*self._path, self._step.name, name, str(call))
+        return self._run_plan(plan, dict(zip(plan.input_names, feeds, strict=False)), path)
+
+
+def call_step(
+    step: CalledStep, inputs: Sequence[Any], context: KernelContext | None = None, *, fn: KernelFn | None = None
+) -> Any:
+    """``step``'s kernel on ``inputs`` with the step's attributes, as an executor calls it: a kernel
+    that takes a context gets ``context`` first (a :class:`StandaloneContext` of the step when None).
+    ``fn`` is the kernel's function in another form (:func:`unquieted`, inside a run whose warnings
+    are off already)."""
+    kernel = step.kernel
+    if kernel is None:
+        raise UnsupportedError([f"{step.op_type} step {step.name!r} has no kernel"])
+    call = kernel.fn if fn is None else fn
+    if kernel.context:
+        return call(context if context is not None else StandaloneContext(step), *inputs, **step.attributes)
+    return call(*inputs, **step.attributes)
 
 
 def as_outputs(result: Any) -> list[Any]:

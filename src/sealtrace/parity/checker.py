@@ -22,13 +22,14 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from sealtrace.backends import Backend, StepEvent, StepObserver, get_backend
-from sealtrace.backends.reference import ReferenceBackend, StepContext
+from sealtrace.backends import Backend, get_backend
+from sealtrace.backends.reference import ReferenceBackend, standalone_context
 from sealtrace.errors import InputError
-from sealtrace.ops.registry import as_outputs, unquieted
+from sealtrace.ops.registry import as_outputs, call_step, unquieted
 from sealtrace.parity.metrics import BYTES_CHECK, ValueDiff, compare_values, identical_diff
 from sealtrace.parity.tolerance import Tolerance, ToleranceTable
 from sealtrace.plan import ModelSource, Plan, build_plan
+from sealtrace.plan.events import StepEvent, StepObserver
 from sealtrace.plan.feeds import check_feeds
 from sealtrace.plan.model import Step
 
@@ -355,13 +356,9 @@ class _Comparer:
                 return True
         step = event.step
         # Inside A's run, warnings are off already: the kernel as the reference run calls it.
-        fn = info.kernel if self.quiet else step.kernel.fn
+        fn = info.kernel if self.quiet else None
         try:
-            if step.kernel.context:
-                context = StepContext({}, (), event.path, step)
-                outputs = as_outputs(fn(context, *their_inputs, **step.attributes))
-            else:
-                outputs = as_outputs(fn(*their_inputs, **step.attributes))
+            outputs = as_outputs(call_step(step, their_inputs, standalone_context(step, event.path), fn=fn))
         except Exception:  # a kernel that rejects the other side's inputs gives no local figure
             return None
         return [outputs[i] for i, name in enumerate(step.outputs) if name and i < len(outputs)]

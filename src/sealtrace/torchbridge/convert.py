@@ -29,9 +29,9 @@ import onnx
 import torch
 from torch import fx
 
-from sealtrace.backends.reference import StepContext
+from sealtrace.backends.reference import standalone_context
 from sealtrace.errors import InputError, UnsupportedError
-from sealtrace.ops.registry import as_outputs
+from sealtrace.ops.registry import NONDETERMINISTIC_OPS, as_outputs, call_step
 from sealtrace.plan import ModelSource, Plan, Step, build_plan
 from sealtrace.torchops.control import empty_scan_output, run_scan, run_scan_8
 from sealtrace.torchops.dtypes import from_numpy
@@ -380,7 +380,7 @@ class _Converter:
     def _fold(self, step: Step) -> bool:
         """Evaluate a step once with the reference kernel when its inputs are all known; a step
         computed from shapes alone runs on the reference kernel at run time instead (host step)."""
-        if step.subgraphs:
+        if step.subgraphs or step.op_type in NONDETERMINISTIC_OPS:
             return False
         if step.op_type in ("Shape", "Size") and step.inputs[0] not in self.known and step.inputs[0] not in self.host:
             if self._fold_shape(step):
@@ -394,10 +394,7 @@ class _Converter:
             return False
         args = [self.known[n] if n else None for n in step.inputs]
         try:
-            if step.kernel.context:
-                result = step.kernel.fn(StepContext({}, (), (), step), *args, **step.attributes)
-            else:
-                result = step.kernel.fn(*args, **step.attributes)
+            result = call_step(step, args, standalone_context(step))
         except Exception:
             return False  # let the translation report it at run time, where the user sees the inputs
         for name, value in zip(step.outputs, as_outputs(result), strict=False):
@@ -665,11 +662,7 @@ class HostStep:
             for a, d in zip(args, self.dtypes, strict=True)
         ]
         step = self.step
-        if step.kernel.context:
-            result = step.kernel.fn(StepContext({}, (), (), step), *arrays, **step.attributes)
-        else:
-            result = step.kernel.fn(*arrays, **step.attributes)
-        outputs = as_outputs(result)
+        outputs = as_outputs(call_step(step, arrays, standalone_context(step)))
         return outputs[0] if len(step.outputs) == 1 else tuple(outputs)
 
     def __repr__(self) -> str:

@@ -28,10 +28,11 @@ import onnx
 import torch
 from torch.utils import _pytree as pytree
 
-from sealtrace.backends import Backend, StepEvent, get_backend
+from sealtrace.backends import Backend, get_backend
 from sealtrace.errors import BackendError, SealtraceError
 from sealtrace.parity import DriftReport, StepComparison, ToleranceTable, compare_values
 from sealtrace.plan import Plan, build_plan
+from sealtrace.plan.events import StepEvent
 from sealtrace.torchops.dtypes import to_numpy
 
 _SCOPES = "pkg.torch.onnx.name_scopes"

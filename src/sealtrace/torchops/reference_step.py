@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sealtrace.ops.registry import as_outputs
+from sealtrace.ops.registry import as_outputs, call_step
 from sealtrace.plan.model import Step
 from sealtrace.torchops.dtypes import from_numpy, to_numpy
 
@@ -77,12 +77,7 @@ class ReferenceKernelStep:
         inputs = [self.constants[i] if i in self.constants else to_numpy(next(supplied))
                   for i in range(len(step.inputs))]
         with np.errstate(all="ignore"):
-            if step.kernel.context:
-                from sealtrace.backends.reference import StepContext
-
-                result = step.kernel.fn(StepContext({}, (), (), step), *inputs, **step.attributes)
-            else:
-                result = step.kernel.fn(*inputs, **step.attributes)
+            result = call_step(step, inputs)
         device = _device_of(args)
         outputs = [as_torch_value(v, device) for v in as_outputs(result)]
         return outputs[0] if len(step.outputs) == 1 else tuple(outputs)
