@@ -369,10 +369,11 @@ def _owned(value: Any, constant_ids: frozenset[int], feed_ids: set[int]) -> Any:
     return value
 
 
-class StepContext:
-    """The KernelContext handed to control-flow kernels."""
+class StepContext(StandaloneContext):
+    """The KernelContext handed to control-flow kernels inside a run: subgraphs run in the run's
+    environment (captured outer values), with its observers and its Programs."""
 
-    __slots__ = ("_calls", "_constants", "_env", "_observers", "_path", "_programs", "_step")
+    __slots__ = ("_constants", "_env", "_observers", "_programs")
 
     def __init__(
         self,
@@ -383,31 +384,11 @@ class StepContext:
         programs: ProgramCache | None = None,
         constants: Mapping[str, Any] | None = None,
     ) -> None:
+        super().__init__(step, path)
         self._env = env
         self._observers = observers
-        self._path = path
-        self._step = step
         self._programs = programs
         self._constants = constants  # the running Program's: what its subgraphs may fold
-        self._calls: dict[str, int] = {}
-
-    @property
-    def n_outputs(self) -> int:
-        return len(self._step.outputs)
-
-    @property
-    def since_version(self) -> int:
-        return self._step.since_version
-
-    @property
-    def output_info(self) -> tuple[Any, ...]:
-        """Static info (ValueInfo or None) of each declared output, from shape inference."""
-        return self._step.output_info
-
-    @property
-    def requested_outputs(self) -> tuple[bool, ...]:
-        """Which declared outputs the graph actually names (optional ones may be empty)."""
-        return tuple(bool(o) for o in self._step.outputs)
 
     def run_subgraph(self, name: str, plan: Plan, feeds: Sequence[Any]) -> list[Any]:
         call = self._calls.get(name, 0)

@@ -234,10 +234,12 @@ class StandaloneContext:
 
     @property
     def output_info(self) -> tuple[Any, ...]:
+        """Static info (ValueInfo or None) of each declared output, from shape inference."""
         return self._step.output_info
 
     @property
     def requested_outputs(self) -> tuple[bool, ...]:
+        """Which declared outputs the graph actually names (optional ones may be empty)."""
         return tuple(bool(o) for o in self._step.outputs)
 
     def run_subgraph(self, name: str, plan: Any, feeds: Sequence[Any]) -> list[Any]:
