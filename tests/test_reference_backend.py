@@ -1,5 +1,5 @@
-"""The reference backend: folding of weight-only steps (same values, same reports, bounded memory) and the
-generated functions a run without observers executes."""
+"""The reference backend: folding of weight-only steps (same values, same reports, bounded memory), the
+generated functions a run without observers executes, and the one error contract of both executors."""
 
 from __future__ import annotations
 
@@ -109,7 +109,16 @@ def test_random_and_growing_steps_are_not_folded() -> None:
     assert [live.step.name for live in program.live] == ["noise", "fill", "sum", "add"]
 
 
-def test_a_failing_weight_only_step_fails_at_run_time_naming_its_step() -> None:
+@pytest.fixture(params=["generated", "loop"])
+def executor(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each of the reference's two ways to execute a run without observers: its generated
+    functions, and the loop a run with observers executes. Both keep one error contract."""
+    if request.param == "loop":
+        monkeypatch.setattr(reference, "_run_program", reference._run_observed)
+    return str(request.param)
+
+
+def test_a_failing_weight_only_step_fails_at_run_time_naming_its_step(executor: str) -> None:
     nodes = [
         helper.make_node("Reshape", ["w", "bad_shape"], ["w2"], name="bad_reshape"),
         helper.make_node("Add", ["x", "w2"], ["y"], name="add"),
@@ -169,7 +178,7 @@ def test_subgraph_steps_on_captured_weights_fold() -> None:
 
 @pytest.mark.parametrize("segment_steps", [16, 2, 1])
 def test_generated_run_handles_any_value_name_and_names_the_failing_step(
-    monkeypatch: pytest.MonkeyPatch, segment_steps: int
+    monkeypatch: pytest.MonkeyPatch, segment_steps: int, executor: str
 ) -> None:
     # The run without observers is generated functions (segment_steps steps each): value names
     # only ever appear in them as string literals, and an error is traced back to its step by line.
@@ -194,6 +203,45 @@ def test_generated_run_handles_any_value_name_and_names_the_failing_step(
     np.testing.assert_array_equal(y, np.abs(-np.maximum(x, 0)).reshape(2, 3))
     with pytest.raises(KernelError, match=r"step 2 'reshape' \(Reshape\)"):
         session.run(None, {"x": np.arange(5, dtype=np.float32)})
+
+
+def test_a_kernel_failure_names_its_step_and_keeps_its_cause(executor: str) -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "shape"], ["y"], name="reshape"),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    session = Session(model, backend=ReferenceBackend())
+    with pytest.raises(KernelError, match=r"^step 1 'reshape' \(Reshape\) failed: ") as failure:
+        session.run(None, {"x": np.ones(6, np.float32), "shape": np.array([4], np.int64)})
+    assert failure.value.__cause__ is not None
+
+
+def test_a_failing_step_inside_a_subgraph_is_named_with_its_path(executor: str) -> None:
+    def branch(flag: bool) -> onnx.GraphProto:
+        name = "then" if flag else "else"
+        node = helper.make_node("Reshape", ["x", "shape"], [f"{name}_y"], name=f"{name}_reshape")
+        outputs = [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)]
+        return helper.make_graph([node], name, [], outputs)
+
+    nodes = [helper.make_node("If", ["c"], ["y"], name="choose", then_branch=branch(True), else_branch=branch(False))]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    session = Session(model, backend=ReferenceBackend())
+    feeds = {"c": np.array(True), "x": np.ones(6, np.float32), "shape": np.array([2, 3], np.int64)}
+    assert session.run(None, feeds)[0].shape == (2, 3)
+    with pytest.raises(KernelError, match=r"^step 0 'choose/then_branch/0/then_reshape' \(Reshape\) failed: "):
+        session.run(None, {**feeds, "shape": np.array([4], np.int64)})
 
 
 def test_threads_sharing_a_session_get_the_same_bits() -> None:
