@@ -178,8 +178,8 @@ class BoundedPipe:
 
 
 class _Parked:
-    """A worker thread kept between runs: starting a thread costs 50-200 us, which is more than
-    a whole run of a small model; waking a parked one costs a few."""
+    """A worker thread kept between runs: starting a thread costs more than a whole run of a
+    small model; waking a parked one costs far less."""
 
     def __init__(self, name: str) -> None:
         self._wake = threading.Condition(threading.Lock())

@@ -154,17 +154,14 @@ def _live_step(step: Step, release: tuple[str, ...], constants: Mapping[str, Any
 #     del v3                                    # released after its last reader
 #     env.pop('x', None)
 #
-# On models whose steps take microseconds, a loop's unpacking and branching per step was a fifth
-# of the run (ACAS Xu: 33 -> 27 us; Silero VAD's branch-free variant 180 -> 160 us), and the
-# environment's stores, lookups and pops for values made and freed within one function a tenth of
-# what was left. A value stays in the environment when it is a graph output, is read after its
+# On models whose steps take microseconds, a loop's unpacking and branching per step, and the
+# environment's stores, lookups and pops for values made and freed within one function, are a
+# large share of the run (bench_executors.py measures the two executors). A value stays in the environment when it is a graph output, is read after its
 # function, is read by a control-flow step through its context (implicit inputs), or comes from a
 # step with several outputs. Values keep their names only as string literals (repr), so any name
 # is safe; kernels, steps and attributes are the functions' globals. One function per
 # SEGMENT_STEPS steps: the compiler's working memory grows with the source it compiles at once,
-# and the process keeps it (PP-OCR cls, 566 steps: 6 MB in one function, 1.8 MB in functions of
-# 64 steps, 0.66 MB of 16; its whole run's peak is 15 MB), while the generated code itself is
-# about 220 kB. Line numbers map back to steps for errors.
+# and the process keeps it (BENCHMARKS.md, "Measurements behind the code"). Line numbers map back to steps for errors.
 SEGMENT_STEPS = 16
 LiveRun = Callable[[dict[str, Any], tuple[str, ...], "ProgramCache | None"], None]
 
@@ -400,7 +397,7 @@ class StepContext(StandaloneContext):
             outer.update(zip(plan.input_names, feeds, strict=False))
             return execute(plan, outer, self._observers, path)
         # Inside a run: the body runs in the enclosing run's np.errstate, its environment made
-        # straight from the Program's constants (Silero VAD runs seven If steps per call).
+        # straight from the Program's constants (a model may run several If steps per call).
         program = programs.get(plan, self._constants)
         env = program.run_constants.copy()
         if plan.captures:

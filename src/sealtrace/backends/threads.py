@@ -4,8 +4,8 @@ With portable numerics (the default, docs/numerics.md) the thread count does not
 bit, and the backend leaves the BLAS as the environment set it (all cores unless
 OPENBLAS_NUM_THREADS says otherwise). With native numerics it does (the order of partial sums), so
 a replay of a native log pins one thread, as the reference did before portable numerics. On shared
-cores OpenBLAS's spinning worker threads can collapse (measured on this project's 2-core machines
-under load: YOLOv8n 60 ms with one thread, 220 ms with two): ``--threads 1`` is the remedy there.
+cores OpenBLAS's spinning worker threads can collapse (BENCHMARKS.md, "Measurements behind the code"): ``--threads 1`` is the
+remedy there.
 The count is set for the duration of a run and restored afterwards, so the caller's own NumPy work
 is unaffected.
 """
@@ -27,8 +27,8 @@ def _blas_libraries() -> tuple[Any, ...]:
 class blas_threads:  # noqa: N801 - used like the function it replaced: `with blas_threads(1):`
     """Limit NumPy's BLAS to ``count`` threads inside the block (None: leave it as it is).
 
-    A class rather than a generator-based context manager: it is entered on every run, and on a
-    model that runs in 80 us the generator's bookkeeping alone was a few percent.
+    A class rather than a generator-based context manager: it is entered on every run, and on
+    models that run in microseconds a generator's bookkeeping shows.
     """
 
     __slots__ = ("_changed", "_count")

@@ -190,7 +190,7 @@ _ONE_BLOCK_BYTES = 128 << 10
 class Geometry:
     """A Window resolved for one input shape and dtype: how the input is padded and the layout of
     the zero-copy view of all its windows. Resolving this per call cost more than the arithmetic
-    of Silero VAD's convolutions (a few microseconds each), so it is cached (see conv_geometry)."""
+    of small convolutions (a few microseconds each), so it is cached (see conv_geometry)."""
 
     window: Window
     # Whether one_block_conv takes it: an im2col matrix of at most _ONE_BLOCK_BYTES (of one image,
@@ -262,7 +262,7 @@ def one_block_conv(
     length = prod(out)
     if n > 1:
         # A batch (one group): the images side by side in the GEMM's columns, [M, C*K] x [C*K, N*L],
-        # instead of N thin products that each read the whole weight (Silero's 8-chunk convolutions).
+        # instead of N thin products that each read the whole weight (batched audio chunks).
         batch = np.moveaxis(windows, 0, 1 + len(out)).reshape(-1, n * length)  # [C, *kernel, N, *out]
         y = products(
             w.reshape(1, m, -1),
@@ -369,8 +369,7 @@ def _direct_conv(
         block = windows[(slice(None),) * (2 + len(out)) + (slice(r0, r1),)]  # rows r0:r1 of the output
         if n > 1 and group == 1:
             # A batch: the images side by side in the GEMM's columns, one [M, C*K] x [C*K, N*L]
-            # product instead of N thin ones that each read the whole weight (Silero's 8-chunk
-            # convolutions: 4x faster).
+            # product instead of N thin ones that each read the whole weight.
             block = np.moveaxis(block, 0, 1 + len(out))  # [C, *kernel, N, rows, ...]
             cols = scratch("im2col", block.shape, products.cols_dtype)
             np.copyto(cols, block)
@@ -448,7 +447,7 @@ def _grid_output(taps: FlatTaps, shape: tuple[int, ...], dtype: np.dtype[Any]) -
 
 def _channel_blocks(channels: int, bytes_per_channel: int) -> list[tuple[int, int]]:
     """Channel ranges whose im2col blocks hold about ``IM2COL_BYTES``: a block is copied and then
-    read back by the gemv while still in cache (twice as fast as a 16 MB block on PP-OCR's convs)."""
+    read back by the gemv while still in cache (BENCHMARKS.md, "Measurements behind the code")."""
     step = max(1, IM2COL_BYTES // max(bytes_per_channel, 1))
     return [(start, min(channels, start + step)) for start in range(0, channels, step)]
 

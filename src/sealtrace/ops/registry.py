@@ -111,8 +111,8 @@ def quiet(fn: F) -> F:
     """Run ``fn`` with NumPy's floating-point warnings off: IEEE results (inf, NaN) are the spec.
 
     The wrapper keeps the plain function as ``__quiet_inner__``: an executor that turns the
-    warnings off once for a whole run calls that instead, saving a switch per step (about 1 us,
-    more than a small Add itself costs).
+    warnings off once for a whole run calls that instead, saving a switch per step (which costs
+    more than a small Add itself).
     """
 
     @functools.wraps(fn)

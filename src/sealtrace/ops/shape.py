@@ -295,8 +295,8 @@ Index = tuple[slice, ...]
 
 class _PadRecipe(NamedTuple):
     """How Pad fills its output for one input shape: a few slice copies, worked out from the
-    shapes alone (a specialized Pad step keeps it per input shape; np.pad spends ~15 us in Python
-    on every call, more than the copying itself on the small tensors models pad)."""
+    shapes alone (a specialized Pad step keeps it per input shape; np.pad's Python work on every
+    call costs more than the copying itself on the small tensors models pad)."""
 
     crop: Index | None  # negative pads remove elements: what of the input is kept
     width: tuple[tuple[int, int], ...]  # the (non-negative) pads per axis, after cropping
