@@ -23,6 +23,7 @@ from sealtrace.ledger.errors import (
     LedgerError,
     LedgerUnavailableError,
     NotCoveredError,
+    NotInLedgerError,
     ProofFormatError,
     RecordError,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "LedgerError",
     "LedgerUnavailableError",
     "NotCoveredError",
+    "NotInLedgerError",
     "ProofFormatError",
     "Receipt",
     "RecordError",
