@@ -22,6 +22,7 @@ from sealtrace.ledger.errors import (
     LedgerError,
     LedgerUnavailableError,
     NotCoveredError,
+    NotInLedgerError,
     ProofFormatError,
     RecordError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "LedgerError",
     "LedgerUnavailableError",
     "NotCoveredError",
+    "NotInLedgerError",
     "ProofFormatError",
     "Receipt",
     "RecordError",

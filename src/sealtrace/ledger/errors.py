@@ -19,6 +19,10 @@ class ProofFormatError(LedgerError):
     """A proof or tree-head document is not one this reader knows or is malformed (exit 2)."""
 
 
+class NotInLedgerError(LedgerError):
+    """The ledger holds no record with the id asked for, or no tree head of the size asked for."""
+
+
 class NotCoveredError(LedgerError):
     """No signed tree head covers the record yet (it was appended after the latest one)."""
 

@@ -28,7 +28,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from sealtrace.digest import tensor_digest
 from sealtrace.ledger import merkle
-from sealtrace.ledger.errors import LedgerError, LedgerUnavailableError, NotCoveredError, RecordError
+from sealtrace.ledger.errors import (
+    LedgerError,
+    LedgerUnavailableError,
+    NotCoveredError,
+    NotInLedgerError,
+    RecordError,
+)
 from sealtrace.ledger.proofs import consistency_document, inclusion_document
 from sealtrace.ledger.records import parse_record, record_leaf
 from sealtrace.ledger.store import SqlStore, Transaction, open_store, row_bytes
@@ -415,7 +421,7 @@ class Ledger:
     def _find(self, record_id: str) -> tuple[int, bytes]:
         found = self.store.record_by_id(record_id) if isinstance(record_id, str) else None
         if found is None:
-            raise LedgerError(f"{self.store.location}: no record with id {str(record_id)[:64]!r}")
+            raise NotInLedgerError(f"{self.store.location}: no record with id {str(record_id)[:64]!r}")
         return found
 
     def latest_tree_head(self) -> TreeHead | None:
@@ -432,7 +438,7 @@ class Ledger:
             return head
         body = self.store.tree_head(tree_size)
         if body is None:
-            raise LedgerError(f"{self.store.location}: no tree head of size {tree_size}")
+            raise NotInLedgerError(f"{self.store.location}: no tree head of size {tree_size}")
         head = TreeHead.from_bytes(body, f"{self.store.location}: tree head {tree_size}")
         if head.tree_size != tree_size:
             raise LedgerError(f"{self.store.location}: the row of tree head {tree_size} holds the head of "

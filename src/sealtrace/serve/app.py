@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sealtrace import __version__
 from sealtrace.errors import SealtraceError
-from sealtrace.ledger import LedgerError, LedgerUnavailableError, NotCoveredError
+from sealtrace.ledger import LedgerError, LedgerUnavailableError, NotCoveredError, NotInLedgerError
 from sealtrace.serve.metrics import ServeMetrics
 from sealtrace.serve.page import ledger_page
 from sealtrace.serve.protocol import (
@@ -145,6 +145,205 @@ _INFER_OPENAPI = {
 }
 
 
+_LEDGER_STATUS: tuple[tuple[type[LedgerError], int], ...] = (
+    (LedgerUnavailableError, 503),  # the server's failure: the record could not be made durable
+    (NotCoveredError, 409),
+    (NotInLedgerError, 404),
+)
+
+
+def error_status(exc: SealtraceError) -> int:
+    """The HTTP status of an error a request met (docs/serving.md): the protocol's own, the ledger's
+    (``_LEDGER_STATUS``), else 400 for bad input (exit code 2) and 422 for a check that failed (exit 1).
+    The error responses and the ``sealtrace_requests_total`` metric both take it from here."""
+    if isinstance(exc, ProtocolError):
+        return exc.status
+    for kind, status in _LEDGER_STATUS:
+        if isinstance(exc, kind):
+            return status
+    # Feeds the model refuses (InputError), a kernel that fails on these values: the request's fault.
+    return 400 if exc.exit_code == 2 else 422
+
+
+# -- the error mapping: every error is {"error": "..."} with error_status's status -----------------------
+async def _protocol_error(_: Request, exc: ProtocolError) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, AuthError) else None
+    return _error(str(exc), error_status(exc), headers)
+
+
+async def _ledger_error(_: Request, exc: LedgerError) -> Response:
+    if isinstance(exc, LedgerUnavailableError):
+        log.error("ledger unavailable: %s", exc)
+        return _error(f"ledger unavailable: {exc}", error_status(exc))
+    return _error(str(exc), error_status(exc))
+
+
+async def _sealtrace_error(_: Request, exc: SealtraceError) -> Response:
+    return _error(" ".join(str(exc).split()), error_status(exc))
+
+
+async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+    return _error(str(exc.detail), exc.status_code)
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return _error(f"{where}: {first.get('msg', 'invalid')}", 400)
+
+
+async def _internal_error(_: Request, exc: Exception) -> Response:
+    log.exception("internal error")
+    return _error(f"internal error: {type(exc).__name__}", 500)
+
+
+class _Endpoints:
+    """What the routes share (the service, its metrics, the executor that runs their blocking calls,
+    the bearer tokens), with one method per route."""
+
+    def __init__(self, service: InferenceService, tokens: TokenTable | None, max_body: int, metrics_auth: bool,
+                 health_auth: bool, threads: int | None, close_service: bool) -> None:
+        self.service = service
+        self.ledger = service.ledger
+        self.tokens = tokens
+        self.max_body = max_body
+        self.metrics_auth = metrics_auth
+        self.health_auth = health_auth
+        self.close_service = close_service
+        self.metrics = ServeMetrics(service)
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="sealtrace-infer")
+        self.is_ready = True
+        service.on_replay.append(self.replayed)
+
+    def replayed(self, job: ReplayJob, result: ReplayResult) -> None:
+        self.metrics.replayed(job.model, result.verdict)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            self.is_ready = False
+            self.executor.shutdown(wait=True)
+            if self.close_service:
+                await asyncio.get_running_loop().run_in_executor(None, self.service.close)
+                log.info("shutdown: ledger closed (final tree head signed)")
+
+    async def blocking(self, function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+    def principal(self, request: Request, required: bool = True) -> str | None:
+        if self.tokens is None or not required:
+            return None
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        name = self.tokens.principal(token.strip()) if scheme.lower() == "bearer" else None
+        if name is None:
+            raise AuthError("authorization: a valid bearer token is required (Authorization: Bearer TOKEN)")
+        return name
+
+    def served(self, name: str, version: str | None = None) -> Any:
+        model = self.service.model(name)
+        if model is None:
+            raise NotFoundError(f"model {name[:128]!r} is not served; served models: {', '.join(self.service.models)}")
+        if version is not None and version != model.version:
+            raise NotFoundError(f"model {name!r} has no version {version[:40]!r} (its version is {model.version})")
+        return model
+
+    # -- health and metadata --------------------------------------------------------------------------
+    async def live(self, request: Request) -> Response:
+        self.principal(request, self.health_auth)
+        return _json({"live": True})
+
+    async def ready(self, request: Request) -> Response:
+        self.principal(request, self.health_auth)
+        return _json({"ready": True}) if self.is_ready else _error("shutting down", 503)
+
+    async def server_metadata(self, request: Request) -> Response:
+        self.principal(request)
+        return _json({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS})
+
+    async def model_metadata(self, request: Request, name: str, version: str | None = None) -> Response:
+        self.principal(request)
+        return _json(self.served(name, version).metadata(self.service.audit))
+
+    async def model_ready(self, request: Request, name: str, version: str | None = None) -> Response:
+        self.principal(request, self.health_auth)
+        model = self.served(name, version)
+        return _json({"name": model.name, "ready": self.is_ready}, 200 if self.is_ready else 503)
+
+    async def repository_index(self, request: Request) -> Response:
+        self.principal(request)
+        return _json([{"name": m.name, "version": m.version, "state": "READY"} for m in self.service.models.values()])
+
+    # -- inference --------------------------------------------------------------------------------------
+    async def infer(self, request: Request, name: str, version: str | None = None) -> Response:
+        started = time.perf_counter()
+        label = name if name in self.service.models else "_unknown"
+        status = 500
+        self.metrics.in_flight.inc()
+        try:
+            who = self.principal(request)
+            model = self.served(name, version)
+            body = await read_body(request, self.max_body)
+            answer = await self.blocking(self.decode_and_infer, model, body, request.headers.get(HEADER_LENGTH), who)
+            receipt = await asyncio.wrap_future(answer.durable)
+            content, headers = answer.response.body(receipt.index)
+            status = 200
+            binary = HEADER_LENGTH in headers
+            return Response(content, media_type="application/octet-stream" if binary else "application/json",
+                            headers=headers)
+        except SealtraceError as exc:
+            status = error_status(exc)
+            raise
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.requests.labels(label, str(status)).inc()
+            if status == 200:
+                self.metrics.latency.labels(label).observe(time.perf_counter() - started)
+
+    def decode_and_infer(self, model: Any, body: bytes, header_length: str | None, who: str | None) -> Any:
+        return self.service.infer(model, self.service.decode(model, body, header_length), who)
+
+    # -- the ledger -------------------------------------------------------------------------------------
+    async def tree_head(self, request: Request, tree_size: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
+        self.principal(request)
+        head = await self.blocking(self.ledger.tree_head, tree_size)
+        return _document(head.to_json())
+
+    async def record(self, request: Request, record_id: str) -> Response:
+        self.principal(request)
+        index, body = await self.blocking(self.ledger.record, _record_id(record_id))
+        return _document({"index": index, "record": body})
+
+    async def inclusion(self, request: Request, record_id: str,
+                        tree_size: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
+        self.principal(request)
+        return _document(await self.blocking(self.ledger.prove, _record_id(record_id), tree_size))
+
+    async def consistency(self, request: Request, first: int = Query(..., ge=1, lt=1 << 63),
+                          second: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
+        self.principal(request)
+        return _document(await self.blocking(self.ledger.prove_consistency, first, second))
+
+    async def page(self, request: Request) -> Response:
+        self.principal(request)
+        html = await self.blocking(self.page_html)
+        return HTMLResponse(html)
+
+    def page_html(self) -> str:
+        size = self.ledger.size
+        recent = list(self.ledger.records(max(0, size - 25), size))[::-1]
+        return ledger_page(self.service.summary(), recent, self.service.divergences(), list(self.service.models))
+
+    # -- metrics ------------------------------------------------------------------------------------------
+    async def prometheus(self, request: Request) -> Response:
+        self.principal(request, self.metrics_auth)
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(await self.blocking(generate_latest, self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
 def create_app(
     service: InferenceService,
     *,
@@ -159,206 +358,38 @@ def create_app(
     endpoints (and on /metrics with ``metrics_auth``, on health with ``health_auth``). The app's
     lifespan closes the service on shutdown (drains replays, signs a final tree head) unless
     ``close_service`` is False."""
-    metrics = ServeMetrics(service)
-    executor = ThreadPoolExecutor(threads, thread_name_prefix="sealtrace-infer")
-    state = {"ready": True}
-
-    def replayed(job: ReplayJob, result: ReplayResult) -> None:
-        metrics.replayed(job.model, result.verdict)
-
-    service.on_replay.append(replayed)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            state["ready"] = False
-            executor.shutdown(wait=True)
-            if close_service:
-                await asyncio.get_running_loop().run_in_executor(None, service.close)
-                log.info("shutdown: ledger closed (final tree head signed)")
-
-    app = FastAPI(title="sealtrace serve", version=__version__, lifespan=lifespan,
+    endpoints = _Endpoints(service, tokens, max_body, metrics_auth, health_auth, threads, close_service)
+    app = FastAPI(title="sealtrace serve", version=__version__, lifespan=endpoints.lifespan,
                   description="Open Inference Protocol v2 with every answer recorded in a transparency ledger.",
                   docs_url=None, redoc_url=None)
+    for kind, handler in ((ProtocolError, _protocol_error), (LedgerError, _ledger_error),
+                          (SealtraceError, _sealtrace_error), (StarletteHTTPException, _http_error),
+                          (RequestValidationError, _validation_error), (Exception, _internal_error)):
+        app.exception_handler(kind)(handler)
 
-    async def blocking(function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(executor, function, *args)
-
-    def principal(request: Request, required: bool = True) -> str | None:
-        if tokens is None or not required:
-            return None
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        name = tokens.principal(token.strip()) if scheme.lower() == "bearer" else None
-        if name is None:
-            raise AuthError("authorization: a valid bearer token is required (Authorization: Bearer TOKEN)")
-        return name
-
-    def served(name: str, version: str | None = None) -> Any:
-        model = service.model(name)
-        if model is None:
-            raise NotFoundError(f"model {name[:128]!r} is not served; served models: {', '.join(service.models)}")
-        if version is not None and version != model.version:
-            raise NotFoundError(f"model {name!r} has no version {version[:40]!r} (its version is {model.version})")
-        return model
-
-    # -- errors ------------------------------------------------------------------------------------
-    @app.exception_handler(ProtocolError)
-    async def protocol_error(_: Request, exc: ProtocolError) -> Response:
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, AuthError) else None
-        return _error(str(exc), exc.status, headers)
-
-    @app.exception_handler(LedgerError)
-    async def ledger_error(_: Request, exc: LedgerError) -> Response:
-        if isinstance(exc, LedgerUnavailableError):
-            log.error("ledger unavailable: %s", exc)
-            return _error(f"ledger unavailable: {exc}", 503)
-        if isinstance(exc, NotCoveredError):
-            return _error(str(exc), 409)
-        return _error(str(exc), 404 if "no record" in str(exc) or "no tree head" in str(exc) else 400)
-
-    @app.exception_handler(SealtraceError)
-    async def sealtrace_error(_: Request, exc: SealtraceError) -> Response:
-        # Feeds the model refuses (InputError), a kernel that fails on these values: the request's fault.
-        return _error(" ".join(str(exc).split()), 400 if exc.exit_code == 2 else 422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        return _error(str(exc.detail), exc.status_code)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> Response:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return _error(f"{where}: {first.get('msg', 'invalid')}", 400)
-
-    @app.exception_handler(Exception)
-    async def internal_error(_: Request, exc: Exception) -> Response:
-        log.exception("internal error")
-        return _error(f"internal error: {type(exc).__name__}", 500)
-
-    # -- health and metadata --------------------------------------------------------------------------
-    @app.get("/v2/health/live", tags=["health"])
-    async def live(request: Request) -> Response:
-        principal(request, health_auth)
-        return _json({"live": True})
-
-    @app.get("/v2/health/ready", tags=["health"], responses={503: _ERROR_RESPONSES[503]})
-    async def ready(request: Request) -> Response:
-        principal(request, health_auth)
-        return _json({"ready": True}) if state["ready"] else _error("shutting down", 503)
-
-    @app.get("/v2", tags=["metadata"])
-    async def server_metadata(request: Request) -> Response:
-        principal(request)
-        return _json({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS})
-
-    @app.get("/v2/models/{name}", tags=["metadata"], responses=_ERROR_RESPONSES)
-    @app.get("/v2/models/{name}/versions/{version}", tags=["metadata"], responses=_ERROR_RESPONSES)
-    async def model_metadata(request: Request, name: str, version: str | None = None) -> Response:
-        principal(request)
-        return _json(served(name, version).metadata(service.audit))
-
-    @app.get("/v2/models/{name}/ready", tags=["health"], responses=_ERROR_RESPONSES)
-    @app.get("/v2/models/{name}/versions/{version}/ready", tags=["health"], responses=_ERROR_RESPONSES)
-    async def model_ready(request: Request, name: str, version: str | None = None) -> Response:
-        principal(request, health_auth)
-        model = served(name, version)
-        return _json({"name": model.name, "ready": state["ready"]}, 200 if state["ready"] else 503)
-
-    @app.post("/v2/repository/index", tags=["metadata"])
-    async def repository_index(request: Request) -> Response:
-        principal(request)
-        return _json([{"name": m.name, "version": m.version, "state": "READY"} for m in service.models.values()])
-
-    # -- inference --------------------------------------------------------------------------------------
-    @app.post("/v2/models/{name}/infer", tags=["inference"], openapi_extra=_INFER_OPENAPI, responses=_ERROR_RESPONSES)
-    @app.post("/v2/models/{name}/versions/{version}/infer", tags=["inference"], openapi_extra=_INFER_OPENAPI,
-              responses=_ERROR_RESPONSES)
-    async def infer(request: Request, name: str, version: str | None = None) -> Response:
-        started = time.perf_counter()
-        label = name if name in service.models else "_unknown"
-        status = 500
-        metrics.in_flight.inc()
-        try:
-            who = principal(request)
-            model = served(name, version)
-            body = await read_body(request, max_body)
-            answer = await blocking(_run, model, body, request.headers.get(HEADER_LENGTH), who)
-            receipt = await asyncio.wrap_future(answer.durable)
-            content, headers = answer.response.body(receipt.index)
-            status = 200
-            binary = HEADER_LENGTH in headers
-            return Response(content, media_type="application/octet-stream" if binary else "application/json",
-                            headers=headers)
-        except ProtocolError as exc:
-            status = exc.status
-            raise
-        except LedgerUnavailableError:
-            status = 503
-            raise
-        except SealtraceError as exc:
-            status = 400 if exc.exit_code == 2 else 422
-            raise
-        finally:
-            metrics.in_flight.dec()
-            metrics.requests.labels(label, str(status)).inc()
-            if status == 200:
-                metrics.latency.labels(label).observe(time.perf_counter() - started)
-
-    def _run(model: Any, body: bytes, header_length: str | None, who: str | None) -> Any:
-        return service.infer(model, service.decode(model, body, header_length), who)
-
-    # -- the ledger -------------------------------------------------------------------------------------
-    ledger = service.ledger
-
-    @app.get("/v2/ledger/tree-head", tags=["ledger"], responses=_ERROR_RESPONSES)
-    async def tree_head(request: Request, tree_size: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
-        principal(request)
-        head = await blocking(ledger.tree_head, tree_size)
-        return _document(head.to_json())
-
-    @app.get("/v2/ledger/records/{record_id}", tags=["ledger"], responses=_ERROR_RESPONSES)
-    async def record(request: Request, record_id: str) -> Response:
-        principal(request)
-        index, body = await blocking(ledger.record, _record_id(record_id))
-        return _document({"index": index, "record": body})
-
-    @app.get("/v2/ledger/records/{record_id}/proof/inclusion", tags=["ledger"], responses=_ERROR_RESPONSES)
-    async def inclusion(request: Request, record_id: str,
-                        tree_size: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
-        principal(request)
-        return _document(await blocking(ledger.prove, _record_id(record_id), tree_size))
-
-    @app.get("/v2/ledger/proof/consistency", tags=["ledger"], responses=_ERROR_RESPONSES)
-    async def consistency(request: Request, first: int = Query(..., ge=1, lt=1 << 63),
-                          second: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
-        principal(request)
-        return _document(await blocking(ledger.prove_consistency, first, second))
-
-    @app.get("/ledger", tags=["ledger"], response_class=HTMLResponse)
-    async def page(request: Request) -> Response:
-        principal(request)
-        html = await blocking(_page)
-        return HTMLResponse(html)
-
-    def _page() -> str:
-        size = ledger.size
-        recent = list(ledger.records(max(0, size - 25), size))[::-1]
-        return ledger_page(service.summary(), recent, service.divergences(), list(service.models))
-
-    # -- metrics ------------------------------------------------------------------------------------------
-    @app.get("/metrics", tags=["metrics"])
-    async def prometheus(request: Request) -> Response:
-        principal(request, metrics_auth)
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        return Response(await blocking(generate_latest, metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    get, post = app.get, app.post
+    get("/v2/health/live", tags=["health"])(endpoints.live)
+    get("/v2/health/ready", tags=["health"], responses={503: _ERROR_RESPONSES[503]})(endpoints.ready)
+    get("/v2", tags=["metadata"])(endpoints.server_metadata)
+    # Every model route is there with and without a version (the order is the OpenAPI schema's).
+    models = ("/v2/models/{name}/versions/{version}", "/v2/models/{name}")
+    for model in models:
+        get(model, tags=["metadata"], responses=_ERROR_RESPONSES)(endpoints.model_metadata)
+    for model in models:
+        get(f"{model}/ready", tags=["health"], responses=_ERROR_RESPONSES)(endpoints.model_ready)
+    post("/v2/repository/index", tags=["metadata"])(endpoints.repository_index)
+    for model in models:
+        post(f"{model}/infer", tags=["inference"], openapi_extra=_INFER_OPENAPI, responses=_ERROR_RESPONSES)(endpoints.infer)
+    get("/v2/ledger/tree-head", tags=["ledger"], responses=_ERROR_RESPONSES)(endpoints.tree_head)
+    get("/v2/ledger/records/{record_id}", tags=["ledger"], responses=_ERROR_RESPONSES)(endpoints.record)
+    get("/v2/ledger/records/{record_id}/proof/inclusion", tags=["ledger"],
+        responses=_ERROR_RESPONSES)(endpoints.inclusion)
+    get("/v2/ledger/proof/consistency", tags=["ledger"], responses=_ERROR_RESPONSES)(endpoints.consistency)
+    get("/ledger", tags=["ledger"], response_class=HTMLResponse)(endpoints.page)
+    get("/metrics", tags=["metrics"])(endpoints.prometheus)
 
     app.state.service = service
-    app.state.metrics = metrics
+    app.state.metrics = endpoints.metrics
     app.add_middleware(BodyLimit, limit=max_body)
     return app
 
