@@ -377,7 +377,7 @@ def test_center_crop_pad_strings_pad_with_empty() -> None:
 )
 def test_pad_modes_agree_with_numpy_pad(data: st.DataObject, shape: list[int], mode: str) -> None:
     """reflect/edge/wrap by slice copies (and np.pad past one reflection) against np.pad itself."""
-    from sealtrace.ops.shape import pad_v18
+    from sealtrace.ops.pad import pad_v18
 
     x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
     limit = {"reflect": lambda d: max(d - 1, 0), "wrap": lambda d: d, "edge": lambda d: 2 * d}[mode]
