@@ -345,7 +345,7 @@ def main() -> None:
     from machine import facts_markdown
     from material import require
     from sealtrace import zoo
-    from sealtrace.audit.recorder import default_hash_threads
+    from sealtrace.hashpool import default_helpers
 
     wanted = args.models.split(",") if args.models else None
     digests = args.digests.split(",")
@@ -404,7 +404,7 @@ def main() -> None:
             "",
             facts_markdown(int(os.environ.get("OPENBLAS_NUM_THREADS", os.cpu_count() or 1))),
             "",
-            f"Hash threads: {default_hash_threads()} helper(s) plus the log writer thread; {CORES} usable cores. "
+            f"Hash threads: {default_helpers()} helper(s) plus the log writer thread; {CORES} usable cores. "
             f"Logs are written under `{args.log_dir}`, where creating, writing and closing a small file took "
             f"{create_us:.0f} us (median of 50); every audited run creates one log file, which is part of its "
             "cost.",

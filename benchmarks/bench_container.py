@@ -38,7 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace.container import describe_container, verify_container
-from sealtrace.container.chunks import default_workers
+from sealtrace.hashpool import default_workers
 
 
 def build_model(total_bytes: int, tensor_bytes: int) -> object:

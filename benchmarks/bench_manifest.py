@@ -38,8 +38,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from material import skip  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
-from sealtrace.container.chunks import default_workers  # noqa: E402
 from sealtrace.container.manifest import create_manifest, verify_manifest  # noqa: E402
+from sealtrace.hashpool import default_workers  # noqa: E402
 from sealtrace.signing import generate_keypair  # noqa: E402
 
 RESULTS = HERE / "results" / "manifest.md"

@@ -282,7 +282,7 @@ def test_a_file_changed_while_hashed_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * 100)
     with pytest.raises(manifests.ManifestPathError, match="changed while it was read"):
-        manifests._hash_job(manifests._Job("f.bin", path, 200, [(0, 200)]))  # planned at 200 bytes, holds 100
+        manifests._hash_job(manifests._ChunkJob("f.bin", path, 200, [(0, 200)]))  # planned at 200 bytes, holds 100
 
 
 def test_chunked_sha256_streams_to_the_same_digest(small_chunks: None) -> None:

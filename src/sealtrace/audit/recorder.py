@@ -24,12 +24,12 @@ entries are made once and found again by identity.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
 import uuid
 import weakref
-from collections import deque
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from operator import is_
@@ -62,6 +62,7 @@ from sealtrace.audit.records import (
 )
 from sealtrace.backends.base import Backend
 from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_json, hasher
+from sealtrace.hashpool import HashJob, default_helpers, helpers
 from sealtrace.plan.events import StepEvent
 from sealtrace.plan.model import Plan, Step
 from sealtrace.signing import load_private_key, sign_digest
@@ -185,15 +186,6 @@ AHEAD_BYTES = 4 << 20
 _PATHS_KEPT = 4096  # subgraph paths whose JSON a Plan's facts keep
 
 
-def default_hash_threads() -> int:
-    """Helper threads for hashing large tensors: half the usable CPUs (the run needs the rest), 1-8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(8, cpus // 2))
-
-
 def _no_ref() -> None:
     """Stands for the weak reference of an omitted (None) output."""
 
@@ -201,94 +193,6 @@ def _no_ref() -> None:
 def _call(ref: Any) -> Any:
     """What a weak reference (or :func:`_no_ref`) refers to now."""
     return ref()
-
-
-class _Job:
-    """One large output handed to the helpers; the worker takes it back if none has started it."""
-
-    __slots__ = ("algorithm", "done", "entry", "error", "sample", "value")
-
-    def __init__(self, value: np.ndarray, sample: int, algorithm: str) -> None:
-        self.value: np.ndarray | None = value
-        self.sample = sample
-        self.algorithm = algorithm
-        self.entry: Entry | None = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-
-class _Helpers:
-    """Threads that make entries of large outputs, newest first (the worker goes oldest first,
-    so the two meet in the middle of the backlog instead of contending for the same output)."""
-
-    def __init__(self, threads: int) -> None:
-        self.jobs: deque[_Job] = deque()
-        self._ready = threading.Condition(threading.Lock())
-        self._idle = 0
-        for i in range(threads):
-            threading.Thread(target=self._work, name=f"sealtrace-hash-{i}", daemon=True).start()
-
-    def submit(self, job: _Job) -> None:
-        self.jobs.append(job)
-        if self._idle:
-            with self._ready:
-                self._ready.notify()
-
-    def claim(self, job: _Job) -> Entry:
-        """The job's entry: made here when no helper took it, else the helper's."""
-        try:
-            self.jobs.remove(job)  # atomic under the GIL: either it is ours now or a helper's
-        except ValueError:
-            job.done.wait()
-        else:
-            value, job.value = job.value, None
-            return tensor_entry(value, job.sample, job.algorithm)
-        if job.error is not None:
-            raise job.error
-        assert job.entry is not None
-        return job.entry
-
-    def _work(self) -> None:
-        jobs = self.jobs
-        while True:
-            try:
-                job = jobs.pop()
-            except IndexError:
-                with self._ready:
-                    self._idle += 1  # counted first, then looked: submit appends, then reads
-                    if not jobs:
-                        self._ready.wait(1.0)
-                    self._idle -= 1
-                continue
-            try:
-                job.entry = tensor_entry(job.value, job.sample, job.algorithm)
-            except BaseException as exc:
-                job.error = exc
-            job.value = None
-            job.done.set()
-
-
-_HELPERS: dict[int, _Helpers] = {}
-_HELPERS_LOCK = threading.Lock()
-
-
-def _forget_helpers() -> None:
-    """In a forked child: the parent's helper threads do not exist there; new ones are made."""
-    global _HELPERS_LOCK
-    _HELPERS.clear()
-    _HELPERS_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_helpers)
-
-
-def hash_helpers(threads: int) -> _Helpers:
-    """The process-wide helpers of ``threads`` threads, shared by every recorder (made once)."""
-    with _HELPERS_LOCK:
-        if threads not in _HELPERS:
-            _HELPERS[threads] = _Helpers(threads)
-        return _HELPERS[threads]
 
 
 _PLAN_FACTS: weakref.WeakKeyDictionary[Plan, _PlanFacts] = weakref.WeakKeyDictionary()
@@ -349,8 +253,8 @@ class AuditRecorder(BackgroundObserver):
             raise ValueError(f"unknown digest algorithm {digest!r} (known: {', '.join(DIGEST_ALGORITHMS)})")
         self._new_hash = hasher(digest)  # a missing package fails here, before the run, not on the worker
         self.digest = digest
-        threads = default_hash_threads() if hash_threads is None else hash_threads
-        self._helpers = hash_helpers(threads) if threads > 0 else None
+        threads = default_helpers() if hash_threads is None else hash_threads
+        self._helpers = helpers(threads) if threads > 0 else None
         self.path: Path | None = None
         self._file: IO[bytes] | None = None
         self._owns_file = False
@@ -428,7 +332,7 @@ class AuditRecorder(BackgroundObserver):
             jobs = []
             for value in outputs:
                 if type(value) is np.ndarray and value.nbytes >= PARALLEL_MIN_BYTES and value.flags.writeable:
-                    job = _Job(value, self.sample, self.digest)
+                    job = HashJob(functools.partial(tensor_entry, value, self.sample, self.digest))
                     helpers.submit(job)
                     jobs.append(job)
                 else:
@@ -558,7 +462,7 @@ class AuditRecorder(BackgroundObserver):
         for (name, name_json), value in zip(template.outputs, outputs, strict=True):
             if constant:
                 head, tail, digest = facts.constant_entry(value, sample, algorithm)
-            elif type(value) is _Job:
+            elif type(value) is HashJob:
                 assert self._helpers is not None
                 head, tail, digest = self._helpers.claim(value)
             elif type(value) is np.ndarray and not value.flags.writeable:

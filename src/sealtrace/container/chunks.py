@@ -7,11 +7,11 @@ of each piece, so a 1 GB tensor is hashed on every core and a change is located 
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
+
+from sealtrace.hashpool import hash_map
 
 if TYPE_CHECKING:
     from sealtrace.container.format import ContainerBytes
@@ -27,14 +27,6 @@ def chunk_ranges(start: int, length: int, chunk_size: int) -> list[tuple[int, in
     if length == 0:
         return [(start, start)]
     return [(s, min(s + chunk_size, start + length)) for s in range(start, start + length, chunk_size)]
-
-
-def default_workers() -> int:
-    """Threads to hash with: the cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def hash_ranges(
@@ -66,11 +58,7 @@ def hash_ranges(
             position += len(block)
         return digest.hexdigest()
 
-    count = workers or default_workers()
-    if count == 1 or len(ranges) <= 1:
-        return [one(r) for r in ranges]
-    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="sealtrace-hash") as pool:
-        return list(pool.map(one, ranges))
+    return hash_map(one, ranges, workers)
 
 
 def file_sha256(source: ContainerBytes) -> str:

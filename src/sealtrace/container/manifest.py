@@ -31,7 +31,6 @@ import threading
 import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from onnx import ModelProto, TensorProto
 
 from sealtrace import __version__
 from sealtrace.arrayfiles import NPY_MAGIC, ArrayFileError, NpyHeader, read_npy_header
-from sealtrace.container.chunks import chunk_ranges, default_workers
+from sealtrace.container.chunks import chunk_ranges
 from sealtrace.container.errors import ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.container.format import parse_canonical_json, parse_signatures
 from sealtrace.container.signatures import (
@@ -55,6 +54,7 @@ from sealtrace.container.signatures import (
 from sealtrace.container.weights import model_tensors
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import InputError
+from sealtrace.hashpool import hash_map
 from sealtrace.limits import (
     BudgetExceededError,
     check_allocation,
@@ -508,7 +508,7 @@ def file_segments(size: int, ranges: Sequence[tuple[int, int]]) -> list[tuple[in
 
 
 @dataclass
-class _Plan:
+class _FilePlan:
     """How one file is hashed in format 2, and what its record holds besides the digests."""
 
     rel: str
@@ -523,7 +523,7 @@ class _Plan:
 
 
 @dataclass(frozen=True)
-class _Job:
+class _ChunkJob:
     """Contiguous chunks of one file, hashed by one thread with one open file and one read pass."""
 
     rel: str
@@ -547,7 +547,7 @@ def _split_overlaps(tensors: list[tuple[str, int, int]]) -> tuple[list[tuple[str
 
 def _plan_file(
     rel: str, path: Path, external: list[tuple[str, int, int]] | None, verifying: bool
-) -> _Plan:
+) -> _FilePlan:
     """Read what a file's format says about its layout (never its tensor data, but for an .npz
     member or a Fortran-order array, whose digests are computed here from a stream)."""
     f, size = open_regular_file(path, "file", ManifestPathError)  # swapped for a FIFO: refused
@@ -575,7 +575,7 @@ def _plan_file(
         # A range past the end hashes the bytes there are (as format 1 did), so it ends at the end.
         tensors = [(name, min(offset, size), min(offset + length, size)) for name, offset, length in external]
     ranged, extra = _split_overlaps(tensors)
-    return _Plan(rel, path, size, kind, ranged, extra, streamed, skipped)
+    return _FilePlan(rel, path, size, kind, ranged, extra, streamed, skipped)
 
 
 def _npy_layout(path: Path, rel: str) -> tuple[list[tuple[str, int, int]], list[dict[str, Any]]]:
@@ -592,28 +592,28 @@ def _npy_layout(path: Path, rel: str) -> tuple[list[tuple[str, int, int]], list[
     return [(name, header.data_offset, header.data_offset + header.nbytes)], []
 
 
-def _recorded_plan(rel: str, path: Path, entry: dict[str, Any]) -> _Plan:
+def _recorded_plan(rel: str, path: Path, entry: dict[str, Any]) -> _FilePlan:
     """Verifying a file of the recorded size: hash it along the recorded ranges, parse nothing."""
     ranged = [(t["name"], *t["range"]) for t in entry["tensors"] if t["range"] is not None]
     ranged.sort(key=lambda t: (t[1], t[2], t[0]))
-    return _Plan(rel, path, entry["size"], entry["format"], ranged, recorded=entry)
+    return _FilePlan(rel, path, entry["size"], entry["format"], ranged, recorded=entry)
 
 
-def _jobs(rel: str, path: Path, size: int, chunks: list[tuple[int, int]]) -> list[_Job]:
+def _jobs(rel: str, path: Path, size: int, chunks: list[tuple[int, int]]) -> list[_ChunkJob]:
     """Consecutive chunks packed into jobs of at most :data:`CHUNK_SIZE` bytes (a job per chunk of
     a large tensor; many small tensors of one file in one job, one open and one read pass)."""
-    jobs: list[_Job] = []
+    jobs: list[_ChunkJob] = []
     batch: list[tuple[int, int]] = []
     filled = 0
     for chunk in chunks:
         length = chunk[1] - chunk[0]
         if batch and (filled + length > CHUNK_SIZE or chunk[0] != batch[-1][1]):
-            jobs.append(_Job(rel, path, size, batch))
+            jobs.append(_ChunkJob(rel, path, size, batch))
             batch, filled = [], 0
         batch.append(chunk)
         filled += length
     if batch:
-        jobs.append(_Job(rel, path, size, batch))
+        jobs.append(_ChunkJob(rel, path, size, batch))
     return jobs
 
 
@@ -624,7 +624,7 @@ def _chunks(start: int, end: int) -> list[tuple[int, int]]:
 _buffers = threading.local()
 
 
-def _hash_job(job: _Job) -> list[bytes]:
+def _hash_job(job: _ChunkJob) -> list[bytes]:
     """The raw sha256 of each chunk of ``job``: one pass of pread into this thread's buffer (pread
     and sha256 release the GIL, so jobs run on every core; no memory map, so a file truncated
     meanwhile is an error, not a SIGBUS)."""
@@ -662,9 +662,10 @@ def _hash_job(job: _Job) -> list[bytes]:
                     index += 1
 
 
-def _hash_plans(plans: list[_Plan], pool: ThreadPoolExecutor) -> list[dict[str, Any]]:
-    """Hash every chunk of every planned file once, all files' chunks on one pool; the records."""
-    jobs: list[_Job] = []
+def _hash_plans(plans: list[_FilePlan]) -> list[dict[str, Any]]:
+    """Hash every chunk of every planned file once, all files' chunks spread over the hashing
+    threads; the records."""
+    jobs: list[_ChunkJob] = []
     layout: list[tuple[list[tuple[int, int]], int, list[int]]] = []  # segments, jobs, jobs per extra range
     for plan in plans:
         segments = file_segments(plan.size, [(s, e) for _, s, e in plan.ranged])
@@ -674,7 +675,7 @@ def _hash_plans(plans: list[_Plan], pool: ThreadPoolExecutor) -> list[dict[str, 
         jobs += own
         for group in extra_jobs:
             jobs += group
-    results = iter(pool.map(_hash_job, jobs))
+    results = iter(hash_map(_hash_job, jobs))
     records = []
     for plan, (segments, own_jobs, extra_counts) in zip(plans, layout, strict=True):
         chunk_digests = [d for _ in range(own_jobs) for d in next(results)]
@@ -717,34 +718,33 @@ def _scan_v2(
     verifying = recorded is not None
     external: dict[str, list[tuple[str, int, int]]] = {}
 
-    def fresh(item: tuple[str, Path]) -> _Plan:
+    def fresh(item: tuple[str, Path]) -> _FilePlan:
         rel, path = item
         return _plan_file(rel, path, external.get(rel), verifying)
 
-    with ThreadPoolExecutor(max_workers=default_workers(), thread_name_prefix="sealtrace-manifest") as pool:
-        if not verifying:
-            external.update(_external_data_ranges(files, verifying))
-            return _hash_plans(list(pool.map(fresh, found)), pool)
-        assert recorded is not None
-        first: list[_Plan] = []
-        unrecorded: list[tuple[str, Path]] = []
-        for rel, path in found:
-            entry = recorded.get(rel)
-            try:
-                size = path.stat().st_size
-            except OSError:
-                size = -1  # gone meanwhile: planning it afresh names it
-            if entry is not None and entry["size"] == size:
-                first.append(_recorded_plan(rel, path, entry))
-            else:
-                unrecorded.append((rel, path))
-        records = {r["path"]: r for r in _hash_plans(first, pool)}
-        changed = [(rel, files[rel]) for rel, r in records.items() if r["digest"] != recorded[rel]["digest"]]
-        again = changed + unrecorded
-        if again:  # parse the .onnx files only now: an unchanged directory needs none of them
-            external.update(_external_data_ranges(files, verifying))
-            records.update((r["path"], r) for r in _hash_plans(list(pool.map(fresh, again)), pool))
-        return [records[rel] for rel, _ in found]
+    if not verifying:
+        external.update(_external_data_ranges(files, verifying))
+        return _hash_plans(hash_map(fresh, found))
+    assert recorded is not None
+    first: list[_FilePlan] = []
+    unrecorded: list[tuple[str, Path]] = []
+    for rel, path in found:
+        entry = recorded.get(rel)
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = -1  # gone meanwhile: planning it afresh names it
+        if entry is not None and entry["size"] == size:
+            first.append(_recorded_plan(rel, path, entry))
+        else:
+            unrecorded.append((rel, path))
+    records = {r["path"]: r for r in _hash_plans(first)}
+    changed = [(rel, files[rel]) for rel, r in records.items() if r["digest"] != recorded[rel]["digest"]]
+    again = changed + unrecorded
+    if again:  # parse the .onnx files only now: an unchanged directory needs none of them
+        external.update(_external_data_ranges(files, verifying))
+        records.update((r["path"], r) for r in _hash_plans(hash_map(fresh, again)))
+    return [records[rel] for rel, _ in found]
 
 
 def _exclusions(root: Path, paths: Sequence[str | os.PathLike[str]]) -> set[str]:
@@ -802,8 +802,7 @@ def _scan(
             rel, path, external.get(rel), verifying=verifying, recorded=(recorded or {}).get(rel)
         )
 
-    with ThreadPoolExecutor(max_workers=default_workers()) as pool:
-        records = list(pool.map(describe, files.items()))
+    records = hash_map(describe, files.items())
     return records, refused
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from onnx import ModelProto, TensorProto
 
 from sealtrace import __version__
-from sealtrace.container.chunks import chunk_ranges, default_workers
+from sealtrace.container.chunks import chunk_ranges
 from sealtrace.container.errors import SealingError
 from sealtrace.container.format import (
     ALIGNMENT,
@@ -38,6 +37,7 @@ from sealtrace.container.signatures import KeySource, sign
 from sealtrace.container.weights import Weight, model_tensors, strip_weights
 from sealtrace.digest import canonical_json, json_digest
 from sealtrace.errors import SealtraceError
+from sealtrace.hashpool import hash_map
 from sealtrace.outputs import OutputExistsError, atomic_output, check_output
 
 if TYPE_CHECKING:
@@ -321,12 +321,7 @@ def _hash_regions(views: list[memoryview], chunk_size: int, workers: int | None)
         i, (start, end) = job
         return hashlib.sha256(views[i][start:end]).hexdigest()
 
-    count = workers or default_workers()
-    if count == 1 or len(jobs) <= 1:
-        flat = [one(j) for j in jobs]
-    else:
-        with ThreadPoolExecutor(max_workers=count, thread_name_prefix="sealtrace-seal") as pool:
-            flat = list(pool.map(one, jobs))
+    flat = hash_map(one, jobs, workers)
     grouped: list[list[str]] = [[] for _ in views]
     for (i, _), digest in zip(jobs, flat, strict=True):
         grouped[i].append(digest)
