@@ -33,9 +33,9 @@ from typing import Any
 import onnx
 
 from sealtrace import __version__
-from sealtrace.digest import canonical_json, json_digest
+from sealtrace.digest import canonical_json, is_hex_digest, json_digest
 from sealtrace.errors import CheckFailedError, InputError, InvalidModelError, SealtraceError
-from sealtrace.limits import json_nesting_exceeds, read_regular_file, refuse_duplicate_keys
+from sealtrace.limits import json_nesting_exceeds, read_regular_file
 from sealtrace.outputs import atomic_output, check_output
 from sealtrace.plan.modelfile import ExternalFile, external_tensors, files_digest, load_external_data
 from sealtrace.protowire import BYTES, WireError, records
@@ -46,6 +46,7 @@ from sealtrace.signing import (
     sign_digest,
     verify_signature,
 )
+from sealtrace.strictjson import loads_strict
 
 BINDING_FORMAT = "sealtrace.binding.v1"
 METADATA_KEY = "sealtrace.binding"
@@ -182,7 +183,7 @@ def _text(value: Any, what: str, where: str) -> str:
 
 
 def _hex(value: Any, what: str, where: str) -> str:
-    if not isinstance(value, str) or len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+    if not is_hex_digest(value):
         raise BindingError(f"{where}: {what} must be 64 lowercase hex digits")
     return value
 
@@ -196,16 +197,9 @@ def parse_record(text: str | bytes, where: str) -> BindingRecord:
     """A binding record from its JSON text. Not UTF-8 (a byte order mark included), not JSON, NaN
     or Infinity, a duplicate key, nesting deeper than MAX_RECORD_DEPTH, or any field of the wrong
     type: BindingError (exit 2)."""
-
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
     try:
-        # Decoded here, strictly: json.loads would take UTF-16, UTF-32 and a BOM from bytes.
-        decoded = text.decode("utf-8") if isinstance(text, bytes) else text
-        if decoded.startswith("\ufeff"):
-            raise ValueError("a byte order mark before the JSON text")
-        data = json.loads(decoded, parse_constant=no_constants, object_pairs_hook=refuse_duplicate_keys)
+        # Decoded strictly: json.loads would take UTF-16, UTF-32 and a BOM from bytes.
+        data = loads_strict(text, encoding="utf-8")
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         # ValueError covers JSONDecodeError; RecursionError, deeply nested arrays or objects.
         raise BindingError(f"{where}: unreadable binding record ({type(exc).__name__}: {str(exc)[:80]})") from None

@@ -11,7 +11,6 @@ its outputs, its model (container and plan digests) and its per-op audit trail (
 from __future__ import annotations
 
 import datetime
-import json
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -20,10 +19,10 @@ from typing import Any
 
 from sealtrace import __version__
 from sealtrace.audit.records import value_identity
-from sealtrace.digest import canonical_json
+from sealtrace.digest import canonical_json, is_hex_digest
 from sealtrace.jsonschemas import load_schema, validator
 from sealtrace.ledger.errors import ProofFormatError, RecordError
-from sealtrace.limits import refuse_duplicate_keys
+from sealtrace.strictjson import loads_strict
 
 RECORD_FORMAT = "sealtrace.ledger.record.v1"
 SCHEMA_FILE = "ledger.schema.json"
@@ -116,7 +115,6 @@ def parse_record(leaf: bytes, where: str) -> dict[str, Any]:
 # The record format's rules, as code: the JSON Schema (schemas/ledger.schema.json) says the same, and
 # tests check that both accept and refuse the same documents. jsonschema takes ~0.5 ms per record;
 # appends and full-ledger verification cannot afford that, a few dict lookups can.
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _ID = re.compile(r"[0-9a-f]{32}")
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 _RECORD_KEYS = frozenset(
@@ -135,10 +133,6 @@ MAX_COUNT = (1 << 63) - 1
 
 def _text(value: Any, limit: int = 1024) -> bool:
     return isinstance(value, str) and len(value) <= limit
-
-
-def _hex64(value: Any) -> bool:
-    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
 
 
 def _count(value: Any) -> bool:
@@ -165,7 +159,7 @@ def _value_problem(value: Any, where: str) -> str | None:
     if problem:
         return problem
     digest = value["digest"]
-    if not (digest is None if kind == "none" else _hex64(digest)):
+    if not (digest is None if kind == "none" else is_hex_digest(digest)):
         return f"{where}/digest: must be {'null' if kind == 'none' else '64 lowercase hex digits'}"
     if kind == "tensor":
         if not _text(value["dtype"], 64):
@@ -218,7 +212,7 @@ def record_problem(record: Any) -> str | None:
          "time: must be UTC with microseconds, e.g. 2025-01-31T12:00:00.000000Z"),
         (record["principal"] is None or _text(record["principal"]), "principal: must be null or a string"),
         (record["audit"] in AUDIT_MODES, f"audit: must be one of {', '.join(AUDIT_MODES)}"),
-        (record["trail"] is None or _hex64(record["trail"]), "trail: must be null or 64 lowercase hex digits"),
+        (record["trail"] is None or is_hex_digest(record["trail"]), "trail: must be null or 64 lowercase hex digits"),
         (_text(record["sealtrace_version"], 64), "sealtrace_version: must be a string"),
     ]
     for ok, message in checks:
@@ -230,9 +224,9 @@ def record_problem(record: Any) -> str | None:
         return problem
     if not _text(model["name"]):
         return "model/name: must be a string of at most 1024 characters"
-    if not (model["container_digest"] is None or _hex64(model["container_digest"])):
+    if not (model["container_digest"] is None or is_hex_digest(model["container_digest"])):
         return "model/container_digest: must be null or 64 lowercase hex digits"
-    if not _hex64(model["plan_digest"]):
+    if not is_hex_digest(model["plan_digest"]):
         return "model/plan_digest: must be 64 lowercase hex digits"
     backend = record["backend"]
     problem = _object(backend, frozenset(("name", "version")), "backend")
@@ -255,16 +249,12 @@ def record_problem(record: Any) -> str | None:
     return None
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
 def parse_json(data: bytes | str, where: str, error: type[Exception] = ProofFormatError, max_bytes: int = 4 << 20) -> Any:
     """JSON from outside: bounded in size, NaN/Infinity refused, deep nesting a typed error."""
     if len(data) > max_bytes:
         raise error(f"{where}: {len(data)} bytes, more than {max_bytes} allowed")
     try:
-        return json.loads(data, parse_constant=_reject_constant, object_pairs_hook=refuse_duplicate_keys)
+        return loads_strict(data)
     except RecursionError:
         raise error(f"{where}: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
