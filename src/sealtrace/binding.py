@@ -385,14 +385,16 @@ def bind_written(
     backend_version: str,
     options: Mapping[str, Any] | None = None,
     sign_with: str | os.PathLike[str] | None = None,
+    embed: bool = False,
     overwrite: bool = False,
 ) -> BindingRecord:
     """Bind an artifact that the caller has just written from ``data`` to the container whose
-    (verified) digest is ``container_digest``; writes the sidecar. The artifact digest is taken of
-    ``data``, not of a second read that a file swapped in meanwhile could change."""
+    (verified) digest is ``container_digest``; writes the sidecar (and with ``embed``, embeds the
+    record into an ONNX artifact). The artifact digest is taken of ``data``, not of a second read
+    that a file swapped in meanwhile could change."""
     return _bind(
         _Artifact(Path(artifact), data), container_digest, transformation=transformation, backend=backend,
-        backend_version=backend_version, options=options, sign_with=sign_with, embed=False, overwrite=overwrite,
+        backend_version=backend_version, options=options, sign_with=sign_with, embed=embed, overwrite=overwrite,
     )  # fmt: skip
 
 
@@ -647,59 +649,3 @@ def installed_version(tool: str) -> str | None:
             return "not installed"
         return str(tvm.__version__)
     return None
-
-
-def compile_onnxruntime(
-    container: str | os.PathLike[str],
-    output: str | os.PathLike[str],
-    *,
-    level: str = "all",
-    sign_with: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-) -> BindingRecord:
-    """Verify ``container``, write ONNX Runtime's optimized model to ``output``, and bind it.
-
-    ``output`` and its sidecar ``output.binding.json`` are checked before any work: an existing one
-    is refused unless ``overwrite``. The binding names the digest of the container that was
-    verified and compiled (it is not opened a second time).
-    """
-    import tempfile
-
-    import onnxruntime as ort
-
-    from sealtrace.container import load_verified_model
-
-    levels = {
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }
-    if level not in levels:
-        raise InputError(f"--level {level}: choose one of {', '.join(levels)}")
-    out = check_output(output, overwrite, "-o")
-    check_output(sidecar_path(out), overwrite, "binding sidecar")
-    verified = load_verified_model(container)
-    assert verified.report.digest is not None
-    with tempfile.TemporaryDirectory(prefix="sealtrace-compile-") as tmp:
-        optimized = Path(tmp) / out.name
-        options = ort.SessionOptions()
-        options.graph_optimization_level = levels[level]
-        options.optimized_model_filepath = str(optimized)
-        options.log_severity_level = 3
-        try:
-            ort.InferenceSession(verified.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # ORT raises its own exception types
-            raise SealtraceError(f"onnxruntime cannot optimize the model: {str(exc).splitlines()[0]}") from None
-        with atomic_output(out, force=overwrite) as f:
-            f.write(optimized.read_bytes())
-    return _bind(
-        _Artifact(out),
-        verified.report.digest,
-        transformation="onnxruntime-graph-optimization",
-        backend="onnxruntime",
-        backend_version=str(ort.__version__),
-        options={"graph_optimization_level": level, "execution_provider": "CPUExecutionProvider"},
-        sign_with=sign_with,
-        embed=True,
-        overwrite=overwrite,
-    )
