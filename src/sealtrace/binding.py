@@ -35,6 +35,7 @@ import onnx
 from sealtrace import __version__
 from sealtrace.digest import canonical_json, is_hex_digest, json_digest
 from sealtrace.errors import CheckFailedError, InputError, InvalidModelError, SealtraceError
+from sealtrace.fields import missing_and_unknown
 from sealtrace.limits import json_nesting_exceeds, read_regular_file
 from sealtrace.outputs import atomic_output, check_output
 from sealtrace.plan.modelfile import ExternalFile, external_tensors, files_digest, load_external_data
@@ -167,8 +168,7 @@ def _json_type(value: Any) -> str:
 def _exact_keys(value: Any, required: set[str], optional: set[str], what: str, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BindingError(f"{where}: {what} must be an object, not {_json_type(value)}")
-    missing = sorted(required - set(value))
-    unknown = sorted(set(value) - required - optional)
+    missing, unknown = missing_and_unknown(value, required, optional)
     if missing:
         raise BindingError(f"{where}: {what}: missing field(s) {', '.join(missing)}")
     if unknown:

@@ -33,6 +33,7 @@ from sealtrace.container.errors import ContainerDamagedError, ContainerFormatErr
 from sealtrace.container.graphindex import LABEL_LENGTH
 from sealtrace.digest import HEX_DIGEST, canonical_json, is_hex_digest, json_digest
 from sealtrace.errors import SealtraceError
+from sealtrace.fields import MAX_INT64, is_integer, is_text, missing_and_unknown
 from sealtrace.limits import has_control_characters, json_nesting_exceeds, open_regular_file
 from sealtrace.strictjson import FloatNotAllowedError, loads_strict
 
@@ -477,15 +478,14 @@ def _fail(where: str, message: str) -> ContainerFormatError:
     return ContainerFormatError(f"{where}: {message}")
 
 
-def _int(value: Any, what: str, where: str, low: int = 0, high: int = (1 << 63) - 1) -> int:
-    # bool is an int in Python; JSON true is not a number here.
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+def _int(value: Any, what: str, where: str, low: int = 0, high: int = MAX_INT64) -> int:
+    if not is_integer(value, low, high):
         raise _fail(where, f"{what} must be an integer in [{low}, {high}]")
     return value
 
 
 def _str(value: Any, what: str, where: str, limit: int = MAX_NAME_LENGTH) -> str:
-    if not isinstance(value, str) or len(value) > limit:
+    if not is_text(value, limit):
         raise _fail(where, f"{what} must be a string of at most {limit} characters")
     return value
 
@@ -493,9 +493,8 @@ def _str(value: Any, what: str, where: str, limit: int = MAX_NAME_LENGTH) -> str
 def _keys(value: Any, keys: set[str], what: str, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _fail(where, f"{what} must be an object")
-    if set(value) != keys:
-        missing = sorted(keys - set(value))
-        unknown = sorted(set(value) - keys)
+    missing, unknown = missing_and_unknown(value, keys)
+    if missing or unknown:
         raise _fail(where, f"{what}: missing keys {missing}, unknown keys {[k[:40] for k in unknown[:5]]}")
     return value
 

@@ -20,6 +20,7 @@ from typing import Any
 from sealtrace import __version__
 from sealtrace.audit.records import value_identity
 from sealtrace.digest import canonical_json, is_hex_digest
+from sealtrace.fields import is_integer, is_text, missing_and_unknown
 from sealtrace.jsonschemas import load_schema, validator
 from sealtrace.ledger.errors import ProofFormatError, RecordError
 from sealtrace.strictjson import loads_strict
@@ -128,26 +129,17 @@ _VALUE_KEYS = {
     "none": frozenset(("kind", "digest")),
 }
 _LINK_KEYS = frozenset(("relation", "record", "verdict", "detail"))
-MAX_COUNT = (1 << 63) - 1
-
-
-def _text(value: Any, limit: int = 1024) -> bool:
-    return isinstance(value, str) and len(value) <= limit
-
-
-def _count(value: Any) -> bool:
-    return type(value) is int and 0 <= value <= MAX_COUNT
+TEXT_LIMIT = 1024  # characters of a name, version, principal or detail
 
 
 def _object(value: Any, keys: frozenset[str], where: str, optional: frozenset[str] = frozenset()) -> str | None:
     if not isinstance(value, dict):
         return f"{where}: must be an object"
-    missing = keys - optional - value.keys()
+    missing, unknown = missing_and_unknown(value, keys - optional, optional)
     if missing:
-        return f"{where}: missing {', '.join(sorted(missing))}"
-    extra = value.keys() - keys
-    if extra:
-        return f"{where}: unknown field(s) {', '.join(sorted(map(str, extra)))[:200]}"
+        return f"{where}: missing {', '.join(missing)}"
+    if unknown:
+        return f"{where}: unknown field(s) {', '.join(unknown)[:200]}"
     return None
 
 
@@ -162,12 +154,12 @@ def _value_problem(value: Any, where: str) -> str | None:
     if not (digest is None if kind == "none" else is_hex_digest(digest)):
         return f"{where}/digest: must be {'null' if kind == 'none' else '64 lowercase hex digits'}"
     if kind == "tensor":
-        if not _text(value["dtype"], 64):
+        if not is_text(value["dtype"], 64):
             return f"{where}/dtype: must be a string of at most 64 characters"
         shape = value["shape"]
-        if not (isinstance(shape, list) and len(shape) <= 64 and all(_count(d) for d in shape)):
+        if not (isinstance(shape, list) and len(shape) <= 64 and all(is_integer(d) for d in shape)):
             return f"{where}/shape: must be a list of at most 64 non-negative integers"
-    elif kind != "none" and not _count(value["length" if kind == "sequence" else "size"]):
+    elif kind != "none" and not is_integer(value["length" if kind == "sequence" else "size"]):
         return f"{where}/{'length' if kind == 'sequence' else 'size'}: must be a non-negative integer"
     return None
 
@@ -194,7 +186,7 @@ def _link_problem(link: Any, where: str) -> str | None:
         return f"{where}/record: must be a record id (32 lowercase hex digits)"
     if link.get("verdict") not in VERDICTS:
         return f"{where}/verdict: a 'replays' link needs one of {', '.join(VERDICTS)}"
-    if "detail" in link and not _text(link["detail"]):
+    if "detail" in link and not is_text(link["detail"], TEXT_LIMIT):
         return f"{where}/detail: must be a string of at most 1024 characters"
     return None
 
@@ -210,10 +202,10 @@ def record_problem(record: Any) -> str | None:
         (record["kind"] in ("inference", "replay"), "kind: must be 'inference' or 'replay'"),
         (isinstance(record["time"], str) and _TIME.fullmatch(record["time"]) is not None,
          "time: must be UTC with microseconds, e.g. 2025-01-31T12:00:00.000000Z"),
-        (record["principal"] is None or _text(record["principal"]), "principal: must be null or a string"),
+        (record["principal"] is None or is_text(record["principal"], TEXT_LIMIT), "principal: must be null or a string"),
         (record["audit"] in AUDIT_MODES, f"audit: must be one of {', '.join(AUDIT_MODES)}"),
         (record["trail"] is None or is_hex_digest(record["trail"]), "trail: must be null or 64 lowercase hex digits"),
-        (_text(record["sealtrace_version"], 64), "sealtrace_version: must be a string"),
+        (is_text(record["sealtrace_version"], 64), "sealtrace_version: must be a string"),
     ]
     for ok, message in checks:
         if not ok:
@@ -222,7 +214,7 @@ def record_problem(record: Any) -> str | None:
     problem = _object(model, frozenset(("name", "container_digest", "plan_digest")), "model")
     if problem:
         return problem
-    if not _text(model["name"]):
+    if not is_text(model["name"], TEXT_LIMIT):
         return "model/name: must be a string of at most 1024 characters"
     if not (model["container_digest"] is None or is_hex_digest(model["container_digest"])):
         return "model/container_digest: must be null or 64 lowercase hex digits"
@@ -232,7 +224,7 @@ def record_problem(record: Any) -> str | None:
     problem = _object(backend, frozenset(("name", "version")), "backend")
     if problem:
         return problem
-    if not (_text(backend["name"]) and _text(backend["version"])):
+    if not (is_text(backend["name"], TEXT_LIMIT) and is_text(backend["version"], TEXT_LIMIT)):
         return "backend: name and version must be strings of at most 1024 characters"
     problem = _values_problem(record["inputs"], "inputs") or _values_problem(record["outputs"], "outputs")
     if problem:
