@@ -20,7 +20,7 @@ from pathlib import Path
 # Packages (or leaf modules) by layer. ``ops.numerics`` and ``ops.registry`` sit below the kernels.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "limits", "outputs", "digest", "arrayfiles", "signing", "protowire", "jsonschemas", "zoo",
-     "strictjson", "hashpool"),
+     "strictjson", "fields", "hashpool"),
     ("ops.numerics", "ops.registry"),
     ("ops",),
     ("plan",),

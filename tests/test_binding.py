@@ -16,12 +16,12 @@ from sealtrace.binding import (
     BindingCheckError,
     BindingError,
     check_binding,
-    compile_onnxruntime,
     read_binding,
 )
 from sealtrace.binding import bind as bind_artifact
 from sealtrace.cli import main
 from sealtrace.container import seal_model
+from sealtrace.engines.onnxruntime import compile_onnxruntime
 from sealtrace.errors import InputError
 from sealtrace.signing import generate_keypair
 from tests.parity.test_parity import FEEDS, conv_net

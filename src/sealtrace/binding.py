@@ -33,9 +33,10 @@ from typing import Any
 import onnx
 
 from sealtrace import __version__
-from sealtrace.digest import canonical_json, json_digest
+from sealtrace.digest import canonical_json, is_hex_digest, json_digest
 from sealtrace.errors import CheckFailedError, InputError, InvalidModelError, SealtraceError
-from sealtrace.limits import json_nesting_exceeds, read_regular_file, refuse_duplicate_keys
+from sealtrace.fields import missing_and_unknown
+from sealtrace.limits import json_nesting_exceeds, read_regular_file
 from sealtrace.outputs import atomic_output, check_output
 from sealtrace.plan.modelfile import ExternalFile, external_tensors, files_digest, load_external_data
 from sealtrace.protowire import BYTES, WireError, records
@@ -46,6 +47,7 @@ from sealtrace.signing import (
     sign_digest,
     verify_signature,
 )
+from sealtrace.strictjson import loads_strict
 
 BINDING_FORMAT = "sealtrace.binding.v1"
 METADATA_KEY = "sealtrace.binding"
@@ -166,8 +168,7 @@ def _json_type(value: Any) -> str:
 def _exact_keys(value: Any, required: set[str], optional: set[str], what: str, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BindingError(f"{where}: {what} must be an object, not {_json_type(value)}")
-    missing = sorted(required - set(value))
-    unknown = sorted(set(value) - required - optional)
+    missing, unknown = missing_and_unknown(value, required, optional)
     if missing:
         raise BindingError(f"{where}: {what}: missing field(s) {', '.join(missing)}")
     if unknown:
@@ -182,7 +183,7 @@ def _text(value: Any, what: str, where: str) -> str:
 
 
 def _hex(value: Any, what: str, where: str) -> str:
-    if not isinstance(value, str) or len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+    if not is_hex_digest(value):
         raise BindingError(f"{where}: {what} must be 64 lowercase hex digits")
     return value
 
@@ -196,16 +197,9 @@ def parse_record(text: str | bytes, where: str) -> BindingRecord:
     """A binding record from its JSON text. Not UTF-8 (a byte order mark included), not JSON, NaN
     or Infinity, a duplicate key, nesting deeper than MAX_RECORD_DEPTH, or any field of the wrong
     type: BindingError (exit 2)."""
-
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
     try:
-        # Decoded here, strictly: json.loads would take UTF-16, UTF-32 and a BOM from bytes.
-        decoded = text.decode("utf-8") if isinstance(text, bytes) else text
-        if decoded.startswith("\ufeff"):
-            raise ValueError("a byte order mark before the JSON text")
-        data = json.loads(decoded, parse_constant=no_constants, object_pairs_hook=refuse_duplicate_keys)
+        # Decoded strictly: json.loads would take UTF-16, UTF-32 and a BOM from bytes.
+        data = loads_strict(text, encoding="utf-8")
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         # ValueError covers JSONDecodeError; RecursionError, deeply nested arrays or objects.
         raise BindingError(f"{where}: unreadable binding record ({type(exc).__name__}: {str(exc)[:80]})") from None
@@ -391,14 +385,16 @@ def bind_written(
     backend_version: str,
     options: Mapping[str, Any] | None = None,
     sign_with: str | os.PathLike[str] | None = None,
+    embed: bool = False,
     overwrite: bool = False,
 ) -> BindingRecord:
     """Bind an artifact that the caller has just written from ``data`` to the container whose
-    (verified) digest is ``container_digest``; writes the sidecar. The artifact digest is taken of
-    ``data``, not of a second read that a file swapped in meanwhile could change."""
+    (verified) digest is ``container_digest``; writes the sidecar (and with ``embed``, embeds the
+    record into an ONNX artifact). The artifact digest is taken of ``data``, not of a second read
+    that a file swapped in meanwhile could change."""
     return _bind(
         _Artifact(Path(artifact), data), container_digest, transformation=transformation, backend=backend,
-        backend_version=backend_version, options=options, sign_with=sign_with, embed=False, overwrite=overwrite,
+        backend_version=backend_version, options=options, sign_with=sign_with, embed=embed, overwrite=overwrite,
     )  # fmt: skip
 
 
@@ -653,59 +649,3 @@ def installed_version(tool: str) -> str | None:
             return "not installed"
         return str(tvm.__version__)
     return None
-
-
-def compile_onnxruntime(
-    container: str | os.PathLike[str],
-    output: str | os.PathLike[str],
-    *,
-    level: str = "all",
-    sign_with: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-) -> BindingRecord:
-    """Verify ``container``, write ONNX Runtime's optimized model to ``output``, and bind it.
-
-    ``output`` and its sidecar ``output.binding.json`` are checked before any work: an existing one
-    is refused unless ``overwrite``. The binding names the digest of the container that was
-    verified and compiled (it is not opened a second time).
-    """
-    import tempfile
-
-    import onnxruntime as ort
-
-    from sealtrace.container import load_verified_model
-
-    levels = {
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }
-    if level not in levels:
-        raise InputError(f"--level {level}: choose one of {', '.join(levels)}")
-    out = check_output(output, overwrite, "-o")
-    check_output(sidecar_path(out), overwrite, "binding sidecar")
-    verified = load_verified_model(container)
-    assert verified.report.digest is not None
-    with tempfile.TemporaryDirectory(prefix="sealtrace-compile-") as tmp:
-        optimized = Path(tmp) / out.name
-        options = ort.SessionOptions()
-        options.graph_optimization_level = levels[level]
-        options.optimized_model_filepath = str(optimized)
-        options.log_severity_level = 3
-        try:
-            ort.InferenceSession(verified.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # ORT raises its own exception types
-            raise SealtraceError(f"onnxruntime cannot optimize the model: {str(exc).splitlines()[0]}") from None
-        with atomic_output(out, force=overwrite) as f:
-            f.write(optimized.read_bytes())
-    return _bind(
-        _Artifact(out),
-        verified.report.digest,
-        transformation="onnxruntime-graph-optimization",
-        backend="onnxruntime",
-        backend_version=str(ort.__version__),
-        options={"graph_optimization_level": level, "execution_provider": "CPUExecutionProvider"},
-        sign_with=sign_with,
-        embed=True,
-        overwrite=overwrite,
-    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,8 @@ TENSOR_DIGEST_TAG = b"sealtrace.tensor.v1\0"
 SHA256 = "sha256"
 BLAKE3 = "blake3"
 DIGEST_ALGORITHMS = (SHA256, BLAKE3)
+# A digest as sealtrace writes it (sha256 or BLAKE3): 64 lowercase hex digits, nothing around them.
+HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def hasher(algorithm: str = SHA256) -> Callable[..., Any]:
@@ -35,6 +38,11 @@ def hasher(algorithm: str = SHA256) -> Callable[..., Any]:
 
         return blake3
     raise ValueError(f"unknown digest algorithm {algorithm!r} (known: {', '.join(DIGEST_ALGORITHMS)})")
+
+
+def is_hex_digest(value: Any) -> bool:
+    """Whether ``value`` is a string of exactly 64 lowercase hex digits (:data:`HEX_DIGEST`)."""
+    return isinstance(value, str) and HEX_DIGEST.fullmatch(value) is not None
 
 
 def canonical_dtype(dtype: np.dtype[Any]) -> str:

@@ -116,8 +116,8 @@ def test_old_logs_of_models_without_external_data_still_link(mlp_path: Path, mlp
 
 def test_log_of_a_bound_artifact_verifies_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """model.kind = "artifact" is in the schema: verify and replay of such logs used to exit 1."""
-    from sealtrace.binding import compile_onnxruntime
     from sealtrace.cli import main
+    from sealtrace.engines.onnxruntime import compile_onnxruntime
     from tests.audit.conftest import mlp_model as make
 
     source = tmp_path / "mlp.onnx"

@@ -56,11 +56,12 @@ from sealtrace.audit.pipeline import (
 )
 from sealtrace.audit.records import sequence_digest, value_digest
 from sealtrace.backends.base import Backend
-from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_dtype, tensor_digest
+from sealtrace.digest import DIGEST_ALGORITHMS, SHA256, canonical_dtype, is_hex_digest, tensor_digest
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.limits import has_control_characters, memory_budget, read_regular_file
 from sealtrace.plan.events import StepEvent
 from sealtrace.plan.model import Plan
+from sealtrace.strictjson import loads_strict
 
 CAPTURE_FORMAT = "sealtrace.capture.v1"
 CAPTURE_FORMAT_V2 = "sealtrace.capture.v2"  # v1 plus per-file "encodings"
@@ -72,7 +73,6 @@ KINDS = ("tensor", "sequence", "map", "none")
 UTF8 = "utf-8"
 _MAX_STEM = 96
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 # ml_dtypes' types, by name: the only names a "bits:" encoding may give (the index is data, so
 # nothing it says is looked up beyond this list).
 _EXTENSION_NAMES = (
@@ -393,7 +393,7 @@ class CapturedRun:
             raise CaptureIndexError(f"{path}: no such file (not a capture directory)")
         data = read_regular_file(path, "capture index", CaptureIndexError, max_bytes=memory_budget())
         try:
-            index = json.loads(data)
+            index = loads_strict(data)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             reason = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())[:120]
             raise CaptureIndexError(f"{path}: unreadable capture index (not valid JSON: {reason})") from None
@@ -588,7 +588,7 @@ def _entry_problem(entry: Any, version: str) -> str | None:
         return None if not files and digest is None else "a 'none' value has no files and no digest"
     if kind in ("tensor", "map") and len(files) != 1:
         return f"a {kind} is one file, the entry lists {len(files)}"
-    if not (isinstance(digest, str) and _DIGEST.match(digest)):
+    if not is_hex_digest(digest):
         return "'digest' must be 64 hex digits"
     if "dtype" in entry and not isinstance(entry["dtype"], str):
         return "'dtype' must be a string"

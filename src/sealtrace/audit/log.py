@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -10,7 +9,8 @@ from typing import Any
 
 from sealtrace.errors import InputError
 from sealtrace.jsonschemas import load_schema, validator
-from sealtrace.limits import memory_budget, read_regular_file
+from sealtrace.limits import json_nesting_exceeds, memory_budget, read_regular_file
+from sealtrace.strictjson import loads_strict
 
 SCHEMA_FILE = "audit-log.schema.json"
 MAX_DEPTH = 32  # lists and objects in one record; the schema's records nest a few levels
@@ -52,13 +52,10 @@ def parse_lines(data: bytes) -> list[LogLine]:
     return lines
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
 def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        # A key given twice makes a line that is not in canonical form: that check names it.
+        value = loads_strict(raw, duplicate_keys=True)
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"not valid JSON ({exc})"
     except RecursionError:
@@ -66,23 +63,11 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
         return None, "not valid JSON (nested too deeply)"
     if not isinstance(value, dict):
         return None, f"not a JSON object (found {type(value).__name__})"
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _nested_deeper(value, MAX_DEPTH):
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and json_nesting_exceeds(value, MAX_DEPTH):
         # No record nests this deep; refused here, before re-encoding, hashing or schema checks
         # recurse into it.
         return None, f"not a record (nested more than {MAX_DEPTH} levels deep)"
     return value, None
-
-
-def _nested_deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests lists and objects more than ``limit`` levels deep (no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

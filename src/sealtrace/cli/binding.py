@@ -7,7 +7,7 @@ import json
 import click
 
 from sealtrace.binding import bind as bind_artifact
-from sealtrace.binding import check_binding, compile_onnxruntime, sidecar_path
+from sealtrace.binding import check_binding, sidecar_path
 from sealtrace.cli import app
 from sealtrace.container import IntegrityError
 from sealtrace.container.signatures import describe_signers
@@ -53,6 +53,8 @@ def compile_command(
     else:
         if target is not None or dims:
             raise InputError("--target and --dim are TVM's (--backend tvm); ONNX Runtime takes --level")
+        from sealtrace.engines.onnxruntime import compile_onnxruntime
+
         record = compile_onnxruntime(container, output, level=level or "all", sign_with=sign_key, overwrite=force)
     click.echo(f"wrote {output} and {sidecar_path(output).name}: bound to container {record.container_digest[:16]}...")
 

@@ -13,6 +13,7 @@ import click
 
 from sealtrace.cli import app
 from sealtrace.errors import InputError
+from sealtrace.strictjson import loads_strict
 
 _trust = click.option(
     "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
@@ -170,7 +171,7 @@ def _parsed(body: bytes) -> Any:
     if len(body) > MAX_RECORD_BYTES:
         return None
     try:
-        return json.loads(body)
+        return loads_strict(body)
     except (ValueError, RecursionError):
         return None
 

@@ -1,4 +1,4 @@
-"""The ``.seal`` file format, version 1, and its strict reader (docs/container-format.md).
+"""The ``.seal`` file format, versions 1 and 2, and its strict reader (docs/container-format.md).
 
 Layout::
 
@@ -19,7 +19,6 @@ container (the magic, or a ``.seal`` name) and breaks any of this fails its chec
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import struct
@@ -32,9 +31,11 @@ import numpy as np
 
 from sealtrace.container.errors import ContainerDamagedError, ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.container.graphindex import LABEL_LENGTH
-from sealtrace.digest import canonical_json, json_digest
+from sealtrace.digest import HEX_DIGEST, canonical_json, is_hex_digest, json_digest
 from sealtrace.errors import SealtraceError
+from sealtrace.fields import MAX_INT64, is_integer, is_text, missing_and_unknown
 from sealtrace.limits import has_control_characters, json_nesting_exceeds, open_regular_file
+from sealtrace.strictjson import FloatNotAllowedError, loads_strict
 
 MAGIC = b"\x89SEAL\r\n\x1a"
 FORMAT_NAME = "sealtrace.container"
@@ -71,9 +72,8 @@ NUMPY_DTYPES: dict[str, str] = {
 
 STORAGE_FIELDS = ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data")
 
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
-_HEX16 = re.compile(r"[0-9a-f]{16}\Z")
-_HEX128 = re.compile(r"[0-9a-f]{128}\Z")
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+_HEX128 = re.compile(r"[0-9a-f]{128}")
 
 
 def align(offset: int, alignment: int = ALIGNMENT) -> int:
@@ -426,25 +426,12 @@ def _parse_after_magic(source: ContainerBytes, version: int, header_length: int,
 
 def parse_canonical_json(raw: bytes, what: str) -> Any:
     """Parse JSON that must be exactly sealtrace's canonical encoding (no floats, no duplicates)."""
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result = dict(pairs)
-        if len(result) != len(pairs):
-            raise ContainerFormatError(f"{what}: duplicate key in JSON object")
-        return result
-
-    def no_floats(text: str) -> Any:
-        raise ContainerFormatError(f"{what}: floating-point number {text[:20]!r} not allowed")
-
     try:
-        text = raw.decode("ascii")
-        document = json.loads(
-            text, object_pairs_hook=no_duplicates, parse_float=no_floats, parse_constant=no_floats
-        )
-    except ContainerFormatError:
-        raise
+        document = loads_strict(raw, floats=False, encoding="ascii")
+    except FloatNotAllowedError as exc:
+        raise ContainerFormatError(f"{what}: {exc}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        # ValueError covers JSONDecodeError and over-long integers; RecursionError deep nesting.
+        # ValueError covers JSONDecodeError, a duplicate key and over-long integers; RecursionError deep nesting.
         raise ContainerFormatError(f"{what}: not valid JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
     if json_nesting_exceeds(document, MAX_JSON_DEPTH):
         # A fixed bound (docs/container-format.md), not the interpreter's recursion limit, decides.
@@ -470,8 +457,8 @@ def parse_signatures(value: Any, where: str) -> list[SignatureEntry]:
             )
         if item["algorithm"] != "ed25519":
             raise ContainerFormatError(f"{where}: signature {i}: unknown algorithm {str(item['algorithm'])[:40]!r}")
-        for key, pattern in (("key_id", _HEX16), ("public_key", _HEX64), ("signature", _HEX128)):
-            if not isinstance(item[key], str) or not pattern.match(item[key]):
+        for key, pattern in (("key_id", _HEX16), ("public_key", HEX_DIGEST), ("signature", _HEX128)):
+            if not isinstance(item[key], str) or not pattern.fullmatch(item[key]):
                 raise ContainerFormatError(f"{where}: signature {i}: malformed {key}")
         found.append(SignatureEntry(item["algorithm"], item["key_id"], item["public_key"], item["signature"]))
     return found
@@ -491,15 +478,14 @@ def _fail(where: str, message: str) -> ContainerFormatError:
     return ContainerFormatError(f"{where}: {message}")
 
 
-def _int(value: Any, what: str, where: str, low: int = 0, high: int = (1 << 63) - 1) -> int:
-    # bool is an int in Python; JSON true is not a number here.
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+def _int(value: Any, what: str, where: str, low: int = 0, high: int = MAX_INT64) -> int:
+    if not is_integer(value, low, high):
         raise _fail(where, f"{what} must be an integer in [{low}, {high}]")
     return value
 
 
 def _str(value: Any, what: str, where: str, limit: int = MAX_NAME_LENGTH) -> str:
-    if not isinstance(value, str) or len(value) > limit:
+    if not is_text(value, limit):
         raise _fail(where, f"{what} must be a string of at most {limit} characters")
     return value
 
@@ -507,9 +493,8 @@ def _str(value: Any, what: str, where: str, limit: int = MAX_NAME_LENGTH) -> str
 def _keys(value: Any, keys: set[str], what: str, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _fail(where, f"{what} must be an object")
-    if set(value) != keys:
-        missing = sorted(keys - set(value))
-        unknown = sorted(set(value) - keys)
+    missing, unknown = missing_and_unknown(value, keys)
+    if missing or unknown:
         raise _fail(where, f"{what}: missing keys {missing}, unknown keys {[k[:40] for k in unknown[:5]]}")
     return value
 
@@ -532,7 +517,7 @@ def _digests(value: Any, count: int, what: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or len(value) != count:
         raise _fail(where, f"{what}: sha256 must list {count} chunk digest(s)")
     for item in value:
-        if not isinstance(item, str) or not _HEX64.match(item):
+        if not is_hex_digest(item):
             raise _fail(where, f"{what}: sha256 entries must be 64 lowercase hex digits")
     return tuple(value)
 
@@ -562,7 +547,7 @@ def _check_graph_index(index: Any, where: str) -> None:
 
 
 def _hex64(value: Any, what: str, where: str) -> None:
-    if not isinstance(value, str) or not _HEX64.match(value):
+    if not is_hex_digest(value):
         raise _fail(where, f"{what} must be 64 lowercase hex digits")
 
 

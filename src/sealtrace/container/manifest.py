@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import os
 import re
 import stat
@@ -52,7 +51,7 @@ from sealtrace.container.signatures import (
     trusted_keys,
 )
 from sealtrace.container.weights import model_tensors
-from sealtrace.digest import canonical_json, json_digest
+from sealtrace.digest import canonical_json, is_hex_digest, json_digest
 from sealtrace.errors import InputError
 from sealtrace.hashpool import hash_map
 from sealtrace.limits import (
@@ -63,6 +62,7 @@ from sealtrace.limits import (
     read_regular_file,
 )
 from sealtrace.outputs import atomic_output, check_output
+from sealtrace.strictjson import loads_strict
 
 FORMAT_NAME = "sealtrace.manifest"
 FORMAT_VERSION = 2  # what create_manifest writes; 1 is still read and verified
@@ -76,7 +76,6 @@ _READ_BLOCK = 1 << 20
 MAX_MANIFEST_SIZE = 256 << 20
 # safetensors bounds its own header to 100 MB; so do we when reading one.
 MAX_SAFETENSORS_HEADER = 100_000_000
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _BLOCK = 4 << 20
 
 
@@ -220,7 +219,7 @@ def _safetensors_ranges(path: Path) -> list[tuple[str, int, int]]:
         (n,) = struct.unpack("<Q", head)
         if n > min(MAX_SAFETENSORS_HEADER, size - 8):
             raise ValueError("safetensors header length out of range")
-        header = json.loads(f.read(n))
+        header = loads_strict(f.read(n))
         if not isinstance(header, dict):
             raise ValueError("safetensors header is not an object")
         found = []
@@ -874,7 +873,7 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[An
         if rel in seen:
             raise ContainerFormatError(f"{where}: {rel!r} listed twice")
         seen.add(rel)
-        if not isinstance(item[key], str) or not _HEX64.match(item[key]):
+        if not is_hex_digest(item[key]):
             raise ContainerFormatError(f"{where}: {rel!r}: malformed {key}")
         if isinstance(item["size"], bool) or not isinstance(item["size"], int) or item["size"] < 0:
             raise ContainerFormatError(f"{where}: {rel!r}: malformed size")
@@ -882,7 +881,7 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[An
             raise ContainerFormatError(f"{where}: {rel!r}: unknown format")
         if not isinstance(item["tensors"], list) or not all(
             isinstance(t, dict) and set(t) == tensor_keys and isinstance(t["name"], str)
-            and isinstance(t[key], str) and _HEX64.match(t[key])
+            and is_hex_digest(t[key])
             for t in item["tensors"]
         ):  # fmt: skip
             raise ContainerFormatError(f"{where}: {rel!r}: malformed tensor list")

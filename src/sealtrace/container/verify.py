@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,9 +30,8 @@ from sealtrace.container.weights import (
     restore_weights,
     storage_holds,
 )
+from sealtrace.digest import HEX_DIGEST
 from sealtrace.errors import InputError
-
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass
@@ -95,7 +93,7 @@ def verify_container(
     """
     if require_signature and not trust:
         raise InputError("--require-signature needs at least one trusted public key (--trust KEY.pub)")
-    if expect_digest is not None and not _HEX64.fullmatch(expect_digest.lower()):
+    if expect_digest is not None and not HEX_DIGEST.fullmatch(expect_digest.lower()):
         raise InputError(f"--expect-digest {expect_digest[:80]!r}: a container digest is 64 hex digits")
     keys = trusted_keys(trust)
     started = time.perf_counter()

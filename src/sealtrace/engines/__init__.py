@@ -6,6 +6,8 @@ bytes from a private copy, and then asks the library itself which container and 
 from (its embedded stamp), refusing any mismatch before a single inference. docs/tvm.md.
 
 - :mod:`sealtrace.engines.tvm`: Apache TVM (Relax ONNX frontend, LLVM CPU target).
+- :mod:`sealtrace.engines.onnxruntime`: ONNX Runtime's optimized model (an ONNX file, bound like any
+  artifact; no stamp of its own).
 """
 
 from __future__ import annotations

@@ -29,7 +29,6 @@ import contextlib
 import gc
 import hashlib
 import io
-import json
 import os
 import re
 import sys
@@ -61,6 +60,7 @@ from sealtrace.limits import memory_budget, open_regular_file, read_regular_file
 from sealtrace.outputs import atomic_output, check_output
 from sealtrace.plan import Plan, build_plan
 from sealtrace.plan.model import Dim
+from sealtrace.strictjson import loads_strict
 
 STAMP_FORMAT = "sealtrace.tvm-stamp.v1"
 STAMP_FUNCTION = "sealtrace_stamp"
@@ -226,14 +226,10 @@ class EngineStamp:
 
 def parse_stamp(data: bytes) -> EngineStamp:
     """A stamp from its bytes (canonical JSON); ValueError when it is not one."""
-
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
     if len(data) > MAX_STAMP_BYTES:
         raise ValueError(f"{len(data)} bytes, more than a stamp may be ({MAX_STAMP_BYTES})")
     try:
-        parsed = json.loads(data, parse_constant=no_constants)
+        parsed = loads_strict(data, duplicate_keys=True)  # the canonical form check below refuses them
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ValueError(f"not JSON ({type(exc).__name__})") from None
     stamp = EngineStamp.from_json(parsed)

@@ -11,7 +11,6 @@ its outputs, its model (container and plan digests) and its per-op audit trail (
 from __future__ import annotations
 
 import datetime
-import json
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -20,10 +19,11 @@ from typing import Any
 
 from sealtrace import __version__
 from sealtrace.audit.records import value_identity
-from sealtrace.digest import canonical_json
+from sealtrace.digest import canonical_json, is_hex_digest
+from sealtrace.fields import is_integer, is_text, missing_and_unknown
 from sealtrace.jsonschemas import load_schema, validator
 from sealtrace.ledger.errors import ProofFormatError, RecordError
-from sealtrace.limits import refuse_duplicate_keys
+from sealtrace.strictjson import loads_strict
 
 RECORD_FORMAT = "sealtrace.ledger.record.v1"
 SCHEMA_FILE = "ledger.schema.json"
@@ -116,7 +116,6 @@ def parse_record(leaf: bytes, where: str) -> dict[str, Any]:
 # The record format's rules, as code: the JSON Schema (schemas/ledger.schema.json) says the same, and
 # tests check that both accept and refuse the same documents. jsonschema takes ~0.5 ms per record;
 # appends and full-ledger verification cannot afford that, a few dict lookups can.
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _ID = re.compile(r"[0-9a-f]{32}")
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 _RECORD_KEYS = frozenset(
@@ -130,30 +129,17 @@ _VALUE_KEYS = {
     "none": frozenset(("kind", "digest")),
 }
 _LINK_KEYS = frozenset(("relation", "record", "verdict", "detail"))
-MAX_COUNT = (1 << 63) - 1
-
-
-def _text(value: Any, limit: int = 1024) -> bool:
-    return isinstance(value, str) and len(value) <= limit
-
-
-def _hex64(value: Any) -> bool:
-    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
-
-
-def _count(value: Any) -> bool:
-    return type(value) is int and 0 <= value <= MAX_COUNT
+TEXT_LIMIT = 1024  # characters of a name, version, principal or detail
 
 
 def _object(value: Any, keys: frozenset[str], where: str, optional: frozenset[str] = frozenset()) -> str | None:
     if not isinstance(value, dict):
         return f"{where}: must be an object"
-    missing = keys - optional - value.keys()
+    missing, unknown = missing_and_unknown(value, keys - optional, optional)
     if missing:
-        return f"{where}: missing {', '.join(sorted(missing))}"
-    extra = value.keys() - keys
-    if extra:
-        return f"{where}: unknown field(s) {', '.join(sorted(map(str, extra)))[:200]}"
+        return f"{where}: missing {', '.join(missing)}"
+    if unknown:
+        return f"{where}: unknown field(s) {', '.join(unknown)[:200]}"
     return None
 
 
@@ -165,15 +151,15 @@ def _value_problem(value: Any, where: str) -> str | None:
     if problem:
         return problem
     digest = value["digest"]
-    if not (digest is None if kind == "none" else _hex64(digest)):
+    if not (digest is None if kind == "none" else is_hex_digest(digest)):
         return f"{where}/digest: must be {'null' if kind == 'none' else '64 lowercase hex digits'}"
     if kind == "tensor":
-        if not _text(value["dtype"], 64):
+        if not is_text(value["dtype"], 64):
             return f"{where}/dtype: must be a string of at most 64 characters"
         shape = value["shape"]
-        if not (isinstance(shape, list) and len(shape) <= 64 and all(_count(d) for d in shape)):
+        if not (isinstance(shape, list) and len(shape) <= 64 and all(is_integer(d) for d in shape)):
             return f"{where}/shape: must be a list of at most 64 non-negative integers"
-    elif kind != "none" and not _count(value["length" if kind == "sequence" else "size"]):
+    elif kind != "none" and not is_integer(value["length" if kind == "sequence" else "size"]):
         return f"{where}/{'length' if kind == 'sequence' else 'size'}: must be a non-negative integer"
     return None
 
@@ -200,7 +186,7 @@ def _link_problem(link: Any, where: str) -> str | None:
         return f"{where}/record: must be a record id (32 lowercase hex digits)"
     if link.get("verdict") not in VERDICTS:
         return f"{where}/verdict: a 'replays' link needs one of {', '.join(VERDICTS)}"
-    if "detail" in link and not _text(link["detail"]):
+    if "detail" in link and not is_text(link["detail"], TEXT_LIMIT):
         return f"{where}/detail: must be a string of at most 1024 characters"
     return None
 
@@ -216,10 +202,10 @@ def record_problem(record: Any) -> str | None:
         (record["kind"] in ("inference", "replay"), "kind: must be 'inference' or 'replay'"),
         (isinstance(record["time"], str) and _TIME.fullmatch(record["time"]) is not None,
          "time: must be UTC with microseconds, e.g. 2025-01-31T12:00:00.000000Z"),
-        (record["principal"] is None or _text(record["principal"]), "principal: must be null or a string"),
+        (record["principal"] is None or is_text(record["principal"], TEXT_LIMIT), "principal: must be null or a string"),
         (record["audit"] in AUDIT_MODES, f"audit: must be one of {', '.join(AUDIT_MODES)}"),
-        (record["trail"] is None or _hex64(record["trail"]), "trail: must be null or 64 lowercase hex digits"),
-        (_text(record["sealtrace_version"], 64), "sealtrace_version: must be a string"),
+        (record["trail"] is None or is_hex_digest(record["trail"]), "trail: must be null or 64 lowercase hex digits"),
+        (is_text(record["sealtrace_version"], 64), "sealtrace_version: must be a string"),
     ]
     for ok, message in checks:
         if not ok:
@@ -228,17 +214,17 @@ def record_problem(record: Any) -> str | None:
     problem = _object(model, frozenset(("name", "container_digest", "plan_digest")), "model")
     if problem:
         return problem
-    if not _text(model["name"]):
+    if not is_text(model["name"], TEXT_LIMIT):
         return "model/name: must be a string of at most 1024 characters"
-    if not (model["container_digest"] is None or _hex64(model["container_digest"])):
+    if not (model["container_digest"] is None or is_hex_digest(model["container_digest"])):
         return "model/container_digest: must be null or 64 lowercase hex digits"
-    if not _hex64(model["plan_digest"]):
+    if not is_hex_digest(model["plan_digest"]):
         return "model/plan_digest: must be 64 lowercase hex digits"
     backend = record["backend"]
     problem = _object(backend, frozenset(("name", "version")), "backend")
     if problem:
         return problem
-    if not (_text(backend["name"]) and _text(backend["version"])):
+    if not (is_text(backend["name"], TEXT_LIMIT) and is_text(backend["version"], TEXT_LIMIT)):
         return "backend: name and version must be strings of at most 1024 characters"
     problem = _values_problem(record["inputs"], "inputs") or _values_problem(record["outputs"], "outputs")
     if problem:
@@ -255,16 +241,12 @@ def record_problem(record: Any) -> str | None:
     return None
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
 def parse_json(data: bytes | str, where: str, error: type[Exception] = ProofFormatError, max_bytes: int = 4 << 20) -> Any:
     """JSON from outside: bounded in size, NaN/Infinity refused, deep nesting a typed error."""
     if len(data) > max_bytes:
         raise error(f"{where}: {len(data)} bytes, more than {max_bytes} allowed")
     try:
-        return json.loads(data, parse_constant=_reject_constant, object_pairs_hook=refuse_duplicate_keys)
+        return loads_strict(data)
     except RecursionError:
         raise error(f"{where}: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:

@@ -20,6 +20,7 @@ import numpy as np
 from sealtrace.digest import canonical_dtype, tensor_bytes, tensor_digest
 from sealtrace.ledger.errors import LedgerError, RecordError
 from sealtrace.limits import check_allocation
+from sealtrace.strictjson import loads_strict
 
 
 def encode_tensor(array: np.ndarray) -> tuple[str, str, bytes]:
@@ -33,7 +34,7 @@ def encode_tensor(array: np.ndarray) -> tuple[str, str, bytes]:
 def decode_tensor(digest: str, dtype_name: str, shape_text: str, data: bytes, where: str) -> np.ndarray:
     """The tensor a stored row holds; its digest must be ``digest``."""
     try:
-        shape = json.loads(shape_text)
+        shape = loads_strict(shape_text)
         if not (isinstance(shape, list) and len(shape) <= 64 and all(type(d) is int and d >= 0 for d in shape)):
             raise ValueError("shape is not a list of non-negative integers")
         count = int(np.prod(shape, dtype=object)) if shape else 1
@@ -109,7 +110,7 @@ def trail_run_digest(log: bytes) -> str:
     """The run digest of an audit log: its footer's ``chain_head`` (the last line's)."""
     last = log.rstrip(b"\n").rsplit(b"\n", 1)[-1]
     try:
-        footer = json.loads(last)
+        footer = loads_strict(last)
     except (ValueError, RecursionError):
         footer = None
     digest = footer.get("chain_head") if isinstance(footer, dict) and footer.get("type") == "footer" else None

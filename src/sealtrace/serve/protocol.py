@@ -30,6 +30,7 @@ import orjson
 from sealtrace.errors import InputError
 from sealtrace.limits import BudgetExceededError, check_allocation
 from sealtrace.plan.model import ValueInfo
+from sealtrace.strictjson import loads_strict
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_RANK = 64
@@ -142,18 +143,11 @@ class InferenceRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
-def _reject_constant(name: str) -> Any:
-    return float(name.replace("Infinity", "inf"))  # NaN, Infinity, -Infinity as Triton writes them
-
-
 def parse_json_header(data: bytes) -> Any:
     """The JSON object of a request: bounded by the body limit already; deep nesting is a 400."""
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass  # orjson refuses NaN/Infinity, which Triton writes and reads: the standard parser takes them
-    try:
-        return json.loads(data, parse_constant=_reject_constant)
+        # Triton writes and reads NaN and Infinity; orjson first, for speed on large bodies.
+        return loads_strict(data, duplicate_keys=True, nonfinite=True, fast=True)
     except RecursionError:
         raise ProtocolError("body: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:

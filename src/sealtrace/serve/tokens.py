@@ -14,6 +14,7 @@ import re
 import secrets
 from pathlib import Path
 
+from sealtrace.digest import HEX_DIGEST
 from sealtrace.errors import InputError
 from sealtrace.limits import read_regular_file
 
@@ -21,7 +22,6 @@ MAX_TOKEN_FILE = 1 << 20
 MAX_TOKEN = 512
 TOKEN_PREFIX = "st_"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@\-]{0,127}")
-_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class TokenFileError(InputError):
@@ -52,7 +52,7 @@ class TokenTable:
             if not line or line.startswith("#"):
                 continue
             parts = line.split()
-            if len(parts) != 2 or not _NAME.fullmatch(parts[0]) or not _HEX.fullmatch(parts[1]):
+            if len(parts) != 2 or not _NAME.fullmatch(parts[0]) or not HEX_DIGEST.fullmatch(parts[1]):
                 raise TokenFileError(f"{path}:{number}: expected 'NAME SHA256HEX' (a name of letters, digits, "
                                      "'_.@-' and the 64 lowercase hex digits of the token's SHA-256)")
             name, digest = parts
