@@ -373,7 +373,7 @@ class AuditRecorder(BackgroundObserver):
                 self._file.flush()
 
     def _open(self) -> None:
-        # On the worker: creating a file costs 0.1-0.2 ms, a tenth of a small model's run. A
+        # On the worker: creating a file costs a noticeable part of a small model's run. A
         # failure ends the recording and is raised, as it is, when the run ends.
         if self.path is None:
             return
