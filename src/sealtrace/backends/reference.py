@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sealtrace import __version__
+from sealtrace.backends.base import ObservedRuns
 from sealtrace.backends.threads import blas_threads
 from sealtrace.errors import KernelError, SealtraceError, UnsupportedError
 from sealtrace.ops.numerics import (
@@ -304,7 +305,7 @@ class ProgramCache:
         return program
 
 
-class ReferenceBackend:
+class ReferenceBackend(ObservedRuns):
     """Faithful, deterministic NumPy execution of a Plan, reporting every step to observers.
 
     ``numerics``: "portable" (the default) computes every result as docs/numerics.md defines it,
@@ -333,16 +334,13 @@ class ReferenceBackend:
         """What an audit log's header records of the numerics a run used."""
         return {"mode": self.numerics, "spec": SPEC_VERSION}
 
-    def run(
-        self,
-        plan: Plan,
-        feeds: Mapping[str, Any],
-        observers: Sequence[StepObserver] = (),
-    ) -> dict[str, Any]:
+    def _prepare_run(self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver]) -> Any:
         if plan.unsupported:
             raise UnsupportedError(list(plan.unsupported))
-        for observer in observers:
-            observer.on_run_start(plan, feeds, self)
+
+    def _execute_run(
+        self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver], prepared: Any
+    ) -> dict[str, Any]:
         with blas_threads(self.threads), numerics_mode(self.numerics):
             outputs = execute(plan, feeds, observers, (), self.programs)
         if self.numerics == PORTABLE:
@@ -350,10 +348,7 @@ class ReferenceBackend:
         constant_ids = self.programs.get(plan).constant_ids
         feed_ids = {id(v) for v in feeds.values()}
         outputs = [_owned(value, constant_ids, feed_ids) for value in outputs]
-        result = dict(zip(plan.output_names, outputs, strict=True))
-        for observer in observers:
-            observer.on_run_end(result)
-        return result
+        return dict(zip(plan.output_names, outputs, strict=True))
 
 
 def _owned(value: Any, constant_ids: frozenset[int], feed_ids: set[int]) -> Any:
