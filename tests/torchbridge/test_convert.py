@@ -246,3 +246,20 @@ def test_shape_ops_fold_and_still_follow_a_dynamic_batch() -> None:
         x = torch.randn(n, 2, 3)
         assert module(x).shape == (n, 6)
     torch.export.export(module, (torch.randn(2, 2, 3),))
+
+
+def test_a_random_step_on_constants_is_never_folded() -> None:
+    # Dropout in training mode on a one-element Constant: every input is known at conversion (such
+    # constants fold), but the step is in ops.registry.NONDETERMINISTIC_OPS, so the module runs it
+    # (as the reference backend does) instead of keeping one draw as a constant.
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio"),
+             numpy_helper.from_array(np.array(True), "training")]
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(np.array([3.0], np.float32))),
+             helper.make_node("Dropout", ["w", "ratio", "training"], ["noise"], name="noise"),
+             helper.make_node("Add", ["x", "noise"], ["y"], name="add")]
+    model = make_model(nodes, [float_info("x", [1])], [float_info("y")], inits)
+    module = to_torch(model)
+    assert "noise" in [n.meta.get("onnx_node") for n in module.graph.nodes if n.op == "call_function"]
+    x = np.zeros(1, np.float32)
+    expected = get_backend("reference").run(build_plan(model), {"x": x})["y"]
+    np.testing.assert_array_equal(module(torch.from_numpy(x)).detach().numpy(), expected)

@@ -5,6 +5,7 @@ Backends execute a Plan and report each executed step to observers (sealtrace.pl
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -36,3 +37,38 @@ class Backend(Protocol):
         feeds: Mapping[str, Any],
         observers: Sequence[StepObserver] = (),
     ) -> dict[str, Any]: ...
+
+
+class ObservedRuns(ABC):
+    """The run every backend offers: its observers told of the run's start and end around the
+    backend's own execution. ``_prepare_run`` checks and sets up before any observer hears of the
+    run (its errors reach none); what it returns is handed to ``_execute_run``."""
+
+    name: str
+
+    @property
+    @abstractmethod
+    def version(self) -> str: ...
+
+    def run(
+        self,
+        plan: Plan,
+        feeds: Mapping[str, Any],
+        observers: Sequence[StepObserver] = (),
+    ) -> dict[str, Any]:
+        prepared = self._prepare_run(plan, feeds, observers)
+        for observer in observers:
+            observer.on_run_start(plan, feeds, self)
+        result = self._execute_run(plan, feeds, observers, prepared)
+        for observer in observers:
+            observer.on_run_end(result)
+        return result
+
+    def _prepare_run(self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver]) -> Any:
+        return None
+
+    @abstractmethod
+    def _execute_run(
+        self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver], prepared: Any
+    ) -> dict[str, Any]:
+        """The graph outputs by name, each step reported to ``observers`` as it runs."""

@@ -39,6 +39,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from sealtrace.backends.base import ObservedRuns
 from sealtrace.errors import BackendError
 from sealtrace.plan.events import StepEvent, StepObserver
 from sealtrace.plan.model import Plan
@@ -59,7 +60,7 @@ _LEVELS = {
 }
 
 
-class OnnxRuntimeBackend:
+class OnnxRuntimeBackend(ObservedRuns):
     """ONNX Runtime on the CPU, optimized or per-op (see the module docstring)."""
 
     name = "onnxruntime"
@@ -167,29 +168,22 @@ class OnnxRuntimeBackend:
         onnx.save_model(model, str(path), save_as_external_data=True, location="model.data")
         return str(path)
 
-    def run(
-        self,
-        plan: Plan,
-        feeds: Mapping[str, Any],
-        observers: Sequence[StepObserver] = (),
-    ) -> dict[str, Any]:
+    def _prepare_run(self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver]) -> Any:
+        """The session of an optimized run (None: a per-op run)."""
         per_op = self.per_op if self.per_op is not None else bool(observers)
         self._running_per_op = per_op
-        if not per_op:
-            session = self.session_for(plan, False)
-        for observer in observers:
-            observer.on_run_start(plan, feeds, self)
-        if per_op:
+        return None if per_op else self.session_for(plan, False)
+
+    def _execute_run(
+        self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver], prepared: Any
+    ) -> dict[str, Any]:
+        if prepared is None:
             stream = self.stream(plan, feeds)
             for event in stream:
                 for observer in observers:
                     observer.on_step(event)
-            result = stream.outputs
-        else:
-            result = dict(zip(plan.output_names, self._run(session, plan.output_names, feeds), strict=True))
-        for observer in observers:
-            observer.on_run_end(result)
-        return result
+            return stream.outputs
+        return dict(zip(plan.output_names, self._run(prepared, plan.output_names, feeds), strict=True))
 
     def stream(self, plan: Plan, feeds: Mapping[str, Any], inputs: bool = True) -> StepStream:
         """Per-op mode as an iterator of StepEvents in Plan order: each segment runs when its first

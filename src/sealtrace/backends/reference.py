@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sealtrace import __version__
+from sealtrace.backends.base import ObservedRuns
 from sealtrace.backends.threads import blas_threads
 from sealtrace.errors import KernelError, SealtraceError, UnsupportedError
 from sealtrace.ops.numerics import (
@@ -163,6 +164,9 @@ def _live_step(step: Step, release: tuple[str, ...], constants: Mapping[str, Any
 # SEGMENT_STEPS steps: the compiler's working memory grows with the source it compiles at once,
 # and the process keeps it (BENCHMARKS.md, "Measurements behind the code"). Line numbers map back to steps for errors.
 SEGMENT_STEPS = 16
+# False: runs without observers execute the loop of _run_program too (tests run the error
+# contract on both executors; benchmarks/bench_executors.py measures what the generated path buys).
+GENERATED_RUNS = True
 LiveRun = Callable[[dict[str, Any], tuple[str, ...], "ProgramCache | None"], None]
 
 
@@ -301,7 +305,7 @@ class ProgramCache:
         return program
 
 
-class ReferenceBackend:
+class ReferenceBackend(ObservedRuns):
     """Faithful, deterministic NumPy execution of a Plan, reporting every step to observers.
 
     ``numerics``: "portable" (the default) computes every result as docs/numerics.md defines it,
@@ -330,16 +334,13 @@ class ReferenceBackend:
         """What an audit log's header records of the numerics a run used."""
         return {"mode": self.numerics, "spec": SPEC_VERSION}
 
-    def run(
-        self,
-        plan: Plan,
-        feeds: Mapping[str, Any],
-        observers: Sequence[StepObserver] = (),
-    ) -> dict[str, Any]:
+    def _prepare_run(self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver]) -> Any:
         if plan.unsupported:
             raise UnsupportedError(list(plan.unsupported))
-        for observer in observers:
-            observer.on_run_start(plan, feeds, self)
+
+    def _execute_run(
+        self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver], prepared: Any
+    ) -> dict[str, Any]:
         with blas_threads(self.threads), numerics_mode(self.numerics):
             outputs = execute(plan, feeds, observers, (), self.programs)
         if self.numerics == PORTABLE:
@@ -347,10 +348,7 @@ class ReferenceBackend:
         constant_ids = self.programs.get(plan).constant_ids
         feed_ids = {id(v) for v in feeds.values()}
         outputs = [_owned(value, constant_ids, feed_ids) for value in outputs]
-        result = dict(zip(plan.output_names, outputs, strict=True))
-        for observer in observers:
-            observer.on_run_end(result)
-        return result
+        return dict(zip(plan.output_names, outputs, strict=True))
 
 
 def _owned(value: Any, constant_ids: frozenset[int], feed_ids: set[int]) -> Any:
@@ -449,60 +447,69 @@ def _run_program(
     observers: Sequence[StepObserver],
     programs: ProgramCache | None,
 ) -> None:
-    # Without a ProgramCache (a control-flow kernel called outside a run: the torch bridge), the
-    # Program lives for this one call, and generating its code would cost more than it saves.
-    if observers or programs is None:
-        _run_observed(program, env, path, observers, programs)
-    else:
+    """Run ``program``'s steps in ``env``: without observers, its generated functions (see
+    LiveSegment; GENERATED_RUNS); with observers, the loop below, every step in Plan order and the
+    folded ones reported from the cache. Without a ProgramCache (a control-flow kernel called
+    outside a run: the torch bridge) the Program lives for this one call, and generating its code
+    would cost more than it saves: the loop runs it."""
+    if GENERATED_RUNS and not observers and programs is not None:
         _run_live(program, env, path, programs)
-
-
-def _run_observed(
-    program: Program,
-    env: dict[str, Any],
-    path: tuple[str, ...],
-    observers: Sequence[StepObserver],
-    programs: ProgramCache | None,
-) -> None:
-    """The loop of a run with observers: every step in Plan order, folded ones from the cache."""
-    # Loop bodies run under a new path each iteration: the cache keeps a bounded number of paths.
-    folded_events = program.folded_events.get(path)
-    if folded_events is None:
-        folded_events = {}
-        if len(program.folded_events) < FOLDED_EVENT_PATHS:
-            program.folded_events[path] = folded_events
+        return
     report = [observer.on_step for observer in observers]
+    folded_events = _folded_events(program, path) if report else {}
+    # The digests observers take see canonical NaNs. A run without observers makes only its
+    # outputs canonical (ReferenceBackend.run), as the generated functions do; a Program run
+    # without a ProgramCache hands its outputs straight back to a kernel, so its steps' are made
+    # canonical as they run.
+    canonical = not is_native() and (bool(report) or programs is None)
+    constants = program.constants
     for step, live, folded, release in program.observed:
-        if live is None:
-            assert folded is not None
-            event = folded_events.get(step.index)
-            if event is None:
-                event = folded_events[step.index] = StepEvent(path, step, folded.inputs, folded.outputs, True)
-        else:
-            _, fn, inputs, single, attributes, context, *_ = live
+        if live is not None:
+            _, fn, inputs, single, attributes, context, _ = live
             args = [env[name] for name in inputs]
             try:
                 if context:
-                    kernel_context = StepContext(env, observers, path, step, programs, program.constants)
-                    result = fn(kernel_context, *args, **attributes)
+                    result = fn(StepContext(env, observers, path, step, programs, constants), *args, **attributes)
                 else:
                     result = fn(*args, **attributes)
             except SealtraceError:
                 raise
             except Exception as exc:  # any kernel failure is reported with its step
                 raise _kernel_error(step, path, exc) from exc
-            if not is_native():  # the digests observers take see canonical NaNs
+            if canonical:
                 result = _canonical_result(result)
             if single is not None and type(result) is np.ndarray:
                 env[single] = result
-                event = StepEvent(path, step, args, [result])
+                outputs: list[Any] = [result]
             else:
                 _store_outputs(step, result, env)
-                event = StepEvent(path, step, args, [env[n] if n else None for n in step.outputs])
-        for on_step in report:
-            on_step(event)
+                outputs = [env[n] if n else None for n in step.outputs] if report else []
+            if report:
+                event = StepEvent(path, step, args, outputs)
+                for on_step in report:
+                    on_step(event)
+                del event
+            del args, outputs, result  # nothing here holds a released value past its last reader
+        elif report:
+            assert folded is not None
+            cached = folded_events.get(step.index)
+            if cached is None:
+                cached = folded_events[step.index] = StepEvent(path, step, folded.inputs, folded.outputs, True)
+            for on_step in report:
+                on_step(cached)
         for name in release:
             env.pop(name, None)
+
+
+def _folded_events(program: Program, path: tuple[str, ...]) -> dict[int, StepEvent]:
+    """The cached events of ``program``'s folded steps under ``path``, by step index. Loop bodies
+    run under a new path each iteration: the cache keeps a bounded number of paths."""
+    folded_events = program.folded_events.get(path)
+    if folded_events is None:
+        folded_events = {}
+        if len(program.folded_events) < FOLDED_EVENT_PATHS:
+            program.folded_events[path] = folded_events
+    return folded_events
 
 
 def _canonical_result(result: Any) -> Any:

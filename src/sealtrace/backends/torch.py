@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from sealtrace.backends.base import ObservedRuns
 from sealtrace.errors import BackendError, KernelError, SealtraceError
 from sealtrace.plan.events import StepEvent, StepObserver
 from sealtrace.plan.model import Plan, Step
@@ -23,7 +24,7 @@ from sealtrace.torchops.reference_step import is_string_array
 from sealtrace.torchops.steps import call_translation, check_supported, tensor_attributes, translation_for
 
 
-class TorchBackend:
+class TorchBackend(ObservedRuns):
     """PyTorch eager execution of a Plan, one translated op per step."""
 
     name = "torch"
@@ -46,17 +47,14 @@ class TorchBackend:
         """Settings that shape the numbers, for audit headers and reports."""
         return {"device": str(self.device), "intra_op_threads": torch.get_num_threads()}
 
-    def run(
-        self,
-        plan: Plan,
-        feeds: Mapping[str, Any],
-        observers: Sequence[StepObserver] = (),
-    ) -> dict[str, Any]:
+    def _prepare_run(self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver]) -> Any:
         check_supported(plan)
         if self.threads:
             torch.set_num_threads(self.threads)
-        for observer in observers:
-            observer.on_run_start(plan, feeds, self)
+
+    def _execute_run(
+        self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver], prepared: Any
+    ) -> dict[str, Any]:
         tensors = {name: self._tensor(value) for name, value in feeds.items()}
         # The device context makes tensors that translations create (indices, fills) land on the
         # run's device too. On the CPU, where they land anyway, it is left out: torch keeps the
@@ -65,10 +63,7 @@ class TorchBackend:
         placed = self.device if self.device.type != "cpu" else contextlib.nullcontext()
         with torch.no_grad(), placed:
             outputs = self._execute(plan, tensors, observers, ())
-        result = {name: to_numpy(value) for name, value in zip(plan.output_names, outputs, strict=True)}
-        for observer in observers:
-            observer.on_run_end(result)
-        return result
+        return {name: to_numpy(value) for name, value in zip(plan.output_names, outputs, strict=True)}
 
     def _tensor(self, value: Any) -> Any:
         # Strings (torch has no string dtype) stay NumPy object arrays and maps stay dicts: only

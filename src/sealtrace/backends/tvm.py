@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.backends.base import ObservedRuns
 from sealtrace.engines.tvm import TvmEngine, compile_in_memory, load_tvm_library, tvm_version
 from sealtrace.plan.events import StepObserver
 from sealtrace.plan.model import Plan
@@ -25,7 +26,7 @@ from sealtrace.plan.model import Plan
 GRAPH_OUTPUTS_ONLY = "graph outputs only: TVM fuses operators, so there are no per-step values"
 
 
-class TvmBackend:
+class TvmBackend(ObservedRuns):
     """Apache TVM on the CPU (LLVM), whole-model runs; see the module docstring."""
 
     name = "tvm"
@@ -90,18 +91,13 @@ class TvmBackend:
             self._compiled[key] = cached
         return cached[1]
 
-    def run(
-        self,
-        plan: Plan,
-        feeds: Mapping[str, Any],
-        observers: Sequence[StepObserver] = (),
-    ) -> dict[str, Any]:
+    def _prepare_run(self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver]) -> Any:
         engine = self.engine_for(plan, feeds)
         self._last = engine
-        for observer in observers:
-            observer.on_run_start(plan, feeds, self)
-        outputs = engine.run(feeds, self.threads or 1)
-        result = {name: outputs[name] for name in plan.output_names}
-        for observer in observers:
-            observer.on_run_end(result)
-        return result
+        return engine
+
+    def _execute_run(
+        self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver], prepared: Any
+    ) -> dict[str, Any]:
+        outputs = prepared.run(feeds, self.threads or 1)
+        return {name: outputs[name] for name in plan.output_names}
