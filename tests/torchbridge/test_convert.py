@@ -248,13 +248,14 @@ def test_shape_ops_fold_and_still_follow_a_dynamic_batch() -> None:
     torch.export.export(module, (torch.randn(2, 2, 3),))
 
 
-def test_a_random_step_on_constants_is_never_folded() -> None:
-    # Dropout in training mode on a one-element Constant: every input is known at conversion (such
-    # constants fold), but the step is in ops.registry.NONDETERMINISTIC_OPS, so the module runs it
-    # (as the reference backend does) instead of keeping one draw as a constant.
+@pytest.mark.parametrize("value", [[3.0], 3.0], ids=["one-element", "0-d"])
+def test_a_random_step_on_constants_is_never_folded(value: list[float] | float) -> None:
+    # Dropout in training mode on a Constant: every input is known at conversion (such constants
+    # fold), but the step is in ops.registry.NONDETERMINISTIC_OPS, so the module runs it (as the
+    # reference backend does) instead of keeping one draw as a constant.
     inits = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio"),
              numpy_helper.from_array(np.array(True), "training")]
-    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(np.array([3.0], np.float32))),
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(np.array(value, np.float32))),
              helper.make_node("Dropout", ["w", "ratio", "training"], ["noise"], name="noise"),
              helper.make_node("Add", ["x", "noise"], ["y"], name="add")]
     model = make_model(nodes, [float_info("x", [1])], [float_info("y")], inits)

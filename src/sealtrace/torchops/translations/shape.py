@@ -625,7 +625,7 @@ def _dropout(x: torch.Tensor, ratio: float, training: bool, seed: int | None, ma
         outputs: tuple[Any, ...] = (x, torch.ones(x.shape, dtype=mask_dtype, device=x.device))
     else:
         rng = np.random.RandomState(_DEFAULT_DROPOUT_SEED if seed is None else seed)
-        keep = torch.from_numpy(rng.uniform(0, 1.0, tuple(x.shape)) >= ratio).to(x.device)
+        keep = torch.from_numpy(np.asarray(rng.uniform(0, 1.0, tuple(x.shape)) >= ratio)).to(x.device)
         compute = torch.promote_types(x.dtype, torch.float32)
         one = torch.ones((), dtype=compute)
         scale = one / (one - torch.tensor(ratio, dtype=torch.float64).to(compute))
