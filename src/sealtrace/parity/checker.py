@@ -358,7 +358,8 @@ class _Comparer:
         # Inside A's run, warnings are off already: the kernel as the reference run calls it.
         fn = info.kernel if self.quiet else None
         try:
-            outputs = as_outputs(call_step(step, their_inputs, standalone_context(step, event.path), fn=fn))
+            context = standalone_context(step, event.path) if step.kernel.context else None
+            outputs = as_outputs(call_step(step, their_inputs, context, fn=fn))
         except Exception:  # a kernel that rejects the other side's inputs gives no local figure
             return None
         return [outputs[i] for i, name in enumerate(step.outputs) if name and i < len(outputs)]
