@@ -6,6 +6,7 @@ counts and NumPy versions is tests/portability's (op_cases.py holds these famili
 from __future__ import annotations
 
 import math
+import threading
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,31 @@ def test_quantize_float64_to_float8_rounds_once() -> None:
     zero = np.array(0, ml_dtypes.float8_e4m3fn)
     got = quantize_linear(x, np.array(1.0), zero)
     assert got.astype(np.float64).tolist() == [18.0, 448.0, -2.0]
+
+
+def test_a_weight_that_dies_while_its_thread_holds_the_cache_lock_does_not_deadlock() -> None:
+    # A weak reference's callback runs wherever the garbage collector runs: also in a thread that
+    # holds the prepared-weights lock, where waiting for the lock would hang the run for good.
+    from sealtrace.ops.numerics import products
+
+    x = np.ones((1, 4), np.float32)
+    w = np.ones((4, 4), np.float32)
+    w.flags.writeable = False
+    products.matmul(x, w)  # prepared once: its entry goes when w dies
+    key = next(k for k in products._PREPARED if k[0] == id(w))
+    done = threading.Event()
+
+    def die_holding_the_lock() -> None:
+        nonlocal w
+        with products._PREPARED_LOCK:
+            del w  # its callback runs here
+        done.set()
+
+    thread = threading.Thread(target=die_holding_the_lock, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert done.is_set()
+    other = np.ones((4, 3), np.float32)  # another key, even where it reuses w's memory and id
+    other.flags.writeable = False
+    products.matmul(x, other)  # the next caller removes what died meanwhile
+    assert key not in products._PREPARED

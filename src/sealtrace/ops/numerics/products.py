@@ -16,6 +16,7 @@ import math
 import string
 import threading
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -330,6 +331,11 @@ PREPARED_LIMIT = 1 << 30
 _PREPARED: dict[tuple[Any, ...], tuple[weakref.ref[Array], Array, Array]] = {}
 _PREPARED_LOCK = threading.Lock()
 _prepared_bytes = 0
+# Entries whose operand died. A weak reference's callback runs whenever the garbage collector does,
+# in whatever thread allocated, possibly one that holds _PREPARED_LOCK already: waiting for the lock
+# there would deadlock, so the callback queues the entry and removes it only if the lock is free;
+# otherwise the lock's holder removes it before letting go.
+_DEAD: deque[tuple[tuple[Any, ...], int]] = deque()
 
 
 def _immutable(x: Any) -> bool:
@@ -367,6 +373,7 @@ def _prepared(b: Array, transposed: bool, axis: int) -> tuple[Array, Array | Non
     offset = b.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     key = (id(root), offset, b.shape, b.strides, b.dtype.str, transposed, axis)
     with _PREPARED_LOCK:
+        _drop_dead()
         entry = _PREPARED.get(key)
         if entry is not None and entry[0]() is root:
             return entry[1], entry[2]
@@ -374,16 +381,31 @@ def _prepared(b: Array, transposed: bool, axis: int) -> tuple[Array, Array | Non
     norms = np.sqrt(np.add.reduce(wide * wide, axis=axis))
     global _prepared_bytes
     with _PREPARED_LOCK:
+        _drop_dead()
         if key not in _PREPARED and _prepared_bytes + wide.nbytes <= PREPARED_LIMIT:
             _prepared_bytes += wide.nbytes
             _PREPARED[key] = (weakref.ref(root, lambda _: _forget(key, wide.nbytes)), wide, norms)
+        _drop_dead()
     return wide, norms
 
 
 def _forget(key: tuple[Any, ...], nbytes: int) -> None:
+    _DEAD.append((key, nbytes))
+    if _PREPARED_LOCK.acquire(blocking=False):  # never wait for it here: see _DEAD
+        try:
+            _drop_dead()
+        finally:
+            _PREPARED_LOCK.release()
+
+
+def _drop_dead() -> None:
+    """Remove the entries of operands that died (the caller holds _PREPARED_LOCK)."""
     global _prepared_bytes
-    with _PREPARED_LOCK:
-        if _PREPARED.pop(key, None) is not None:
+    while _DEAD:
+        key, nbytes = _DEAD.popleft()
+        entry = _PREPARED.get(key)
+        if entry is not None and entry[0]() is None:
+            del _PREPARED[key]
             _prepared_bytes -= nbytes
 
 
