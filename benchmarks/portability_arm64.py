@@ -617,19 +617,11 @@ def table(rows: list[dict[str, Any]], native: bool, summarize: bool) -> list[lis
     head = ["case", "steps", "golden digest", "arm64 digest", "same?", "arm64 s"]
     acasxu = [r for r in rows if r["case"].startswith(ACASXU_PREFIX)]
     out = [head]
-    for r in rows:
-        if summarize and r in acasxu:
-            continue
-        out.append(
-            [
-                r["case"],
-                str(r["steps"]),
-                short(r["golden"]),
-                short(r["arm64"]),
-                r["verdict"],
-                secs(r["arm64_s"]),
-            ]
-        )
+
+    def row(r: dict[str, Any]) -> list[str]:
+        return [r["case"], str(r["steps"]), short(r["golden"]), short(r["arm64"]), r["verdict"], secs(r["arm64_s"])]
+
+    out.extend(row(r) for r in rows if not (summarize and r in acasxu))
     if summarize and acasxu:
         same = sum(r["verdict"] == "same" for r in acasxu)
         steps = sorted({str(r["steps"]) for r in acasxu})
@@ -644,18 +636,7 @@ def table(rows: list[dict[str, Any]], native: bool, summarize: bool) -> list[lis
                 f"{took:.2f} in all",
             ]
         )
-        for r in acasxu:
-            if r["verdict"] != "same":
-                out.append(
-                    [
-                        r["case"],
-                        str(r["steps"]),
-                        short(r["golden"]),
-                        short(r["arm64"]),
-                        r["verdict"],
-                        secs(r["arm64_s"]),
-                    ]
-                )
+        out.extend(row(r) for r in acasxu if r["verdict"] != "same")
     return out
 
 
