@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace.container import seal_model
 from sealtrace.signing import generate_keypair
@@ -39,6 +40,23 @@ def typed_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info(f"{name}_out", kind, ["N"]) for name, kind in kinds.items()],
         name="typed",
     )
+
+
+def loop_model() -> onnx.ModelProto:
+    """start[1] + 1, ``trips`` times (an ONNX Loop): a run as long as a request asks."""
+    one = numpy_helper.from_array(np.ones(1, np.float32), "one")
+    body = helper.make_graph(
+        [helper.make_node("Add", ["y_in", "one"], ["y_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("y_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("y_out", TensorProto.FLOAT, [1])],
+        initializer=[one],
+    )
+    return make_model([helper.make_node("Loop", ["trips", "", "start"], ["y"], body=body)],
+                      [helper.make_tensor_value_info("trips", TensorProto.INT64, []),
+                       helper.make_tensor_value_info("start", TensorProto.FLOAT, [1])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], name="loop")
 
 
 @pytest.fixture(scope="session")

@@ -26,11 +26,14 @@ KILLS = 20
 CLIENTS = 3
 
 
-def _start(container: Path, location: str, keys: tuple[Path, Path], audit: str) -> tuple[subprocess.Popen[str], str]:
+def _start(container: Path, location: str, keys: tuple[Path, Path], audit: str, extra: tuple[str, ...] = (),
+           stderr: list[str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """`sealtrace serve` on a free port (with ``extra`` options); its URL. The lines it writes to
+    stderr after the `serving on` line go to ``stderr`` when given."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "OPENBLAS_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "sealtrace", "serve", str(container), "--ledger", location, "--sign", str(keys[0]),
                "--trust", str(keys[1]), "--audit", audit, "--backend", "reference" if audit == "full" else "onnxruntime",
-               "--port", "0", "--head-every", "7", "--head-interval", "0.05", "--log-level", "warning"]
+               "--port", "0", "--head-every", "7", "--head-interval", "0.05", "--log-level", "warning", *extra]
     child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     assert child.stderr is not None
     deadline = time.monotonic() + 60
@@ -40,7 +43,8 @@ def _start(container: Path, location: str, keys: tuple[Path, Path], audit: str) 
             break
         found = re.search(r"serving on (http://\S+)", line)
         if found:
-            threading.Thread(target=child.stderr.read, daemon=True).start()  # keep the pipe drained
+            drain = child.stderr.read if stderr is None else lambda: stderr.extend(child.stderr)  # type: ignore[arg-type]
+            threading.Thread(target=drain, daemon=True).start()  # keep the pipe drained
             return child, found.group(1)
     child.kill()
     raise AssertionError(f"the server did not start: {child.stderr.read()[-2000:]}")

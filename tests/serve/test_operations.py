@@ -76,7 +76,8 @@ def test_tls_through_uvicorns_options(tmp_path: Path, containers: dict[str, Path
 def test_sigterm_answers_in_flight_requests_and_signs_a_final_head(tmp_path: Path, containers: dict[str, Path],
                                                                    keys: Any) -> None:
     location = str(tmp_path / "ledger.db")
-    child, url = _start(containers["tiny"], location, keys, "full")
+    stderr: list[str] = []
+    child, url = _start(containers["tiny"], location, keys, "full", stderr=stderr)
     big = np.random.default_rng(0).standard_normal((60_000, 4)).astype(np.float32)  # a request that takes a while
     header = f'{{"inputs":[{{"name":"x","shape":[60000,4],"datatype":"FP32","parameters":{{"binary_data_size":{big.nbytes}}}}}]}}'
     body = header.encode() + big.tobytes()
@@ -100,7 +101,9 @@ def test_sigterm_answers_in_flight_requests_and_signs_a_final_head(tmp_path: Pat
     child.send_signal(signal.SIGTERM)
     for sender in senders:
         sender.join(timeout=120)
-    child.wait(timeout=120)
+    # A graceful stop is a normal exit, as uvicorn users expect: it was 143 (killed by the signal).
+    assert child.wait(timeout=120) == 0
+    assert "stopped: ledger closed with a final signed tree head\n" in stderr
     answered = [r for r in results if isinstance(r, httpx.Response)]
     assert answered and all(r.status_code == 200 for r in answered), [getattr(r, "text", r) for r in results]
     with Ledger.open(location, readonly=True) as ledger:
@@ -108,6 +111,45 @@ def test_sigterm_answers_in_flight_requests_and_signs_a_final_head(tmp_path: Pat
         assert report.ok and report.unsigned == 0  # the final tree head covers every record
         for response in answered:
             ledger.record(response.json()["parameters"]["record_id"])
+
+
+def test_sigterm_stops_the_server_while_a_run_goes_on(tmp_path: Path, keys: Any) -> None:
+    """A run that would take hours: health answers while it runs, and SIGTERM stops the server within
+    --timeout-graceful-shutdown and a few seconds, exit 0, the run abandoned and not recorded."""
+    from sealtrace.container import seal_model
+    from tests.serve.conftest import loop_model
+
+    container = tmp_path / "loop.seal"
+    seal_model(loop_model(), container, sign_with=keys[0])
+    location = str(tmp_path / "ledger.db")
+    stderr: list[str] = []
+    child, url = _start(container, location, keys, "full", ("--timeout-graceful-shutdown", "1"), stderr)
+    endless = {"inputs": [{"name": "trips", "shape": [], "datatype": "INT64", "data": 10**12},
+                          {"name": "start", "shape": [1], "datatype": "FP32", "data": [0.0]}]}
+    outcome: list[Any] = []
+
+    def send() -> None:
+        try:
+            outcome.append(httpx.post(f"{url}/v2/models/loop/infer", json=endless, timeout=120))
+        except httpx.HTTPError as exc:
+            outcome.append(exc)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    deadline = time.monotonic() + 60
+    while _in_flight(url) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for _ in range(5):  # the run holds no lock the event loop needs
+        assert httpx.get(f"{url}/v2/health/live", timeout=5).json() == {"live": True}
+    child.send_signal(signal.SIGTERM)
+    stopping = time.monotonic()
+    assert child.wait(timeout=30) == 0, "".join(stderr)
+    assert time.monotonic() - stopping < 20
+    sender.join(timeout=30)
+    assert not isinstance(outcome[0], httpx.Response) or outcome[0].status_code != 200
+    assert any("still going past --timeout-graceful-shutdown" in line for line in stderr), stderr
+    with Ledger.open(location, readonly=True) as ledger:
+        assert ledger.size == 0 and ledger.verify([keys[1]]).ok
 
 
 def _in_flight(url: str) -> float:

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
+import threading
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import click
 
@@ -38,6 +42,12 @@ from sealtrace.errors import InputError
 @click.option("--health-auth", is_flag=True, help="Require a token on the health endpoints too.")
 @click.option("--max-body", default="64MiB", show_default=True, metavar="SIZE",
               help="Largest request body; larger ones are refused (413) before they are read.")
+@click.option("--max-json", default="8MiB", show_default=True, metavar="SIZE",
+              help="Largest JSON part of a request (parsed JSON takes about 16x its size; binary tensor data is "
+                   "read as it lies, up to --max-body).")
+@click.option("--max-response", default="64MiB", show_default=True, metavar="SIZE",
+              help="Largest response body; a request whose outputs would be larger is refused (413), before the "
+                   "run where the outputs' declared shapes show it, and nothing is recorded.")
 @click.option("--replay-workers", type=click.IntRange(min=1, max=64), default=1, show_default=True,
               help="Processes replaying deferred requests on the reference backend (at nice 19).")
 @click.option("--replay-atol", type=float, default=1e-4, show_default=True, help="Parity tolerance of replays (absolute).")
@@ -66,7 +76,7 @@ from sealtrace.errors import InputError
 def serve(
     models: tuple[str, ...], names: tuple[str, ...], trust: tuple[str, ...], sign_key: str | None,
     ledger: str | None, backend: str | None, audit: str, host: str, port: int, token_file: str | None,
-    metrics_auth: bool, health_auth: bool, max_body: str, replay_workers: int, replay_atol: float,
+    metrics_auth: bool, health_auth: bool, max_body: str, max_json: str, max_response: str, replay_workers: int, replay_atol: float,
     replay_rtol: float, replay_drain: float, store_inputs: bool | None, retention: float | None,
     head_every: int, head_interval: float, threads: int | None, timeout_graceful_shutdown: int,
     ssl_keyfile: str | None, ssl_certfile: str | None, ssl_keyfile_password: str | None,
@@ -76,13 +86,14 @@ def serve(
     every answer recorded in a transparency ledger before it is sent (docs/serving.md).
 
     SIGTERM or SIGINT stops it gracefully: in-flight requests finish, replays drain (or resume on the
-    next start), and a final tree head is signed.
+    next start), a final tree head is signed, and the exit code is 0. A second signal stops at once.
     """
     try:
         import uvicorn
 
         from sealtrace.parity.tolerance import Tolerance
         from sealtrace.serve import InferenceService, ServeConfig, create_app
+        from sealtrace.serve.app import INFER_THREADS
         from sealtrace.serve.tokens import TokenTable
     except ImportError as exc:
         raise InputError(f"serve needs its extra ({exc.name} is missing): pip install 'sealtrace[serve]'") from None
@@ -93,6 +104,8 @@ def serve(
     if ssl_certfile and ssl_keyfile:
         _check_tls(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ca_certs)
     limit = parse_size(max_body, "--max-body")
+    json_limit = parse_size(max_json, "--max-json")
+    response_limit = parse_size(max_response, "--max-response")
     tokens = TokenTable.load(token_file) if token_file else None
     logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -103,6 +116,7 @@ def serve(
         audit=audit, backend=backend, threads=threads, replay_workers=replay_workers,
         tolerance=Tolerance(replay_atol, replay_rtol), store_inputs=store_inputs, head_every=head_every,
         head_interval=head_interval, retention=retention, replay_drain_seconds=replay_drain,
+        max_response=response_limit,
     )
     try:
         service = InferenceService(config)
@@ -110,7 +124,8 @@ def serve(
         listener.close()
         raise
     try:
-        web = create_app(service, tokens=tokens, max_body=limit, metrics_auth=metrics_auth, health_auth=health_auth)
+        web = create_app(service, tokens=tokens, max_body=limit, max_json=json_limit, metrics_auth=metrics_auth,
+                         health_auth=health_auth)
         bound = listener.getsockname()
         scheme = "https" if ssl_certfile else "http"
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
@@ -123,7 +138,7 @@ def serve(
             click.echo(f"warning: listening on {host} without --token-file: anyone who reaches it may infer", err=True)
         click.echo(f"ledger {location}: {service.ledger.size} records", err=True)
         click.echo(f"serving on {scheme}://{shown}:{bound[1]}", err=True)
-        server = uvicorn.Server(uvicorn.Config(
+        server = _graceful_server(uvicorn.Config(
             web, log_level=log_level, timeout_graceful_shutdown=timeout_graceful_shutdown, lifespan="on",
             ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile, ssl_keyfile_password=ssl_keyfile_password,
             ssl_ca_certs=ssl_ca_certs, ssl_cert_reqs=ssl_cert_reqs, access_log=False, server_header=False,
@@ -133,6 +148,30 @@ def serve(
         service.close()  # a no-op after the app's lifespan closed it; here for a start-up that failed
         listener.close()
     click.echo("stopped: ledger closed with a final signed tree head" if sign_key else "stopped", err=True)
+    abandoned = [t for t in threading.enumerate() if t.name.startswith(INFER_THREADS) and t.is_alive()]
+    if abandoned:
+        # A run past the grace period cannot be interrupted, and Python would wait for its thread at
+        # exit: its request was never answered, and the ledger is closed, so nothing is lost by going.
+        click.echo(f"stopped with {len(abandoned)} run(s) still going past --timeout-graceful-shutdown "
+                   "(not answered, not recorded)", err=True)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def _graceful_server(config: Any) -> Any:
+    """uvicorn's server, save that a stop by SIGTERM or SIGINT is a normal exit (0, with the
+    `stopped` line): uvicorn re-raises the signal once it has shut down, which makes a graceful stop
+    look like a kill (exit 143) to systemd, Kubernetes and shells. A second signal stops at once."""
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.should_exit:
+                self.force_exit = True
+            self.should_exit = True
+
+    return GracefulServer(config)
 
 
 # PEM certificate chains and keys are kilobytes; a larger file is not one.

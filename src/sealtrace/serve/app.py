@@ -35,6 +35,7 @@ from sealtrace.serve.protocol import (
     PayloadTooLargeError,
     ProtocolError,
     error_body,
+    json_too_large,
 )
 from sealtrace.serve.replay import ReplayJob, ReplayResult
 from sealtrace.serve.service import InferenceService
@@ -43,7 +44,11 @@ from sealtrace.serve.tokens import TokenTable
 log = logging.getLogger("sealtrace.serve")
 
 DEFAULT_MAX_BODY = 64 << 20
+# Parsed JSON takes up to about 16 times its size (a Python float per number, then the array), so a
+# JSON part has a smaller limit than binary tensor data, which is read as it lies.
+DEFAULT_MAX_JSON = 8 << 20
 SERVER_NAME = "sealtrace"
+INFER_THREADS = "sealtrace-infer"  # the name prefix of the threads that run requests
 EXTENSIONS = ["binary_tensor_data", "sealtrace_ledger"]
 T = TypeVar("T")
 
@@ -60,32 +65,43 @@ class AuthError(ProtocolError):
 
 class BodyLimit:
     """ASGI middleware: a body whose Content-Length exceeds the limit is answered 413 before one byte
-    of it is read; a body without one (chunked) is cut off at the limit by :func:`read_body`."""
+    of it is read (the JSON limit for a body that is all JSON, without the binary extension's
+    header); a body without one (chunked) is cut off at the limit by :func:`read_body`."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, json_limit: int) -> None:
         self.app = app
         self.limit = limit
+        self.json_limit = json_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            for key, value in scope["headers"]:
-                if key == b"content-length" and value.isdigit() and int(value) > self.limit:
-                    body = error_body(f"body: {int(value)} bytes, more than the server accepts ({self.limit}; "
-                                      "see --max-body)")
-                    await send({"type": "http.response.start", "status": 413, "headers": [
-                        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                        (b"connection", b"close")]})
-                    await send({"type": "http.response.body", "body": body})
-                    return
+            headers = dict(scope["headers"])
+            length = headers.get(b"content-length", b"")
+            message = None
+            if length.isdigit() and int(length) > self.limit:
+                message = f"body: {int(length)} bytes, more than the server accepts ({self.limit}; see --max-body)"
+            elif length.isdigit() and int(length) > self.json_limit and HEADER_LENGTH.lower().encode() not in headers:
+                message = json_too_large(int(length), self.json_limit)
+            if message is not None:
+                body = error_body(message)
+                await send({"type": "http.response.start", "status": 413, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close")]})
+                await send({"type": "http.response.body", "body": body})
+                return
         await self.app(scope, receive, send)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused (413) as soon as it grows past ``limit`` bytes."""
+async def read_body(request: Request, limit: int, json_limit: int) -> bytes:
+    """The request body, refused (413) as soon as it grows past ``limit`` bytes, or past
+    ``json_limit`` for a body that is all JSON (no binary extension header)."""
+    binary = request.headers.get(HEADER_LENGTH) is not None
     parts: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
+        if not binary and size > json_limit:
+            raise PayloadTooLargeError(json_too_large(f"more than {json_limit}", json_limit))
         if size > limit:
             raise PayloadTooLargeError(f"body: more than the server accepts ({limit} bytes; see --max-body)")
         parts.append(chunk)
@@ -201,17 +217,18 @@ class _Endpoints:
     """What the routes share (the service, its metrics, the executor that runs their blocking calls,
     the bearer tokens), with one method per route."""
 
-    def __init__(self, service: InferenceService, tokens: TokenTable | None, max_body: int, metrics_auth: bool,
-                 health_auth: bool, threads: int | None, close_service: bool) -> None:
+    def __init__(self, service: InferenceService, tokens: TokenTable | None, max_body: int, max_json: int,
+                 metrics_auth: bool, health_auth: bool, threads: int | None, close_service: bool) -> None:
         self.service = service
         self.ledger = service.ledger
         self.tokens = tokens
         self.max_body = max_body
+        self.max_json = max_json
         self.metrics_auth = metrics_auth
         self.health_auth = health_auth
         self.close_service = close_service
         self.metrics = ServeMetrics(service)
-        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="sealtrace-infer")
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix=INFER_THREADS)
         self.is_ready = True
         service.on_replay.append(self.replayed)
 
@@ -224,7 +241,9 @@ class _Endpoints:
             yield
         finally:
             self.is_ready = False
-            self.executor.shutdown(wait=True)
+            # uvicorn has waited --timeout-graceful-shutdown for in-flight requests: a run still going
+            # is abandoned (its request is not answered, so not recorded) rather than waited for.
+            self.executor.shutdown(wait=False, cancel_futures=True)
             if self.close_service:
                 await asyncio.get_running_loop().run_in_executor(None, self.service.close)
                 log.info("shutdown: ledger closed (final tree head signed)")
@@ -285,7 +304,7 @@ class _Endpoints:
         try:
             who = self.principal(request)
             model = self.served(name, version)
-            body = await read_body(request, self.max_body)
+            body = await read_body(request, self.max_body, self.max_json)
             answer = await self.blocking(self.decode_and_infer, model, body, request.headers.get(HEADER_LENGTH), who)
             receipt = await asyncio.wrap_future(answer.durable)
             content, headers = answer.response.body(receipt.index)
@@ -303,7 +322,7 @@ class _Endpoints:
                 self.metrics.latency.labels(label).observe(time.perf_counter() - started)
 
     def decode_and_infer(self, model: Any, body: bytes, header_length: str | None, who: str | None) -> Any:
-        return self.service.infer(model, self.service.decode(model, body, header_length), who)
+        return self.service.infer(model, self.service.decode(model, body, header_length, self.max_json), who)
 
     # -- the ledger -------------------------------------------------------------------------------------
     async def tree_head(self, request: Request, tree_size: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
@@ -349,6 +368,7 @@ def create_app(
     *,
     tokens: TokenTable | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    max_json: int = DEFAULT_MAX_JSON,
     metrics_auth: bool = False,
     health_auth: bool = False,
     threads: int | None = None,
@@ -358,7 +378,8 @@ def create_app(
     endpoints (and on /metrics with ``metrics_auth``, on health with ``health_auth``). The app's
     lifespan closes the service on shutdown (drains replays, signs a final tree head) unless
     ``close_service`` is False."""
-    endpoints = _Endpoints(service, tokens, max_body, metrics_auth, health_auth, threads, close_service)
+    endpoints = _Endpoints(service, tokens, max_body, min(max_json, max_body), metrics_auth, health_auth, threads,
+                           close_service)
     app = FastAPI(title="sealtrace serve", version=__version__, lifespan=endpoints.lifespan,
                   description="Open Inference Protocol v2 with every answer recorded in a transparency ledger.",
                   docs_url=None, redoc_url=None)
@@ -390,7 +411,7 @@ def create_app(
 
     app.state.service = service
     app.state.metrics = endpoints.metrics
-    app.add_middleware(BodyLimit, limit=max_body)
+    app.add_middleware(BodyLimit, limit=max_body, json_limit=endpoints.max_json)
     return app
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,11 @@ MAX_RANK = 64
 MAX_TENSORS = 4096
 MAX_NAME = 1024
 MAX_ID = 1024
+# JSON parts past LARGE_JSON bytes are decoded at most two at a time in a process: while Python holds
+# their numbers, each takes about 16 times its size, and many at once would add up to gigabytes.
+LARGE_JSON = 1 << 20
+_LARGE_JSON_PARSES = threading.BoundedSemaphore(2)
+MAX_EXTENT = 1 << 48  # the product of a tensor's axes (empty ones as 1): 256 Ti elements
 
 # OIP datatype -> NumPy dtype. BYTES is an object array (str for ONNX string tensors).
 _DATATYPES: dict[str, np.dtype[Any]] = {
@@ -107,11 +113,12 @@ class TensorSpec:
     datatype: str | None  # None: not known statically (any datatype is accepted)
     shape: tuple[int, ...] | None  # -1 for a dynamic axis; None: not even the rank is known
     dtype: np.dtype[Any] | None
+    axes: tuple[int | str | None, ...] | None = None  # the model's own: a name for a named dynamic axis
 
     @classmethod
     def of(cls, info: ValueInfo) -> TensorSpec:
         shape = None if info.shape is None else tuple(d if isinstance(d, int) and d > 0 else -1 for d in info.shape)
-        return cls(info.name, datatype_of(info.dtype), shape, info.dtype)
+        return cls(info.name, datatype_of(info.dtype), shape, info.dtype, info.shape)
 
     def metadata(self) -> dict[str, Any]:
         """The ``$metadata_tensor`` object of the model metadata response."""
@@ -143,11 +150,16 @@ class InferenceRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
+def json_too_large(size: int | str, max_json: int) -> str:
+    return (f"body: a JSON part of {size} bytes is more than the server parses ({max_json}; see --max-json); "
+            "send large tensors as binary data")
+
+
 def parse_json_header(data: bytes) -> Any:
     """The JSON object of a request: bounded by the body limit already; deep nesting is a 400."""
     try:
         # Triton writes and reads NaN and Infinity; orjson first, for speed on large bodies.
-        return loads_strict(data, duplicate_keys=True, nonfinite=True, fast=True)
+        return loads_strict(data, nonfinite=True, fast=True)
     except RecursionError:
         raise ProtocolError("body: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -204,9 +216,21 @@ def parse_request(
     header_length: str | None,
     inputs: Mapping[str, TensorSpec],
     outputs: Mapping[str, TensorSpec],
+    max_json: int | None = None,
 ) -> InferenceRequest:
-    """Decode and check an inference request against the model's ``inputs`` and ``outputs``."""
+    """Decode and check an inference request against the model's ``inputs`` and ``outputs``; a JSON
+    part over ``max_json`` bytes is refused (413) before it is parsed."""
     header, binary = split_body(body, header_length)
+    if max_json is not None and len(header) > max_json:
+        raise PayloadTooLargeError(json_too_large(len(header), max_json))
+    if len(header) <= LARGE_JSON:
+        return _decode(header, binary, inputs, outputs)
+    with _LARGE_JSON_PARSES:
+        return _decode(header, binary, inputs, outputs)
+
+
+def _decode(header: bytes, binary: bytes, inputs: Mapping[str, TensorSpec],
+            outputs: Mapping[str, TensorSpec]) -> InferenceRequest:
     document = _object(parse_json_header(header), "body")
     _only(document, ("id", "parameters", "inputs", "outputs"), "body")
     request_id = document.get("id")
@@ -283,10 +307,12 @@ def _check_declaration(tensor: Mapping[str, Any], spec: TensorSpec, where: str) 
 
 
 def _count(shape: tuple[int, ...], where: str) -> int:
-    count = math.prod(shape)
-    if count > 1 << 62:
-        raise ProtocolError(f"{where}.shape: {list(shape)} has too many elements")
-    return count
+    # The extent counts every axis, empty ones as 1: NumPy refuses an array of shape [0, 2**62] as
+    # it does one of [1, 2**62], and a kernel's index arithmetic must not overflow on either.
+    if math.prod(max(d, 1) for d in shape) > MAX_EXTENT:
+        raise ProtocolError(f"{where}.shape: {list(shape)}: the axes multiply to more than 2**{MAX_EXTENT.bit_length() - 1} "
+                            "(empty axes counted as 1)")
+    return math.prod(shape)
 
 
 def _budget(nbytes: int, where: str) -> None:
@@ -440,6 +466,41 @@ def _requested_outputs(document: Mapping[str, Any], outputs: Mapping[str, Tensor
 
 
 # -- responses ------------------------------------------------------------------------------------
+def _wanted(request: InferenceRequest, specs: Mapping[str, TensorSpec]) -> list[RequestedOutput]:
+    return request.outputs if request.outputs is not None else [RequestedOutput(n, None) for n in specs]
+
+
+def declared_response_bytes(request: InferenceRequest, inputs: Mapping[str, TensorSpec],
+                            outputs: Mapping[str, TensorSpec]) -> int:
+    """The bytes the requested outputs take at least, known before the run: each output whose
+    declared shape is fixed once the request's sizes are put in for the named axes of the inputs
+    (``batch``, ``sequence``), at its element size; an output of any other shape counts 0 here and
+    is measured once computed (:func:`encode_response`)."""
+    sizes: dict[str, int] = {}
+    for name, spec in inputs.items():
+        value = request.inputs.get(name)
+        if spec.axes is not None and value is not None and value.ndim == len(spec.axes):
+            for axis, size in zip(spec.axes, value.shape, strict=True):
+                if isinstance(axis, str):
+                    sizes.setdefault(axis, int(size))
+    total = 0
+    for item in _wanted(request, outputs):
+        spec = outputs[item.name]
+        if spec.axes is None or spec.dtype is None or spec.dtype.kind in "OUSV":
+            continue
+        extents = [a if isinstance(a, int) and a >= 0 else sizes.get(a) if isinstance(a, str) else None
+                   for a in spec.axes]
+        if all(e is not None for e in extents):
+            total += math.prod(e for e in extents if e is not None) * spec.dtype.itemsize
+    return total
+
+
+def _response_limit(nbytes: int, max_bytes: int | None, measured: str) -> None:
+    if max_bytes is not None and nbytes > max_bytes:
+        raise ProtocolError(f"response: {measured} {nbytes} bytes, more than the server sends ({max_bytes}; "
+                            "see --max-response)", status=413)
+
+
 @dataclass
 class EncodedResponse:
     """A response body in two parts around the ledger index, known only once the record is durable."""
@@ -464,15 +525,20 @@ def encode_response(
     specs: Mapping[str, TensorSpec],
     parameters: Mapping[str, Any],
     index_parameter: str,
+    max_bytes: int | None = None,
 ) -> EncodedResponse:
     """The inference response for ``values`` (every output the model computed); ``parameters`` go in
-    the response's parameters, followed by ``index_parameter`` whose value is filled in later."""
-    wanted = request.outputs if request.outputs is not None else [RequestedOutput(n, None) for n in specs]
+    the response's parameters, followed by ``index_parameter`` whose value is filled in later. A
+    response over ``max_bytes`` is a ProtocolError (413), found before it is encoded where the
+    element counts show it (every element takes a byte at least, in binary as in JSON)."""
+    wanted = _wanted(request, specs)
+    arrays = {item.name: np.asarray(values[item.name]) for item in wanted}
+    _response_limit(sum(a.size for a in arrays.values()), max_bytes, "the outputs take at least")
     outputs: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     plain = True  # every float finite: orjson's fast path applies
     for item in wanted:
-        value = np.asarray(values[item.name])
+        value = arrays[item.name]
         datatype = datatype_of(value.dtype) or "BYTES"
         binary = request.binary_default if item.binary is None else item.binary
         entry: dict[str, Any] = {"name": item.name, "datatype": datatype, "shape": [int(d) for d in value.shape]}
@@ -507,6 +573,7 @@ def encode_response(
     assert text.endswith(marker)
     head = text[: len(text) - 3]
     tail = b"}}" + b"".join(blobs)
+    _response_limit(len(head) + len(tail) + 20, max_bytes, "encoded, the outputs take")  # 20: the index's digits
     return EncodedResponse(head, tail, len(text) - 1 if blobs else None)
 
 

@@ -29,12 +29,20 @@ from sealtrace.ledger import Ledger, LedgerEntry, Receipt, record_run
 from sealtrace.ledger.records import AUDIT_MODES
 from sealtrace.parity.tolerance import Tolerance
 from sealtrace.serve.models import ServedModel, model_name_of, open_served_model
-from sealtrace.serve.protocol import EncodedResponse, InferenceRequest, encode_response, parse_request
+from sealtrace.serve.protocol import (
+    EncodedResponse,
+    InferenceRequest,
+    ProtocolError,
+    declared_response_bytes,
+    encode_response,
+    parse_request,
+)
 from sealtrace.serve.replay import ReplayJob, ReplayQueue, ReplayResult, ReplaySpec, served_model_of
 
 log = logging.getLogger("sealtrace.serve")
 
 RECORD_ID = "record_id"
+DEFAULT_MAX_RESPONSE = 64 << 20
 LEDGER_INDEX = "ledger_index"
 DEFAULT_BACKEND = {"full": "reference", "deferred": "onnxruntime", "io": "onnxruntime"}
 
@@ -59,6 +67,7 @@ class ServeConfig:
     retention: float | None = None
     replay_drain_seconds: float = 10.0
     sample: int = 8  # values of each tensor a full-audit trail shows
+    max_response: int = DEFAULT_MAX_RESPONSE  # bytes of one response body (413 past it; nothing recorded)
 
     def backend_for_serving(self) -> str | Backend:
         return self.backend if self.backend is not None else DEFAULT_BACKEND[self.audit]
@@ -145,26 +154,34 @@ class InferenceService:
     def model(self, name: str) -> ServedModel | None:
         return self.models.get(name)
 
-    def decode(self, model: ServedModel, body: bytes, header_length: str | None) -> InferenceRequest:
-        """The request, checked against the model (ProtocolError naming the field otherwise)."""
-        return parse_request(body, header_length, model.inputs, model.outputs)
+    def decode(self, model: ServedModel, body: bytes, header_length: str | None,
+               max_json: int | None = None) -> InferenceRequest:
+        """The request, checked against the model (ProtocolError naming the field otherwise); a
+        JSON part over ``max_json`` bytes is refused before it is parsed."""
+        return parse_request(body, header_length, model.inputs, model.outputs, max_json)
 
     def infer(self, model: ServedModel, request: InferenceRequest, principal: str | None) -> Answer:
         """Run ``request`` and queue its record; the caller answers once ``Answer.durable`` resolves.
 
         Blocking (it runs the model): call it from a worker thread, not the event loop.
         """
+        limit = self.config.max_response
+        if (declared := declared_response_bytes(request, model.inputs, model.outputs)) > limit:
+            raise ProtocolError(f"response: the outputs' declared shapes take {declared} bytes for these inputs, more "
+                                f"than the server sends ({limit}; see --max-response)", status=413)
         entry = LedgerEntry(model.name, audit=self.audit, principal=principal, sample=self.config.sample,
                             sign_key=self._signer)  # fmt: skip
         run = record_run(model.session, request.inputs, entry)
         record, outputs = run.record, run.outputs
+        # The response is encoded before the record is submitted: a request that fails after its run
+        # (an output that cannot be encoded, one past --max-response) appends nothing. Only the
+        # ledger index is filled in once the record is durable.
+        response = encode_response(model.name, model.version, request, outputs, model.outputs,
+                                   {RECORD_ID: record["id"], "audit": self.audit}, LEDGER_INDEX, limit)
         durable = self.ledger.submit(record, inputs=request.inputs if self.store_inputs else None, trail=run.trail)
         if self.replay is not None:
             queue, job = self.replay, ReplayJob(record["id"], model.name, record, request.inputs, outputs)
             durable.add_done_callback(lambda f: queue.put(job) if f.exception() is None else None)
-        # Encoded while the commit is on its way to disk: only the index is filled in afterwards.
-        response = encode_response(model.name, model.version, request, outputs, model.outputs,
-                                   {RECORD_ID: record["id"], "audit": self.audit}, LEDGER_INDEX)
         return Answer(model, record["id"], durable, response)
 
     # -- state for /ledger, metrics and health ---------------------------------------------------------
