@@ -45,3 +45,19 @@ def test_no_5xx_from_generated_requests(tmp_path: Path, containers: dict[str, Pa
 
             check()
         assert not failures, failures[:5]
+
+
+HTTP_EXAMPLES = 300  # bounded: seconds; `make fuzz` sends 100,000 (benchmarks/fuzz_http.py)
+
+
+def test_generated_bodies_against_a_live_server(tmp_path: Path) -> None:
+    """tests/fuzz/http.py: a 200 or a 4xx naming the problem, never a 5xx; one record per 200;
+    health answers throughout; bounded memory."""
+    from tests.fuzz.http import fuzz_http, live_server
+
+    with live_server(tmp_path) as (url, pid, _):
+        tally = fuzz_http(url, pid, HTTP_EXAMPLES, random_seed=27)
+    shown = "\n".join(f"{problem}: {request.model} {request.headers} {request.body[:300]!r}"
+                      for problem, request in tally.violations[:5])
+    assert not tally.violations, f"{len(tally.violations)} violations in {tally.requests} requests:\n{shown}"
+    assert tally.requests >= HTTP_EXAMPLES // 2 and tally.statuses[200] > 0 and tally.statuses[400] > 0, tally.statuses
