@@ -5,6 +5,7 @@ on the matrix-product engine of ``_convolution`` (its docstring tells how).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 
 import numpy as np
 
@@ -41,6 +42,9 @@ def conv(
     float output RN(sum of its products + bias) (docs/numerics.md)."""
     products = Products(x.dtype)
     geometry = conv_geometry(x, w, kernel_shape, strides, dilations, pads, auto_pad)
+    out_shape = (x.shape[0], w.shape[0], *geometry.window.out_shape)
+    if prod(out_shape) == 0:  # (a [2**40, C, 0, W] input: no image to step through)
+        return np.zeros(out_shape, x.dtype)
     if geometry.one_block:
         y = one_block_conv(x, w, b, geometry, group, products)
     else:

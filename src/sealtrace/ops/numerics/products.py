@@ -24,6 +24,7 @@ from typing import Any
 import gmpy2
 import numpy as np
 
+from sealtrace.limits import check_allocation
 from sealtrace.ops.numerics.formats import (
     BFLOAT16,
     FLOAT64,
@@ -413,10 +414,28 @@ def _drop_dead() -> None:
 # MatMul, Gemm
 
 
+def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of numpy.matmul(a, b) (1-D operands promoted, batch dimensions broadcast), found
+    without touching data; a ValueError naming both shapes where they do not align."""
+    rows = a if len(a) > 1 else (1, *a)
+    cols = b if len(b) > 1 else (*b, 1)
+    if not a or not b or rows[-1] != cols[-2]:
+        raise ValueError(f"MatMul: shapes {a} and {b} do not align")
+    batch = np.broadcast_shapes(rows[:-2], cols[:-2])
+    return (*batch, *rows[-2:-1][: len(a) - 1], *cols[-1:][: len(b) - 1])
+
+
 def matmul(a: Array, b: Array) -> Array:
     """ONNX MatMul: numpy.matmul's shapes (1-D operands promoted, batch dimensions broadcast), each
     element of a float result RN(sum_k a_k b_k) in the inputs' type; integers exactly as NumPy."""
     fmt = format_of(a.dtype)
+    shape = matmul_shape(a.shape, b.shape)
+    dtype = np.result_type(a, b)
+    # Empty operands (a [2**40, 0] batch) may declare an output of any size: refused before it
+    # exists, and an empty one made at once (NumPy would step through every batch).
+    check_allocation(math.prod(shape) * dtype.itemsize, f"MatMul of shapes {a.shape} and {b.shape}")
+    if math.prod(shape) == 0 or a.shape[-1] == 0:  # (an empty sum is +0)
+        return np.zeros(shape, dtype)
     if fmt is None or b.dtype != a.dtype:
         return np.asarray(np.matmul(a, b))
     if is_native():
@@ -425,8 +444,6 @@ def matmul(a: Array, b: Array) -> Array:
     squeeze_cols = b.ndim == 1
     a2 = a[None, :] if squeeze_rows else a
     b2 = b[:, None] if squeeze_cols else b
-    if a2.shape[-1] != b2.shape[-2]:
-        raise ValueError(f"MatMul: shapes {a.shape} and {b.shape} do not align")
     if b2.ndim == 2:
         # every row of every matrix of a against one matrix: one product of stacked rows
         stacked = a2.reshape(1, -1, a2.shape[-1])

@@ -1,0 +1,223 @@
+"""Empty tensors cost O(1) in every kernel (issue 27, item 5): a [2**40, 0] input must not make a
+kernel step through 2**40 empty rows, and an output it declares beyond the memory budget is refused
+(BudgetExceededError, exit 2) before it is allocated.
+
+The per-op cases run in one subprocess with a deadline: a kernel that loops over the huge dimension
+(in C, where no signal reaches it) cannot hang the test run; the cases it did not reach fail.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import sealtrace
+from sealtrace import zoo
+from sealtrace.limits import BudgetExceededError
+from tests.conftest import require_material
+
+HUGE = 2**40
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _zeros(*shape: int, dtype: Any = np.float32) -> np.ndarray:
+    return np.zeros(shape, dtype)
+
+
+# name: (op, feeds (names starting "c_" become initializers), attributes, opset, outputs)
+CASES: dict[str, tuple[str, dict[str, np.ndarray], dict[str, Any], int, int]] = {
+    "MatMul": ("MatMul", {"a": _zeros(HUGE, 0, 4), "c_b": _zeros(4, 3)}, {}, 17, 1),
+    "MatMul_batched": ("MatMul", {"a": _zeros(HUGE, 0, 4), "b": _zeros(HUGE, 4, 0)}, {}, 17, 1),
+    "MatMulInteger": ("MatMulInteger", {"a": _zeros(HUGE, 0, 4, dtype=np.uint8), "c_b": _zeros(4, 3, dtype=np.uint8)}, {}, 17, 1),
+    "Gemm": ("Gemm", {"a": _zeros(0, 4), "c_b": _zeros(3, 4)}, {"transB": 1}, 17, 1),
+    "Einsum": ("Einsum", {"a": _zeros(HUGE, 0, 4), "c_b": _zeros(4, 3)}, {"equation": "bij,jk->bik"}, 17, 1),
+    "Conv": ("Conv", {"x": _zeros(HUGE, 2, 0, 5), "c_w": _zeros(3, 2, 1, 1)}, {}, 17, 1),
+    "ConvTranspose": ("ConvTranspose", {"x": _zeros(HUGE, 2, 0, 5), "c_w": _zeros(2, 3, 1, 1)}, {}, 17, 1),
+    "MaxPool": ("MaxPool", {"x": _zeros(HUGE, 2, 0, 5)}, {"kernel_shape": [1, 1]}, 17, 1),
+    "AveragePool": ("AveragePool", {"x": _zeros(HUGE, 2, 0, 5)}, {"kernel_shape": [1, 1]}, 17, 1),
+    "GlobalAveragePool": ("GlobalAveragePool", {"x": _zeros(0, HUGE, 1, 1)}, {}, 17, 1),
+    "GlobalMaxPool": ("GlobalMaxPool", {"x": _zeros(HUGE, 0, 1, 1)}, {}, 17, 1),
+    "ReduceSum": ("ReduceSum", {"x": _zeros(HUGE, 0, 3), "c_axes": np.array([2], np.int64)}, {}, 17, 1),
+    "ReduceMean": ("ReduceMean", {"x": _zeros(HUGE, 0, 3)}, {"axes": [2]}, 17, 1),
+    "ReduceMax": ("ReduceMax", {"x": _zeros(HUGE, 0, 3)}, {"axes": [2]}, 17, 1),
+    "ReduceL2": ("ReduceL2", {"x": _zeros(HUGE, 0, 3)}, {"axes": [2]}, 17, 1),
+    "ReduceLogSumExp": ("ReduceLogSumExp", {"x": _zeros(HUGE, 0, 3)}, {"axes": [2]}, 17, 1),
+    "ArgMax": ("ArgMax", {"x": _zeros(HUGE, 0, 3)}, {"axis": 2}, 17, 1),
+    "Softmax": ("Softmax", {"x": _zeros(HUGE, 0, 3)}, {"axis": -1}, 17, 1),
+    "LogSoftmax": ("LogSoftmax", {"x": _zeros(HUGE, 0, 3)}, {"axis": -1}, 17, 1),
+    "Hardmax": ("Hardmax", {"x": _zeros(HUGE, 0, 3)}, {"axis": -1}, 17, 1),
+    "LayerNormalization": ("LayerNormalization", {"x": _zeros(HUGE, 0, 3), "c_s": _zeros(3), "c_b": _zeros(3)}, {"axis": -1}, 17, 1),
+    "InstanceNormalization": ("InstanceNormalization", {"x": _zeros(HUGE, 2, 0), "c_s": _zeros(2), "c_b": _zeros(2)}, {}, 17, 1),
+    "BatchNormalization": ("BatchNormalization", {"x": _zeros(HUGE, 2, 0), "c_s": _zeros(2), "c_b": _zeros(2), "c_m": _zeros(2), "c_v": _zeros(2)}, {}, 15, 1),
+    "LpNormalization": ("LpNormalization", {"x": _zeros(HUGE, 0, 3)}, {"axis": -1}, 17, 1),
+    "MeanVarianceNormalization": ("MeanVarianceNormalization", {"x": _zeros(HUGE, 2, 0, 3)}, {}, 17, 1),
+    "LRN": ("LRN", {"x": _zeros(HUGE, 2, 0, 3)}, {"size": 3}, 17, 1),
+    "Gather": ("Gather", {"c_data": _zeros(10, 4), "i": _zeros(HUGE, 0, dtype=np.int64)}, {}, 17, 1),
+    "CumSum": ("CumSum", {"x": _zeros(HUGE, 0, 3), "c_axis": np.array(2, np.int64)}, {}, 17, 1),
+    "Transpose": ("Transpose", {"x": _zeros(HUGE, 0, 3)}, {"perm": [2, 1, 0]}, 17, 1),
+    "Add": ("Add", {"x": _zeros(HUGE, 0, 3), "c_y": _zeros(3)}, {}, 17, 1),
+    "Erf": ("Erf", {"x": _zeros(HUGE, 0, 3)}, {}, 17, 1),
+    "Tanh": ("Tanh", {"x": _zeros(HUGE, 0, 3)}, {}, 17, 1),
+    "Gelu": ("Gelu", {"x": _zeros(HUGE, 0, 3)}, {}, 20, 1),
+    "Cast": ("Cast", {"x": _zeros(HUGE, 0, 3)}, {"to": TensorProto.FLOAT16}, 17, 1),
+    "Concat": ("Concat", {"x": _zeros(HUGE, 0, 3), "y": _zeros(HUGE, 0, 2)}, {"axis": 2}, 17, 1),
+    "Split": ("Split", {"x": _zeros(HUGE, 0, 4)}, {"axis": 2, "num_outputs": 2}, 18, 2),
+    "Where": ("Where", {"c": _zeros(HUGE, 0, dtype=np.bool_), "x": _zeros(HUGE, 0), "y": _zeros(HUGE, 0)}, {}, 17, 1),
+    "Pad": ("Pad", {"x": _zeros(HUGE, 0, 3), "c_p": np.array([0, 0, 1, 0, 0, 1], np.int64)}, {}, 17, 1),
+    "Resize": ("Resize", {"x": _zeros(HUGE, 2, 0, 3), "c_roi": _zeros(0), "c_s": np.array([1, 1, 2, 2], np.float32)}, {}, 17, 1),
+    "Trilu": ("Trilu", {"x": _zeros(HUGE, 0, 3)}, {}, 17, 1),
+    "DepthToSpace": ("DepthToSpace", {"x": _zeros(HUGE, 4, 0, 3)}, {"blocksize": 2}, 17, 1),
+    "Det": ("Det", {"x": _zeros(HUGE, 0, 3, 3)}, {}, 17, 1),
+}  # fmt: skip
+
+# Where ONNX Runtime refuses the case (or itself steps through the huge dimension: it does for
+# InstanceNormalization, BatchNormalization and Trilu), the shape the op's definition gives.
+DEFINED_SHAPES: dict[str, list[tuple[int, ...]]] = {
+    "MatMul_batched": [(HUGE, 0, 0)],
+    "Conv": [(HUGE, 3, 0, 5)],
+    "ConvTranspose": [(HUGE, 3, 0, 5)],
+    "MaxPool": [(HUGE, 2, 0, 5)],
+    "AveragePool": [(HUGE, 2, 0, 5)],
+    "GlobalMaxPool": [(HUGE, 0, 1, 1)],
+    "InstanceNormalization": [(HUGE, 2, 0)],
+    "BatchNormalization": [(HUGE, 2, 0)],
+    "Trilu": [(HUGE, 0, 3)],
+}
+
+
+def _model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    op, feeds, attributes, opset, n_out = CASES[name]
+    outputs = [f"out{i}" for i in range(n_out)]
+    graph = helper.make_graph(
+        [helper.make_node(op, list(feeds), outputs, **attributes)],
+        "empty",
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for k, v in feeds.items()
+            if not k.startswith("c_")
+        ],
+        [onnx.ValueInfoProto(name=o) for o in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in feeds.items() if k.startswith("c_")],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", opset)])
+    return model, {k: v for k, v in feeds.items() if not k.startswith("c_")}
+
+
+def _print_reference_results(names: list[str]) -> None:
+    """The worker: each case's output shapes on the reference backend (or its error), one JSON line
+    as the case ends."""
+    for name in names:
+        model, feeds = _model(name)
+        try:
+            with np.errstate(all="ignore"):
+                result: Any = [list(o.shape) for o in sealtrace.Session(model).run(None, feeds)]
+        except Exception as exc:
+            result = f"{type(exc).__name__}: {exc}"
+        print(json.dumps({"case": name, "result": result}), flush=True)
+
+
+@pytest.fixture(scope="module")
+def reference_results() -> dict[str, Any]:
+    """Every case's result in worker processes; a case still running at a worker's deadline is
+    recorded as hung, and a new worker takes the cases after it."""
+    results: dict[str, Any] = {}
+    while len(results) < len(CASES):
+        pending = [name for name in CASES if name not in results]
+        command = [sys.executable, "-m", "tests.ops.test_empty_tensors", *pending]
+        try:
+            stdout = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=30).stdout
+        except subprocess.TimeoutExpired as exc:
+            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        for line in stdout.splitlines():
+            record = json.loads(line)
+            results[record["case"]] = record["result"]
+        hung = next((name for name in pending if name not in results), None)
+        if hung is not None:
+            results[hung] = "still running after 30 s"
+    return results
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_an_empty_input_with_a_huge_dimension_returns_at_once(
+    name: str, reference_results: dict[str, Any]
+) -> None:
+    got = reference_results[name]
+    assert isinstance(got, list), got
+    if name in DEFINED_SHAPES:
+        want = DEFINED_SHAPES[name]
+    else:
+        model, feeds = _model(name)
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        want = [o.shape for o in session.run(None, feeds)]
+    assert [tuple(shape) for shape in got] == want
+
+
+def test_a_product_declaring_more_than_the_budget_is_refused() -> None:
+    # [2**40, 2, 0] @ [0, 3]: empty operands, a 24 TiB output of zeros
+    model, feeds = _model("MatMul")
+    feeds["a"] = _zeros(HUGE, 2, 0)
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(_zeros(0, 3), "c_b"))
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("a", TensorProto.FLOAT, [HUGE, 2, 0]))
+    with pytest.raises(BudgetExceededError, match="MatMul of shapes"):
+        sealtrace.Session(model).run(None, feeds)
+
+
+def test_an_allocation_numpy_refuses_is_a_budget_error_naming_the_step() -> None:
+    # RNN over an empty sequence of 2**40 instances: Y_h alone would be [1, 2**40, 4]
+    graph = helper.make_graph(
+        [helper.make_node("RNN", ["x", "w", "r"], ["y", "y_h"], hidden_size=4)],
+        "rnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, HUGE, 3])],
+        [onnx.ValueInfoProto(name="y"), onnx.ValueInfoProto(name="y_h")],
+        initializer=[numpy_helper.from_array(_zeros(1, 4, 3), "w"), numpy_helper.from_array(_zeros(1, 4, 4), "r")],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(BudgetExceededError, match=r"step 0 .*RNN"):
+        sealtrace.Session(model).run(None, {"x": _zeros(0, HUGE, 3)})
+
+
+def _minilm_empty_feeds() -> dict[str, np.ndarray]:
+    return {name: np.zeros((HUGE, 0), np.int64) for name in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+def test_minilm_with_a_huge_empty_batch_is_refused_by_the_budget() -> None:
+    real = require_material(lambda: zoo.model("minilm-int8"))
+    with pytest.raises(BudgetExceededError, match="memory budget"):
+        sealtrace.Session(str(real.path)).run(None, _minilm_empty_feeds())
+
+
+def _sealtrace_run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sealtrace", "run", *map(str, args)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_sealtrace_run_refuses_minilm_with_a_huge_empty_batch(tmp_path: Path) -> None:
+    real = require_material(lambda: zoo.model("minilm-int8"))
+    np.savez(tmp_path / "empty.npz", **_minilm_empty_feeds())
+    done = _sealtrace_run(real.path, "--inputs", tmp_path / "empty.npz")
+    assert done.returncode == 2, done.stderr
+    assert "memory budget" in done.stderr
+
+
+def test_sealtrace_run_answers_an_empty_batched_product_at_once(tmp_path: Path) -> None:
+    model, feeds = _model("MatMul_batched")
+    onnx.save(model, tmp_path / "matmul.onnx")
+    np.savez(tmp_path / "empty.npz", **feeds)
+    done = _sealtrace_run(tmp_path / "matmul.onnx", "--inputs", tmp_path / "empty.npz", "--out", tmp_path / "out.npz")
+    assert done.returncode == 0, done.stderr
+    assert np.load(tmp_path / "out.npz")["out0"].shape == (HUGE, 0, 0)
+
+
+if __name__ == "__main__":
+    _print_reference_results(sys.argv[1:])
