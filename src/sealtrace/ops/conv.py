@@ -5,7 +5,6 @@ on the matrix-product engine of ``_convolution`` (its docstring tells how).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import prod
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from sealtrace.ops._convolution import (
     kernel_of,
     one_block_conv,
 )
+from sealtrace.ops._values import take_along_axis
 from sealtrace.ops._windows import Array, Window, resolve_window
 from sealtrace.ops.registry import register
 
@@ -42,9 +42,6 @@ def conv(
     float output RN(sum of its products + bias) (docs/numerics.md)."""
     products = Products(x.dtype)
     geometry = conv_geometry(x, w, kernel_shape, strides, dilations, pads, auto_pad)
-    out_shape = (x.shape[0], w.shape[0], *geometry.window.out_shape)
-    if prod(out_shape) == 0:  # (a [2**40, C, 0, W] input: no image to step through)
-        return np.zeros(out_shape, x.dtype)
     if geometry.one_block:
         y = one_block_conv(x, w, b, geometry, group, products)
     else:
@@ -168,6 +165,8 @@ def deform_conv(
     dh, dw = dilations if dilations else (1, 1)
     ph, pw = (pads[0], pads[1]) if pads else (0, 0)
     oh, ow = offset.shape[2:]
+    if n * m * oh * ow == 0:  # (a [2**40, C, 0, W] input: no image to step through)
+        return np.zeros((n, m, oh, ow), x.dtype)
     og = offset_group
     k = kh * kw
     length = oh * ow
@@ -195,7 +194,7 @@ def deform_conv(
         # Bilinear with zeros outside the image, corner by corner (torchvision / ONNX Runtime).
         valid = (yi >= 0) & (yi < h) & (xi >= 0) & (xi < wd)
         index = (np.clip(yi, 0, h - 1) * wd + np.clip(xi, 0, wd - 1)).reshape(n, og, 1, k * length)
-        values = np.take_along_axis(flat, index, axis=3)
+        values = take_along_axis(flat, index, axis=3)
         sampled += values * np.where(valid, weight, 0).reshape(n, og, 1, k * length).astype(dtype)
     sampled = sampled.reshape(n, og, cog, k, length)
     if mask is not None:
