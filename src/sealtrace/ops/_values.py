@@ -8,6 +8,7 @@ elements, so they are written for the per-call cost (``tolist`` converts a whole
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -31,6 +32,12 @@ def int_list(values: np.ndarray | Sequence[int] | None) -> list[int]:
     if array.dtype.kind not in "iu":
         array = array.astype(np.int64)  # bool or float index tensors truncate as int() would
     return array.tolist()
+
+
+# What a kernel that makes one array per step or piece (Scan, SplitToSequence) pays at the least per
+# array, however empty: the price at which their counts are held to the memory budget, before the
+# first one is made (a [2**40, 0] input would otherwise make 2**40 of them).
+ARRAY_OBJECT_BYTES = sys.getsizeof(np.empty(0))
 
 
 K = TypeVar("K")

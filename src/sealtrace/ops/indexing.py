@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.limits import check_allocation
 from sealtrace.ops._values import axis_index as _axis
 from sealtrace.ops._values import int_list as _ints
 from sealtrace.ops._values import remember, take_along_axis
@@ -365,6 +366,8 @@ def unique(
     """Unique-11/28: unique values or slices, first-occurrence indices, inverse indices, counts."""
     take_axis = 0 if axis is None else _axis(axis, x.ndim)
     source = x.reshape(-1) if axis is None else x
+    # The inverse indices alone take one int64 per slice, however empty ([2**40, 0] along axis 0).
+    check_allocation(source.shape[take_axis] * 8, f"Unique of shape {x.shape}")
     values, first, inverse, counts = np.unique(
         source,
         return_index=True,
