@@ -255,6 +255,8 @@ OVER_BUDGET: dict[str, tuple[Case, str]] = {
     "Conv over budget": (("Conv", {"x": _zeros(1 << 30, 1, 0, 0), "c_w": _zeros(1, 1, 1, 1)}, {"pads": [1, 1, 1, 1]}, 17, 1), "Conv of"),
     "Range over budget": (("Range", {"s": np.array(0, np.int64), "l": np.array(HUGE, np.int64), "d": np.array(1, np.int64)}, {}, 17, 1), "Range of"),
     "ConstantOfShape over budget": (("ConstantOfShape", {"s": np.array([HUGE, 4], np.int64)}, {}, 17, 1), "ConstantOfShape of shape"),
+    # a broadcast view costs nothing, but the run's outputs (and any step reading it) pay its size
+    "Expand over budget": (("Expand", {"x": _zeros(1, 1), "s": np.array([HUGE, 384], np.int64)}, {}, 17, 1), "Expand of (1, 1)"),
     "Unique over budget": (("Unique", {"x": _zeros(HUGE, 0)}, {"axis": 0}, 17, 4), "Unique of shape"),
     "SplitToSequence over budget": (("SplitToSequence", {"x": _zeros(HUGE, 0)}, {"axis": 0}, 17, 1), "SplitToSequence into"),
     # 2**40 steps of a body that only passes its (empty) slice through

@@ -312,6 +312,9 @@ def tile(data: np.ndarray, repeats: np.ndarray) -> np.ndarray:
 def expand(data: np.ndarray, shape: np.ndarray) -> np.ndarray:
     """Expand-8/13: bidirectional broadcast to ``shape`` (a read-only broadcast view)."""
     target = np.broadcast_shapes(data.shape, tuple(_ints(shape)))
+    # A view costs nothing, but whatever reads it (the next step, the run's outputs) pays its size.
+    if math.prod(target) > data.size:
+        check_allocation(math.prod(target) * data.itemsize, f"Expand of {data.shape} to {list(target)[:8]}")
     return np.broadcast_to(data, target)
 
 
