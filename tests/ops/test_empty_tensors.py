@@ -2,8 +2,9 @@
 kernel step through 2**40 empty rows, and an output it declares beyond the memory budget is refused
 (BudgetExceededError, exit 2) before it is allocated.
 
-The per-op cases run in one subprocess with a deadline: a kernel that loops over the huge dimension
-(in C, where no signal reaches it) cannot hang the test run; the cases it did not reach fail.
+The per-op cases run in a worker process with a deadline: a kernel that loops over the huge dimension
+(in C, where no signal reaches it) cannot hang the test run; the case still running at the deadline
+fails, and a fresh worker takes the cases after it.
 """
 
 from __future__ import annotations
