@@ -18,6 +18,7 @@ The budget is the most one declared allocation may take: 1 GiB unless ``SEALTRAC
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import stat
@@ -72,7 +73,13 @@ def memory_budget() -> int:
     if _override is not None:
         return _override
     text = os.environ.get(ENV_VAR)
-    return parse_size(text, ENV_VAR) if text else DEFAULT_MEMORY_BUDGET
+    return _budget_of(text) if text else DEFAULT_MEMORY_BUDGET
+
+
+@functools.lru_cache(maxsize=8)
+def _budget_of(text: str) -> int:
+    """$SEALTRACE_MEMORY_BUDGET parsed once per value: kernels check their outputs on every call."""
+    return parse_size(text, ENV_VAR)
 
 
 def set_memory_budget(nbytes: int | None) -> None:

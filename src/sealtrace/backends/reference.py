@@ -10,6 +10,7 @@ if they had run again.
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from sealtrace import __version__
 from sealtrace.backends.base import ObservedRuns
 from sealtrace.backends.threads import blas_threads
 from sealtrace.errors import KernelError, SealtraceError, UnsupportedError
+from sealtrace.limits import BudgetExceededError, format_size, memory_budget
 from sealtrace.ops.numerics import (
     PORTABLE,
     SPEC_VERSION,
@@ -543,8 +545,19 @@ def _failed_step(segment: LiveSegment, exc: Exception) -> int:
     raise AssertionError("a live step's error has no line in its generated function") from exc
 
 
-def _kernel_error(step: Step, path: tuple[str, ...], exc: Exception) -> KernelError:
+# NumPy's ValueErrors for a shape whose byte count does not fit in an address space.
+_TOO_BIG = re.compile(r"array is too big|Maximum allowed (size|dimension) exceeded")
+
+
+def _kernel_error(step: Step, path: tuple[str, ...], exc: Exception) -> KernelError | BudgetExceededError:
     where = "/".join((*path, step.name))
+    if isinstance(exc, MemoryError) or (isinstance(exc, ValueError) and _TOO_BIG.search(str(exc))):
+        # NumPy refused an allocation its inputs declared (an empty [2**40, 0] feed can declare
+        # terabytes): bad input, as the memory budget's own refusals are.
+        return BudgetExceededError(
+            f"step {step.index} {where!r} ({step.op_type}): its result would need more memory than "
+            f"there is ({type(exc).__name__}: {exc}); the memory budget is {format_size(memory_budget())}"
+        )
     return KernelError(f"step {step.index} {where!r} ({step.op_type}) failed: {type(exc).__name__}: {exc}")
 
 

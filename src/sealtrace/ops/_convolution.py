@@ -21,6 +21,7 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from sealtrace.limits import check_allocation
 from sealtrace.ops import numerics
 from sealtrace.ops._windows import (
     Array,
@@ -128,6 +129,12 @@ def convolve(x: Array, w: Array, window: Window, group: int, products: Products,
     _check_groups(c, w, group)
     mg = m // group
     out_shape = window.out_shape
+    # An empty input may declare an output of any size (padding, a [2**40, C, 0, W] batch): refused
+    # beyond the memory budget before the loops over images, and made at once where it is empty.
+    full_shape = (n, m, *out_shape)
+    check_allocation(prod(full_shape) * products.out_dtype.itemsize, f"Conv of {x.shape} by {w.shape}")
+    if prod(full_shape) == 0:
+        return np.zeros(full_shape, products.out_dtype)
     length = prod(out_shape)
     unpadded = not any(window.pads_begin) and not any(window.pads_end)
     if all(k == 1 for k in window.kernel) and unpadded:
@@ -194,7 +201,7 @@ class Geometry:
 
     window: Window
     # Whether one_block_conv takes it: an im2col matrix of at most _ONE_BLOCK_BYTES (of one image,
-    # or of a batch convolved with one group).
+    # or of a batch convolved with one group), for an output that is not empty.
     one_block: bool
     # The padded input's shape, or None when the input needs no padding.
     padded: tuple[int, ...] | None
@@ -228,7 +235,8 @@ class Geometry:
             window,
             # (a batch of several images is taken for one group only: group from the weight's shape)
             n * c * prod(window.kernel) * prod(window.out_shape) * x.itemsize <= _ONE_BLOCK_BYTES
-            and (n == 1 or (n > 1 and w_channels == c)),
+            and (n == 1 or (n > 1 and w_channels == c))
+            and n * w.shape[0] * prod(window.out_shape) > 0,  # (convolve makes an empty output at once)
             None if not any(window.pads_begin) and not any(ends) else shape,
             tuple(target),
             tuple(source),

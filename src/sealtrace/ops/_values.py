@@ -1,4 +1,5 @@
-"""Small helpers the shape and indexing kernels share: axes and integer lists from tensors.
+"""Small helpers the shape and indexing kernels share: axes and integer lists from tensors, and a
+take_along_axis whose empty results cost nothing.
 
 They run on every Slice, Reshape, Unsqueeze ... of a model, many of which move a handful of
 elements, so they are written for the per-call cost (``tolist`` converts a whole array in C).
@@ -6,6 +7,8 @@ elements, so they are written for the per-call cost (``tolist`` converts a whole
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -31,6 +34,12 @@ def int_list(values: np.ndarray | Sequence[int] | None) -> list[int]:
     return array.tolist()
 
 
+# What a kernel that makes one array per step or piece (Scan, SplitToSequence) pays at the least per
+# array, however empty: the price at which their counts are held to the memory budget, before the
+# first one is made (a [2**40, 0] input would otherwise make 2**40 of them).
+ARRAY_OBJECT_BYTES = sys.getsizeof(np.empty(0))
+
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -44,3 +53,18 @@ def remember(cache: dict[K, V], key: K, value: V) -> V:
     if len(cache) < REMEMBERED:
         cache[key] = value
     return value
+
+
+def take_along_axis(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    """``np.take_along_axis``, made at once where the result is empty: NumPy first builds an index
+    range of every other axis, 2**40 entries for a [2**40, 0] input."""
+    axis %= data.ndim
+    shape = list(np.broadcast_shapes(_flat_at(data.shape, axis), _flat_at(indices.shape, axis)))
+    shape[axis] = indices.shape[axis]
+    if math.prod(shape) == 0:
+        return np.empty(shape, data.dtype)
+    return np.take_along_axis(data, indices, axis=axis)
+
+
+def _flat_at(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    return (*shape[:axis], 1, *shape[axis + 1 :])

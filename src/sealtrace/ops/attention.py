@@ -111,7 +111,7 @@ def _per_kv_head(x: Array, kv: Array) -> Array:
     batch, heads, rows, n = x.shape
     kv_heads = kv.shape[1]
     grouped = numerics.matmul(x.reshape(batch, kv_heads, heads // kv_heads, rows, n), kv[:, :, None])
-    return grouped.reshape(batch, heads, rows, -1)
+    return grouped.reshape(batch, heads, rows, kv.shape[-1])  # (-1 is ambiguous for an empty batch)
 
 
 def _attention(
@@ -181,7 +181,7 @@ def _attention(
 
     y = _per_kv_head(probs, _cast(present_value, dtype))
     if rank == 3:
-        y = y.transpose(0, 2, 1, 3).reshape(batch, q_len, -1)
+        y = y.transpose(0, 2, 1, 3).reshape(batch, q_len, y.shape[1] * y.shape[3])
 
     qk_output = {0: raw_scores, 1: capped_scores, 2: biased, 3: probs}[qk_matmul_output_mode]
     return (

@@ -11,7 +11,15 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.limits import check_allocation
+from sealtrace.ops._values import ARRAY_OBJECT_BYTES
 from sealtrace.ops.registry import KernelContext, register
+
+
+def _check_steps(steps: int, kept: int) -> None:
+    """A Scan step makes at least one array (a slice it reads, an output it stacks) and each
+    output it stacks: its steps are held to the memory budget before the first one runs."""
+    check_allocation(steps * max(kept, 1) * ARRAY_OBJECT_BYTES, f"Scan of {steps} steps")
 
 
 def _scalar_bool(value: np.ndarray, what: str) -> bool:
@@ -113,6 +121,7 @@ def scan(
     if len(lengths) > 1:
         raise ValueError(f"Scan inputs disagree on the sequence length: {sorted(lengths)}")
     steps = lengths.pop() if lengths else 0
+    _check_steps(steps, n_scan_out)
     state = list(values[:n_state])
     collected: list[list[Any]] = [[] for _ in range(n_scan_out)]
     for t in range(steps):
@@ -155,6 +164,7 @@ def scan_8(
     )
     if lengths.shape[0] != batch or np.any(lengths < 0) or np.any(lengths > max_len):
         raise ValueError(f"sequence_lens {lengths.tolist()} invalid for batch {batch}, length {max_len}")
+    _check_steps(batch * max_len, n_scan_out)
     final_states: list[list[Any]] = [[] for _ in range(n_state)]
     per_batch: list[list[np.ndarray]] = [[] for _ in range(n_scan_out)]
     for b in range(batch):

@@ -19,6 +19,7 @@ from sealtrace.ops._convolution import (
     kernel_of,
     one_block_conv,
 )
+from sealtrace.ops._values import take_along_axis
 from sealtrace.ops._windows import Array, Window, resolve_window
 from sealtrace.ops.registry import register
 
@@ -164,6 +165,8 @@ def deform_conv(
     dh, dw = dilations if dilations else (1, 1)
     ph, pw = (pads[0], pads[1]) if pads else (0, 0)
     oh, ow = offset.shape[2:]
+    if n * m * oh * ow == 0:  # (a [2**40, C, 0, W] input: no image to step through)
+        return np.zeros((n, m, oh, ow), x.dtype)
     og = offset_group
     k = kh * kw
     length = oh * ow
@@ -191,7 +194,7 @@ def deform_conv(
         # Bilinear with zeros outside the image, corner by corner (torchvision / ONNX Runtime).
         valid = (yi >= 0) & (yi < h) & (xi >= 0) & (xi < wd)
         index = (np.clip(yi, 0, h - 1) * wd + np.clip(xi, 0, wd - 1)).reshape(n, og, 1, k * length)
-        values = np.take_along_axis(flat, index, axis=3)
+        values = take_along_axis(flat, index, axis=3)
         sampled += values * np.where(valid, weight, 0).reshape(n, og, 1, k * length).astype(dtype)
     sampled = sampled.reshape(n, og, cog, k, length)
     if mask is not None:

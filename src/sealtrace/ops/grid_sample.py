@@ -8,6 +8,7 @@ Resize computes them; AffineGrid's products are numerics' correctly rounded sums
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,9 @@ def _grid_sample(
     rank = len(spatial)
     if grid.shape[-1] != rank or grid.shape[0] != x.shape[0]:
         raise ValueError(f"grid of shape {grid.shape} does not fit an input of shape {x.shape}")
+    out_shape = (*x.shape[:2], *grid.shape[1:-1])
+    if math.prod(out_shape) == 0:  # (a [2**40, C, 0, W] batch: no sample to take)
+        return np.zeros(out_shape, x.dtype)
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     work = np.dtype(np.float64) if np.float64 in (x.dtype, grid.dtype) else np.dtype(np.float32)
     g: np.ndarray = grid.astype(work, copy=False)

@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.limits import check_allocation
 from sealtrace.ops._values import axis_index as _axis
 from sealtrace.ops._values import int_list as _ints
-from sealtrace.ops._values import remember
+from sealtrace.ops._values import remember, take_along_axis
 from sealtrace.ops.registry import VARIES, KernelFn, register, specializes
 
 
@@ -166,7 +167,7 @@ def gather_elements(data: np.ndarray, indices: np.ndarray, *, axis: int) -> np.n
     _check_element_indices(data, indices, axis)
     # Indices may be smaller than data on the other axes: only that leading block is read.
     block = tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(indices.shape))
-    return np.take_along_axis(data[block], _positive(indices, data.shape[axis]), axis=axis)
+    return take_along_axis(data[block], _positive(indices, data.shape[axis]), axis=axis)
 
 
 def _check_element_indices(data: np.ndarray, indices: np.ndarray, axis: int) -> None:
@@ -186,6 +187,8 @@ def _gather_nd(data: np.ndarray, indices: np.ndarray, batch_dims: int) -> np.nda
     query_shape = indices.shape[b:-1]
     n_batch = int(np.prod(batch_shape, dtype=np.int64))
     n_query = int(np.prod(query_shape, dtype=np.int64))
+    if n_batch * n_query == 0:  # no index tuple: nothing to step through, whatever the batch
+        return np.empty((*batch_shape, *query_shape, *data.shape[b + k :]), data.dtype)
     flat_data = data.reshape((n_batch, *data.shape[b:]))
     flat_idx = indices.reshape(n_batch, n_query, k)
     batch = np.broadcast_to(np.arange(n_batch)[:, None], (n_batch, n_query))
@@ -230,6 +233,8 @@ def _scatter_elements(
     _check_element_indices(data, indices, axis)
     if updates.shape != indices.shape:
         raise ValueError(f"updates shape {updates.shape} differs from indices shape {indices.shape}")
+    if indices.size == 0:  # (np.ogrid would lay out every other axis: 2**40 rows of nothing)
+        return data.copy()
     key = list(np.ogrid[tuple(slice(0, n) for n in indices.shape)])
     key[axis] = _positive(indices, data.shape[axis])
     return _write(data.copy(), tuple(key), updates, reduction)
@@ -361,6 +366,8 @@ def unique(
     """Unique-11/28: unique values or slices, first-occurrence indices, inverse indices, counts."""
     take_axis = 0 if axis is None else _axis(axis, x.ndim)
     source = x.reshape(-1) if axis is None else x
+    # The inverse indices alone take one int64 per slice, however empty ([2**40, 0] along axis 0).
+    check_allocation(source.shape[take_axis] * 8, f"Unique of shape {x.shape}")
     values, first, inverse, counts = np.unique(
         source,
         return_index=True,
@@ -399,7 +406,7 @@ def reverse_sequence(
         source = source.T
     shape = [1] * data.ndim
     shape[batch_axis], shape[time_axis] = data.shape[batch_axis], data.shape[time_axis]
-    return np.take_along_axis(data, source.reshape(shape), axis=time_axis)
+    return take_along_axis(data, source.reshape(shape), axis=time_axis)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,7 +425,7 @@ def _top_k(x: np.ndarray, k: int, axis: int, largest: int) -> tuple[np.ndarray, 
         picked = _top_k_partitioned(rows, k, largest)
     if picked is None:
         picked = _top_k_sorted(rows, k, largest)
-    values = np.take_along_axis(rows, picked, axis=-1)
+    values = take_along_axis(rows, picked, axis=-1)
     return np.moveaxis(values, -1, axis), np.moveaxis(picked, -1, axis)
 
 
@@ -448,8 +455,8 @@ def _top_k_partitioned(rows: np.ndarray, k: int, largest: int) -> np.ndarray | N
     candidates = (
         np.nonzero(chosen.reshape(-1, n))[1].reshape((*rows.shape[:-1], k)).astype(np.int64, copy=False)
     )
-    order = _order_stably(np.take_along_axis(rows, candidates, axis=-1), largest)
-    return np.take_along_axis(candidates, order, axis=-1)
+    order = _order_stably(take_along_axis(rows, candidates, axis=-1), largest)
+    return take_along_axis(candidates, order, axis=-1)
 
 
 @register("TopK", 1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from sealtrace.ops import numerics
+from sealtrace.ops._values import take_along_axis
 from sealtrace.ops.registry import quiet, register
 
 
@@ -35,7 +36,7 @@ def _nll(
     ignored = target == ignore_index if ignore_index is not None else None
     # Ignored positions may hold any value (even out of range); gather class 0 there and zero it.
     safe = target if ignored is None else np.where(ignored, 0, target)
-    picked = np.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0]
+    picked = take_along_axis(log_prob, safe[:, None], axis=1)[:, 0]
     if ignored is not None:
         picked = np.where(ignored, zero, picked)
     loss = np.negative(picked)

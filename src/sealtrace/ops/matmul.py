@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,9 @@ def _zero_point_rows(zp: Array | None, a: Array) -> Array | int:
 
 def _exact_int_matmul(a: Array, b: Array) -> Array:
     """Integer product of 8-bit operands computed through float64 BLAS (exact below 2**53)."""
+    shape = numerics.matmul_shape(a.shape, b.shape)
+    if math.prod(shape) == 0:  # np.matmul would still step through every (possibly 2**40) batch
+        return np.zeros(shape)
     return np.matmul(a.astype(np.float64), b.astype(np.float64))
 
 

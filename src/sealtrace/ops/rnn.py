@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from sealtrace.ops import numerics
+from sealtrace.ops._values import take_along_axis
 from sealtrace.ops.registry import quiet, register
 
 Activation = Callable[[np.ndarray], np.ndarray]
@@ -265,7 +266,7 @@ class _Recurrence:
         projected = flat.reshape(self.seq_len, self.batch, -1)
         order = self.time_order(d)
         if order is not None:
-            projected = np.take_along_axis(projected, order[:, :, None], axis=0)
+            projected = take_along_axis(projected, order[:, :, None], axis=0)
         return projected
 
     def mask(self, t: int) -> np.ndarray | None:
@@ -279,7 +280,7 @@ class _Recurrence:
         order = self.time_order(d)
         if order is None:
             return ys
-        return np.take_along_axis(ys, order[:, :, None], axis=0)
+        return take_along_axis(ys, order[:, :, None], axis=0)
 
     def outputs(self, ys: list[np.ndarray], finals: Sequence[list[np.ndarray]]) -> tuple[np.ndarray, ...]:
         """Y [seq, dirs, batch, hidden] and the final states, in the op's layout and dtype."""

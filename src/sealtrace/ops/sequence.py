@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.limits import check_allocation
+from sealtrace.ops._values import ARRAY_OBJECT_BYTES
 from sealtrace.ops.registry import KernelContext, register
 
 
@@ -79,6 +81,8 @@ def split_to_sequence(
     """ONNX SplitToSequence (versions 11, 24): split into equal chunks, chunks of given sizes, or units."""
     axis = _normalized_axis(axis, data.ndim)
     length = data.shape[axis]
+    pieces_at_most = length if split is None or np.ndim(split) == 0 else np.size(split)
+    check_allocation(pieces_at_most * ARRAY_OBJECT_BYTES, f"SplitToSequence into {pieces_at_most} tensors")
     if split is None:
         # Unit chunks; keepdims=0 drops the split axis (it only applies when split is absent).
         pieces = np.split(data, length, axis=axis) if length else []

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.limits import check_allocation
 from sealtrace.ops._values import axis_index as _axis
 from sealtrace.ops._values import int_list as _ints
 from sealtrace.ops._values import remember
@@ -311,6 +312,9 @@ def tile(data: np.ndarray, repeats: np.ndarray) -> np.ndarray:
 def expand(data: np.ndarray, shape: np.ndarray) -> np.ndarray:
     """Expand-8/13: bidirectional broadcast to ``shape`` (a read-only broadcast view)."""
     target = np.broadcast_shapes(data.shape, tuple(_ints(shape)))
+    # A view costs nothing, but whatever reads it (the next step, the run's outputs) pays its size.
+    if math.prod(target) > data.size:
+        check_allocation(math.prod(target) * data.itemsize, f"Expand of {data.shape} to {list(target)[:8]}")
     return np.broadcast_to(data, target)
 
 
@@ -323,6 +327,7 @@ def _range(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, compute: np.
     s, lim, d = (np.asarray(v).reshape(()).astype(compute) for v in (start, limit, delta))
     if compute.kind in "iu":
         count = max(-((int(s) - int(lim)) // int(d)), 0)
+        check_allocation(count * compute.itemsize, f"Range of {count} elements")
         out = np.arange(count, dtype=compute) * d + s
         return out.astype(dtype, copy=False)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -330,6 +335,7 @@ def _range(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, compute: np.
     if not np.isfinite(quotient):
         raise ValueError(f"Range: (limit - start) / delta is {quotient}; the element count is undefined")
     count = max(int(np.ceil(quotient)), 0)
+    check_allocation(count * compute.itemsize, f"Range of {count} elements")
     steps = np.full(count, d, dtype=compute)
     if count:
         steps[0] = s
@@ -355,7 +361,9 @@ def range_v27(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, *, stash_
 def constant_of_shape(data: np.ndarray, *, value: np.ndarray | None) -> np.ndarray:
     """ConstantOfShape-9+: a tensor of ``input``'s shape filled with ``value`` (float32 0)."""
     fill = np.zeros((), dtype=np.float32) if value is None else value.reshape(())
-    return np.full(tuple(_ints(data)), fill, dtype=fill.dtype)
+    shape = tuple(_ints(data))
+    check_allocation(math.prod(shape) * fill.dtype.itemsize, f"ConstantOfShape of shape {list(shape)[:8]}")
+    return np.full(shape, fill, dtype=fill.dtype)
 
 
 def _frozen(value: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ Numerics (docs/numerics.md), in the input's type T (half precision included):
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -109,18 +110,19 @@ def _transform(real: Array, imag: Array | None, n: int, inverse: bool, onesided:
     type T: [..., bins, 2] pairs (real, imaginary), or [..., n, 1] for the one-sided inverse."""
     dtype = real.dtype
     lead = real.shape[:-1]
+    signals = math.prod(lead)  # (not -1: a reshape cannot infer it for an empty [2**40, 0] batch)
     if inverse and onesided:
         bins = n // 2 + 1
         rows = [_fit(real, bins), _fit(imag if imag is not None else np.zeros_like(real), bins)]
-        operand = np.concatenate(rows, axis=-1).reshape(-1, 2 * bins)
+        operand = np.concatenate(rows, axis=-1).reshape(signals, 2 * bins)
         total = numerics.matmul(operand, _matrix_of(n, bins, "irfft", dtype))
         return _divided(total, n).reshape(*lead, n, 1)
     bins = n // 2 + 1 if onesided else n
     if imag is None and not inverse:
-        operand, kind = _fit(real, n).reshape(-1, n), "forward-real"
+        operand, kind = _fit(real, n).reshape(signals, n), "forward-real"
     else:
         imag = imag if imag is not None else np.zeros_like(real)
-        operand = np.concatenate([_fit(real, n), _fit(imag, n)], axis=-1).reshape(-1, 2 * n)
+        operand = np.concatenate([_fit(real, n), _fit(imag, n)], axis=-1).reshape(signals, 2 * n)
         kind = "inverse" if inverse else "forward"
     total = numerics.matmul(operand, _matrix_of(n, bins, kind, dtype))
     if inverse:

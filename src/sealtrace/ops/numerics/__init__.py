@@ -42,7 +42,15 @@ from sealtrace.ops.numerics.mode import (
     is_native,
     numerics_mode,
 )
-from sealtrace.ops.numerics.products import determinant, einsum, gemm, matmul, prepared_rows, product
+from sealtrace.ops.numerics.products import (
+    determinant,
+    einsum,
+    gemm,
+    matmul,
+    matmul_shape,
+    prepared_rows,
+    product,
+)
 from sealtrace.ops.numerics.reductions import (
     mean_square,
     reduce_l1,
@@ -77,6 +85,7 @@ __all__ = [
     "is_native",
     "log_softmax",
     "matmul",
+    "matmul_shape",
     "mean_square",
     "numerics_mode",
     "power",

@@ -24,6 +24,7 @@ from typing import Any
 import gmpy2
 import numpy as np
 
+from sealtrace.limits import check_allocation
 from sealtrace.ops.numerics.formats import (
     BFLOAT16,
     FLOAT64,
@@ -413,10 +414,32 @@ def _drop_dead() -> None:
 # MatMul, Gemm
 
 
+def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of numpy.matmul(a, b) (1-D operands promoted, batch dimensions broadcast), found
+    without touching data; a ValueError naming both shapes where they do not align."""
+    rows = a if len(a) > 1 else (1, *a)
+    cols = b if len(b) > 1 else (*b, 1)
+    if not a or not b or rows[-1] != cols[-2]:
+        raise ValueError(f"MatMul: shapes {a} and {b} do not align")
+    batch = rows[:-2] if rows[:-2] == cols[:-2] or not cols[:-2] else cols[:-2] if not rows[:-2] else None
+    if batch is None:  # (np.broadcast_shapes costs more than a small product's other checks)
+        batch = np.broadcast_shapes(rows[:-2], cols[:-2])
+    return (*batch, *rows[-2:-1][: len(a) - 1], *cols[-1:][: len(b) - 1])
+
+
 def matmul(a: Array, b: Array) -> Array:
     """ONNX MatMul: numpy.matmul's shapes (1-D operands promoted, batch dimensions broadcast), each
     element of a float result RN(sum_k a_k b_k) in the inputs' type; integers exactly as NumPy."""
     fmt = format_of(a.dtype)
+    shape = matmul_shape(a.shape, b.shape)
+    dtype = np.result_type(a, b)
+    # Empty operands (a [2**40, 0] batch) may declare an output of any size: refused beyond the
+    # budget before it exists, and an empty one made at once (NumPy would step through every
+    # batch). One no larger than its operands is not checked: they exist already.
+    if math.prod(shape) * dtype.itemsize > a.nbytes + b.nbytes:
+        check_allocation(math.prod(shape) * dtype.itemsize, f"MatMul of shapes {a.shape} and {b.shape}")
+    if math.prod(shape) == 0 or a.shape[-1] == 0:  # (an empty sum is +0)
+        return np.zeros(shape, dtype)
     if fmt is None or b.dtype != a.dtype:
         return np.asarray(np.matmul(a, b))
     if is_native():
@@ -425,8 +448,6 @@ def matmul(a: Array, b: Array) -> Array:
     squeeze_cols = b.ndim == 1
     a2 = a[None, :] if squeeze_rows else a
     b2 = b[:, None] if squeeze_cols else b
-    if a2.shape[-1] != b2.shape[-2]:
-        raise ValueError(f"MatMul: shapes {a.shape} and {b.shape} do not align")
     if b2.ndim == 2:
         # every row of every matrix of a against one matrix: one product of stacked rows
         stacked = a2.reshape(1, -1, a2.shape[-1])
@@ -454,6 +475,8 @@ def gemm(
     weights = b
     a = a.T if trans_a else a
     b = b.T if trans_b else b
+    if a.shape[0] * b.shape[1] * a.dtype.itemsize > a.nbytes + b.nbytes:  # (as in matmul)
+        check_allocation(a.shape[0] * b.shape[1] * a.dtype.itemsize, f"Gemm of shapes {a.shape} and {b.shape}")
     if fmt is not None and is_native():
         return _native_gemm(a, b, c, alpha, beta)
     if fmt is None:
@@ -535,12 +558,19 @@ def einsum(equation: str, *operands: Array) -> Array:
     """ONNX Einsum: each element of a float result RN(sum over the summed labels of the product of
     the operands' elements), one rounding; integers exactly as NumPy."""
     fmt = format_of(operands[0].dtype)
+    eq = _equation(equation, tuple(op.ndim for op in operands))
+    dims: dict[str, set[int]] = {}
+    for term, op in zip(eq.inputs, operands, strict=True):
+        for label, dim in zip(term, op.shape, strict=True):
+            dims.setdefault(label, set()).add(dim)
+    out_size = math.prod(max(dims[label] - {1}, default=1) for label in eq.output)  # (1 broadcasts)
+    if out_size * operands[0].dtype.itemsize > sum(op.nbytes for op in operands):  # (as in matmul)
+        check_allocation(out_size * operands[0].dtype.itemsize, f"Einsum {equation!r} of {[op.shape for op in operands]}")
     if fmt is None:
         return np.asarray(np.einsum(equation, *operands, optimize=True))
     if is_native():
         work = [_native_wide(op) for op in operands]
         return np.asarray(np.einsum(equation, *work, optimize=True)).astype(operands[0].dtype, copy=False)
-    eq = _equation(equation, tuple(op.ndim for op in operands))
     wide = [np.asarray(op, dtype=np.float64) for op in operands]
     with np.errstate(invalid="ignore", over="ignore"):
         y = np.asarray(np.einsum(eq.text(), *wide, optimize=True), dtype=np.float64) + 0.0
