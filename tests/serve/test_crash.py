@@ -1,10 +1,12 @@
-"""Nothing lost: `sealtrace serve` is killed with SIGKILL at random points under load, 20 times, and
-restarted each time. Afterwards the ledger verifies, every record id a client got with a 200 is in it,
-no record is torn, and every tree head signed before a crash is consistent with the ones after.
-On SQLite and on PostgreSQL."""
+"""Nothing lost: `sealtrace serve` (in turn `io`, `full` and `deferred`) is killed with SIGKILL at random
+points under load, 20 times, and restarted each time. Afterwards the ledger verifies, every record id a
+client got with a 200 is in it, no record is torn, and every tree head signed before a crash is
+consistent with the ones after. On SQLite and on PostgreSQL. No process outlives a killed server
+(replay workers, multiprocessing's resource tracker)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -22,8 +24,11 @@ import pytest
 from sealtrace.ledger import Ledger, TreeHead, check_proof, trusted_keys
 from tests.serve.conftest import ROOT, postgres_location
 
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from Linux's /proc")
+
 KILLS = 20
 CLIENTS = 3
+MODES = ("io", "full", "deferred")
 
 
 def _start(container: Path, location: str, keys: tuple[Path, Path], audit: str, extra: tuple[str, ...] = (),
@@ -80,7 +85,7 @@ def _crash_and_restart(location: str, container: Path, keys: tuple[Path, Path]) 
     acknowledged: list[str] = []
     held: list[TreeHead] = []
     for round_ in range(KILLS):
-        child, url = _start(container, location, keys, "full" if round_ % 2 else "io")
+        child, url = _start(container, location, keys, MODES[round_ % len(MODES)])
         stop = threading.Event()
         clients = [threading.Thread(target=_load, args=(url, acknowledged, stop, round_ * 10 + i)) for i in range(CLIENTS)]
         for client in clients:
@@ -90,8 +95,7 @@ def _crash_and_restart(location: str, container: Path, keys: tuple[Path, Path]) 
         if head is not None:
             held.append(head)
         time.sleep(rng.uniform(0.0, 0.3))
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+        _kill_leaving_nothing(child)
         stop.set()
         for client in clients:
             client.join(timeout=30)
@@ -118,3 +122,50 @@ def test_sigkill_under_load_loses_nothing_sqlite(tmp_path: Path, containers: dic
 def test_sigkill_under_load_loses_nothing_postgres(postgres_server: str, containers: dict[str, Path],
                                                    keys: tuple[Path, Path]) -> None:
     _crash_and_restart(postgres_location(postgres_server), containers["tiny"], keys)
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes under ``pid`` (from Linux's /proc)."""
+    found: set[int] = set()
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for child in map(int, children.read_text().split()):
+                found |= {child} | _descendants(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: it has exited, and only waits to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _kill_leaving_nothing(child: subprocess.Popen[str]) -> None:
+    """SIGKILL the server; check that every process under it dies too, within seconds."""
+    left = _descendants(child.pid)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while left := {pid for pid in left if _alive(pid)}:
+        assert time.monotonic() < deadline, f"process(es) {sorted(left)} outlived the killed server"
+        time.sleep(0.05)
+
+
+def test_a_killed_deferred_server_leaves_no_process_behind(tmp_path: Path, containers: dict[str, Path],
+                                                           keys: tuple[Path, Path]) -> None:
+    child, url = _start(containers["tiny"], str(tmp_path / "ledger.db"), keys, "deferred")
+    try:
+        document = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0.0, 1.0, 2.0, 3.0]}]}
+        assert httpx.post(f"{url}/v2/models/tiny/infer", json=document, timeout=10).status_code == 200
+        deadline = time.monotonic() + 60
+        while 'sealtrace_replays_total{model="tiny",verdict="identical"} 1.0' not in httpx.get(f"{url}/metrics").text:
+            assert time.monotonic() < deadline, "the request was not replayed"
+            time.sleep(0.05)
+        assert len(_descendants(child.pid)) >= 2  # the replay worker and multiprocessing's resource tracker
+    except BaseException:
+        child.kill()
+        raise
+    _kill_leaving_nothing(child)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 # Latency buckets from 1 ms to 30 s: small models answer in a few ms, full audits of large ones in seconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -35,8 +38,16 @@ class ServeMetrics:
               registry=self.registry).set_function(lambda: ledger.pending)
         Gauge("sealtrace_ledger_signed_tree_size", "Records covered by the latest signed tree head.",
               registry=self.registry).set_function(lambda: _signed_size(ledger))
-        Gauge("sealtrace_replay_backlog", "Deferred records not replayed yet (queued or running).",
+        Gauge("sealtrace_replay_backlog",
+              "Deferred records not replayed yet (queued, running, or left unreplayed in the ledger for the next start).",
               registry=self.registry).set_function(lambda: service.replay_backlog)
+        waiting = Gauge("sealtrace_replay_waiting", "The replay backlog by state: queued, running, left (for the next start).",
+                        ["state"], registry=self.registry)
+        for state in ("queued", "running", "left"):
+            waiting.labels(state).set_function(functools.partial(_waiting, service, state))
+        self.registry.register(_CounterOf("sealtrace_replay_worker_restarts",
+                                          "Replay worker pools started again after a worker process died.",
+                                          lambda: service.replay_restarts))
         for name in service.models:
             for verdict in ("identical", "within-tolerance", "diverged", "failed"):
                 self.replays.labels(name, verdict)
@@ -46,6 +57,20 @@ class ServeMetrics:
         self.replays.labels(model, verdict).inc()
         if verdict == "diverged":
             self.divergences.labels(model).inc()
+
+
+def _waiting(service: Any, state: str) -> int:
+    return service.replay.waiting()[state] if service.replay is not None else 0
+
+
+class _CounterOf:
+    """A counter read from the service when scraped (the count is kept where it happens)."""
+
+    def __init__(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        self.name, self.documentation, self.read = name, documentation, read
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self.name, self.documentation, value=self.read())
 
 
 def _signed_size(ledger: Any) -> int:

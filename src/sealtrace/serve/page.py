@@ -1,4 +1,5 @@
-"""The ``/ledger`` page: recent records, the latest tree head, the replay backlog and divergences.
+"""The ``/ledger`` page: recent records, the latest tree head, what the audit mode does, and (deferred
+audit) the records waiting for a replay and the divergences.
 
 One self-contained HTML document (inline CSS, no script, no external assets), refreshed by the
 browser every 10 seconds.
@@ -37,6 +38,36 @@ def _card(value: Any, label: str, tone: str = "") -> str:
     return f'<div class="card {tone}"><b>{escape(str(value))}</b><span>{escape(label)}</span></div>'
 
 
+AUDIT_MODES = {
+    "full": "Audit full: every request runs on the reference backend, and its per-op audit trail is recorded "
+            "with its record, on the critical path; nothing is replayed.",
+    "deferred": "Audit deferred: a fast backend answers; every request is replayed afterwards on the reference "
+                "backend with the per-op audit, and a replay record linked to it gives the verdict.",
+    "io": "Audit io: inputs and outputs are digested and recorded; requests are not replayed.",
+}
+
+
+def _replays_html(summary: Mapping[str, Any], divergences: Sequence[Any]) -> str:
+    """The deferred audit's state: the records waiting for a replay, worker restarts, divergences."""
+    waiting = summary.get("replay_waiting") or {}
+    line = (f"{summary.get('replay_backlog', 0)} record(s) waiting for a replay: {waiting.get('queued', 0)} queued, "
+            f"{waiting.get('running', 0)} running, {waiting.get('left', 0)} left in the ledger for the next start")
+    restarts = summary.get("replay_restarts", 0)
+    if restarts:
+        line += f"; replay workers restarted {restarts} time(s) after a worker died"
+    if divergences:
+        div_rows = "".join(
+            f"<tr><td>{escape(d.time)}</td><td>{escape(d.model)}</td><td><code>{escape(d.record_id)}</code></td>"
+            f"<td><code>{escape(d.replay_id)}</code></td><td>{escape(d.detail)}</td></tr>"
+            for d in divergences
+        )
+        div_html = ("<table><tr><th>time</th><th>model</th><th>record</th><th>replay</th><th>detail</th></tr>"
+                    + div_rows + "</table>")
+    else:
+        div_html = '<p class="sub">No divergence: every replay so far agrees with what was served.</p>'
+    return f'<h2>Replays</h2><p class="sub">{escape(line)}.</p><h2>Divergences</h2>{div_html}'
+
+
 def ledger_page(
     summary: Mapping[str, Any],
     recent: Sequence[tuple[int, Mapping[str, Any]]],
@@ -46,15 +77,18 @@ def ledger_page(
     """The page's HTML for the service's ``summary``, its ``recent`` (index, record) pairs, newest
     first, and the latest ``divergences``."""
     head = summary.get("latest_tree_head")
-    backlog = summary.get("replay_backlog", 0)
-    diverged = summary.get("divergences", 0)
+    audit = summary.get("audit", "?")
     cards = [
         _card(summary.get("records", 0), "records"),
         _card(head["tree_size"] if head else "none", "signed tree size"),
-        _card(summary.get("audit", "?"), "audit mode"),
-        _card(backlog, "replay backlog", "" if backlog == 0 else "bad" if backlog > 1000 else ""),
-        _card(diverged, "divergences", "bad" if diverged else "ok"),
+        _card(audit, "audit mode"),
     ]
+    if audit == "deferred":
+        backlog, diverged = summary.get("replay_backlog", 0), summary.get("divergences", 0)
+        cards += [
+            _card(backlog, "replay backlog", "" if backlog == 0 else "bad" if backlog > 1000 else ""),
+            _card(diverged, "divergences", "bad" if diverged else "ok"),
+        ]
     if head:
         head_html = (
             "<table><tr><th>tree size</th><td>" + escape(str(head["tree_size"])) + "</td></tr>"
@@ -82,16 +116,6 @@ def ledger_page(
         "<th>audit</th><th>principal</th><th>verdict</th></tr>" + "".join(rows) + "</table>"
         if rows else '<p class="sub">No records yet.</p>'
     )
-    if divergences:
-        div_rows = "".join(
-            f"<tr><td>{escape(d.time)}</td><td>{escape(d.model)}</td><td><code>{escape(d.record_id)}</code></td>"
-            f"<td><code>{escape(d.replay_id)}</code></td><td>{escape(d.detail)}</td></tr>"
-            for d in divergences
-        )
-        div_html = ("<table><tr><th>time</th><th>model</th><th>record</th><th>replay</th><th>detail</th></tr>"
-                    + div_rows + "</table>")
-    else:
-        div_html = '<p class="sub">No divergence: every replay so far agrees with what was served.</p>'
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta http-equiv=\"refresh\" content=\"10\"><title>sealtrace ledger</title>"
@@ -100,7 +124,8 @@ def ledger_page(
         f" &middot; serving {escape(', '.join(models))}</p>"
         f"<div class=\"cards\">{''.join(cards)}</div>"
         f"<h2>Latest signed tree head</h2>{head_html}"
-        f"<h2>Divergences</h2>{div_html}"
+        f"<h2>Audit</h2><p class=\"sub\">{escape(AUDIT_MODES.get(audit, f'Audit {audit}.'))}</p>"
+        f"{_replays_html(summary, divergences) if audit == 'deferred' else ''}"
         f"<h2>Recent records</h2>{records_html}"
         "</body></html>"
     )

@@ -12,16 +12,25 @@ interpreter is Python and NumPy, and in the server's process it would take the G
 in a niced process the kernel gives the cores to serving first, and the backlog drains when the load
 stops. The queue is the ledger itself: a deferred record no replay links to is unreplayed, so a
 restart finds the backlog again (:meth:`ReplayQueue.resume`), and a shutdown loses nothing.
+
+A worker process that dies (killed, out of memory) is replaced: the next replay finds the pool broken
+and starts a new one, and the replays the death interrupted are queued again. A record whose replay
+may have killed its worker is then replayed alone, so that a second death is its own; after
+``WORKER_DEATHS`` deaths it gets a ``failed`` replay record instead of killing workers forever. The
+workers die with the server, even when it is killed with SIGKILL (Linux: ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import os
 import queue
+import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -40,6 +49,8 @@ from sealtrace.parity.tolerance import Tolerance
 log = logging.getLogger("sealtrace.serve")
 
 MAX_HELD = 256  # jobs that keep their tensors in memory; later ones reload inputs from the ledger
+WORKER_DEATHS = 3  # a record whose replays kill the worker this often (the last times alone) is failed
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass
@@ -51,6 +62,7 @@ class ReplayJob:
     record: dict[str, Any]
     feeds: dict[str, np.ndarray] | None = None
     served: dict[str, Any] | None = None
+    deaths: int = 0  # worker deaths while this job was being replayed (or queued in the worker beside it)
 
 
 @dataclass(frozen=True)
@@ -87,7 +99,23 @@ class Divergence:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(spec: ReplaySpec) -> None:
+def _die_with(server: int) -> None:
+    """Have the kernel SIGKILL this worker when the server dies, however it dies (Linux).
+
+    The signal is tied to the *thread* that started the worker: the queue's dispatcher, the only thread
+    that submits (:class:`ProcessPoolExecutor` starts workers in ``submit``), and it outlives the pool.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            log.warning("replay worker: prctl(PR_SET_PDEATHSIG) failed (errno %d); it may outlive a killed server",
+                        ctypes.get_errno())
+    if os.getppid() != server:  # the server died before the signal was armed: nobody would ever stop us
+        os._exit(0)
+
+
+def _init_worker(spec: ReplaySpec, server: int) -> None:
+    _die_with(server)
     # SCHED_IDLE (Linux): the kernel runs a replay only when no other task wants the CPU, and a
     # request that wakes up preempts it at once; elsewhere, the lowest nice level.
     idle = getattr(os, "SCHED_IDLE", None)
@@ -170,6 +198,7 @@ class ReplayStats:
     done: int = 0
     by_verdict: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    restarts: int = 0  # worker pools started after a worker died
 
 
 class ReplayQueue:
@@ -198,22 +227,33 @@ class ReplayQueue:
         self._queued = 0
         self._held = 0
         self._in_flight = 0
+        self._left = 0
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._slots = threading.Semaphore(self.workers * 2)
         self._stopping = threading.Event()
-        context = multiprocessing.get_context("spawn")  # no fork after threads have started
-        self._pool = concurrent.futures.ProcessPoolExecutor(
-            self.workers, mp_context=context, initializer=_init_worker, initargs=(spec,)
-        )
+        self._submitting = threading.Lock()  # the pool is replaced or shut down only between two submits
+        self._pool = self._new_pool()
         self._dispatcher = threading.Thread(target=self._dispatch, name="sealtrace-replay", daemon=True)
         self._dispatcher.start()
         self._resumer: threading.Thread | None = None
 
+    def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        context = multiprocessing.get_context("spawn")  # no fork after threads have started
+        return concurrent.futures.ProcessPoolExecutor(
+            self.workers, mp_context=context, initializer=_init_worker, initargs=(self.spec, os.getpid())
+        )
+
     @property
     def backlog(self) -> int:
-        """Requests recorded and not replayed yet (queued or running)."""
-        return self._queued + self._in_flight
+        """Requests recorded and not replayed yet: queued, running, or left for the next start."""
+        return self._queued + self._in_flight + self._left
+
+    def waiting(self) -> dict[str, int]:
+        """The backlog by state: ``queued``, ``running``, and ``left`` (this run gave up on them: they
+        could not start, or their replay record could not be appended; the next start replays them)."""
+        with self._lock:
+            return {"queued": self._queued, "running": self._in_flight, "left": self._left}
 
     def put(self, job: ReplayJob) -> None:
         """Queue a job (its record is durable). Past ``MAX_HELD`` queued jobs, tensors are dropped:
@@ -270,14 +310,22 @@ class ReplayQueue:
                 self._in_flight += 1
                 if job.feeds is not None:
                     self._held -= 1
-            if self._stopping.is_set():
-                self._release()
-                continue
+                if job.deaths:  # it may have killed its worker: replayed alone, so that a death is its own
+                    self._wait_for_in_flight(1)
             try:
                 self._start(job)
             except Exception:
-                log.exception("replay of record %s could not start", job.record_id)
+                log.exception("replay of record %s could not start; it is replayed after a restart", job.record_id)
+                self._leave()
                 self._release()
+            if job.deaths:
+                with self._lock:
+                    self._wait_for_in_flight(0)
+
+    def _wait_for_in_flight(self, count: int) -> None:
+        """Wait (holding ``_lock``) until at most ``count`` replays are in flight, or the queue stops."""
+        while self._in_flight > count and not self._stopping.is_set():
+            self._idle.wait(0.1)
 
     def _start(self, job: ReplayJob) -> None:
         if job.feeds is None:
@@ -288,18 +336,33 @@ class ReplayQueue:
                 self._release()
                 return
         started = time.monotonic()
-        future = self._pool.submit(replay_in_worker, job)
+        with self._submitting:
+            if self._stopping.is_set():  # the record stays unreplayed in the ledger
+                self._leave()
+                self._release()
+                return
+            try:
+                future = self._pool.submit(replay_in_worker, job)
+            except concurrent.futures.process.BrokenProcessPool:  # a worker died, idle or in an earlier replay
+                self._restart_pool()
+                future = self._pool.submit(replay_in_worker, job)
         future.add_done_callback(lambda f: self._finished(job, f, started))
+
+    def _restart_pool(self) -> None:
+        old, self._pool = self._pool, self._new_pool()
+        self.stats.restarts += 1
+        log.warning("replay: a worker process died; new worker(s) started (%d restart(s) so far)", self.stats.restarts)
+        old.shutdown(wait=False, cancel_futures=True)
 
     def _finished(self, job: ReplayJob, future: concurrent.futures.Future[ReplayResult], started: float) -> None:
         try:
-            if future.cancelled():
-                return  # shutting down: the record stays unreplayed in the ledger
+            if future.cancelled():  # shutting down: the record stays unreplayed in the ledger
+                self._leave()
+                return
             try:
                 result = future.result()
             except concurrent.futures.process.BrokenProcessPool:
-                log.error("replay worker died replaying record %s; it is replayed after a restart", job.record_id)
-                self._restart_pool()
+                self._worker_died(job)
                 return
             except Exception as exc:
                 result = ReplayResult(failed_record(job.record, f"replay failed: {type(exc).__name__}: {exc}"), None, "failed")
@@ -308,11 +371,29 @@ class ReplayQueue:
         finally:
             self._release()
 
+    def _worker_died(self, job: ReplayJob) -> None:
+        """The worker died while ``job`` was running or waiting in it: queue it again (alone), or, once
+        it has been there at ``WORKER_DEATHS`` deaths, record the replay as failed."""
+        job.deaths += 1
+        if job.deaths >= WORKER_DEATHS:
+            log.error("replay worker died %d times replaying record %s; its replay is recorded as failed",
+                      job.deaths, job.record_id)
+            detail = (f"replay failed: the replay worker process died {job.deaths} times replaying this record "
+                      "(killed, e.g. out of memory)")
+            self._append(job, ReplayResult(failed_record(job.record, detail), None, "failed"))
+        elif self._stopping.is_set():
+            self._leave()
+        else:
+            log.warning("replay worker died replaying record %s (or one beside it); it is replayed again, alone",
+                        job.record_id)
+            self.put(job)
+
     def _append(self, job: ReplayJob, result: ReplayResult) -> None:
         try:
             receipt = self.ledger.append(result.record, trail=result.trail)
         except SealtraceError as exc:
             log.error("replay record of %s not appended (%s); it is replayed after a restart", job.record_id, exc)
+            self._leave()
             return
         with self._lock:
             self.stats.done += 1
@@ -326,14 +407,10 @@ class ReplayQueue:
         if self.on_result is not None:
             self.on_result(job, result)
 
-    def _restart_pool(self) -> None:
+    def _leave(self) -> None:
+        """Count a record this run will not replay: it stays unreplayed in the ledger until a restart."""
         with self._lock:
-            old = self._pool
-            context = multiprocessing.get_context("spawn")
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                self.workers, mp_context=context, initializer=_init_worker, initargs=(self.spec,)
-            )
-        old.shutdown(wait=False, cancel_futures=True)
+            self._left += 1
 
     def _release(self) -> None:
         with self._lock:
@@ -342,8 +419,8 @@ class ReplayQueue:
         self._slots.release()
 
     def drain(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the backlog (with what :meth:`resume` finds) to empty;
-        whether it did."""
+        """Wait up to ``timeout`` seconds for the queued and running replays (with what :meth:`resume`
+        finds) to end; whether they did."""
         deadline = time.monotonic() + timeout
         if self._resumer is not None:
             self._resumer.join(timeout)
@@ -363,9 +440,12 @@ class ReplayQueue:
         if drain_seconds > 0:
             self.drain(drain_seconds)
         self._stopping.set()
+        with self._submitting:
+            pool = self._pool
+        # Before the dispatcher ends: the workers are killed when the thread that started them ends.
+        pool.shutdown(wait=True, cancel_futures=True)
         self._queue.put(None)
         self._dispatcher.join()
-        self._pool.shutdown(wait=True, cancel_futures=True)
         if self._resumer is not None:
             self._resumer.join()
 

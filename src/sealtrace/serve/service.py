@@ -189,6 +189,10 @@ class InferenceService:
     def replay_backlog(self) -> int:
         return self.replay.backlog if self.replay is not None else 0
 
+    @property
+    def replay_restarts(self) -> int:
+        return self.replay.stats.restarts if self.replay is not None else 0
+
     def divergences(self) -> list[Any]:
         return list(self.replay.divergences) if self.replay is not None else []
 
@@ -200,6 +204,8 @@ class InferenceService:
             "latest_tree_head": head.to_json() if head else None,
             "audit": self.audit,
             "replay_backlog": self.replay_backlog,
+            "replay_waiting": self.replay.waiting() if self.replay else {},
+            "replay_restarts": self.replay_restarts,
             "replays": dict(self.replay.stats.by_verdict) if self.replay else {},
             "divergences": self.replay.stats.by_verdict.get("diverged", 0) if self.replay else 0,
         }
