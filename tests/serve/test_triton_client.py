@@ -2,7 +2,8 @@
 server, with binary tensor data on and off. On the reference backend (--audit full) the outputs equal
 a local Session run bit for bit; on ONNX Runtime (--audit deferred) they agree with it within the
 model's documented tolerance. Every answer's record is in the ledger. On the small 'tiny' model it
-also reads the model configuration and the inference statistics."""
+also reads the model configuration and the inference statistics, and compresses requests and
+responses every way it can."""
 
 from __future__ import annotations
 
@@ -109,6 +110,19 @@ def test_tritonclient_reads_the_model_config(tiny_server: Any) -> None:
     assert config["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1, 3]}]
     with pytest.raises(triton_utils.InferenceServerException, match="no version"):
         client.get_model_config("tiny", "2")
+
+
+@pytest.mark.parametrize("response_compression", [None, "gzip", "deflate"])
+@pytest.mark.parametrize("request_compression", [None, "gzip", "deflate"])
+def test_tritonclient_compresses_both_ways(tiny_server: Any, containers: dict[str, Path], keys: tuple[Path, Path],
+                                           request_compression: str | None, response_compression: str | None) -> None:
+    _, client = tiny_server
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    (want,) = Session(containers["tiny"], trust=[keys[1]]).run(None, {"x": x})
+    for binary in (True, False):
+        result = _infer(client, "tiny", {"x": x}, binary, request_compression_algorithm=request_compression,
+                        response_compression_algorithm=response_compression)
+        assert result.as_numpy("y").tobytes() == want.tobytes(), (request_compression, response_compression, binary)
 
 
 def test_tritonclient_reads_inference_statistics(tiny_server: Any) -> None:

@@ -1,7 +1,8 @@
 """The HTTP shell: a FastAPI app speaking the Open Inference Protocol v2 over an InferenceService.
 
 Endpoints (docs/serving.md): health, server and model metadata, Triton's model configuration and
-statistics, inference (JSON tensors and the binary tensor data extension), ledger proofs, Prometheus metrics, and the ``/ledger`` page. Every error is
+statistics, inference (JSON tensors, the binary tensor data extension, gzip and deflate bodies both
+ways), ledger proofs, Prometheus metrics, and the ``/ledger`` page. Every error is
 ``{"error": "..."}`` with a 4xx status naming what was wrong (5xx only for the server's own failures:
 503 when the ledger cannot make a record durable, 500 for a bug). A 200 to an inference request is
 sent only once its record is durable.
@@ -27,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from sealtrace import __version__
 from sealtrace.errors import SealtraceError
 from sealtrace.ledger import LedgerError, LedgerUnavailableError, NotCoveredError, NotInLedgerError
+from sealtrace.serve.encoding import decode_content, encode_content, request_coding, response_coding
 from sealtrace.serve.metrics import InferenceStatistics, RequestTimer, ServeMetrics
 from sealtrace.serve.page import ledger_page
 from sealtrace.serve.protocol import (
@@ -299,13 +301,19 @@ class _Endpoints:
             who = self.principal(request)
             model = self.served(name, version)
             statistics = self.statistics[model.name]
+            coding = request_coding(request.headers.get("content-encoding"))
             body = await read_body(request, self.max_body)
             timer.lap("receive")
-            answer = await self.blocking(self.decode_and_infer, model, body,
+            answer = await self.blocking(self.decode_and_infer, model, body, coding,
                                          request.headers.get(HEADER_LENGTH), who, timer)
             receipt = await asyncio.wrap_future(answer.durable)
             content, headers = answer.response.body(receipt.index)
             binary = HEADER_LENGTH in headers
+            accepted = response_coding(request.headers.get("accept-encoding"))
+            if accepted is not None:
+                content = await self.blocking(encode_content, content, accepted)
+                headers["Content-Encoding"] = accepted
+            headers["Vary"] = "Accept-Encoding"
             timer.lap("compute_output")
             status = 200
             return Response(content, media_type="application/octet-stream" if binary else "application/json",
@@ -321,10 +329,10 @@ class _Endpoints:
             if statistics is not None:
                 statistics.finished(timer, status == 200)
 
-    def decode_and_infer(self, model: Any, body: bytes, header_length: str | None,
+    def decode_and_infer(self, model: Any, body: bytes, coding: str | None, header_length: str | None,
                          who: str | None, timer: RequestTimer) -> Any:
         timer.lap("queue")
-        request = self.service.decode(model, body, header_length)
+        request = self.service.decode(model, decode_content(body, coding, self.max_body), header_length)
         timer.lap("compute_input")
         answer = self.service.infer(model, request, who)
         timer.lap("compute_infer")
