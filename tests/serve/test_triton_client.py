@@ -1,7 +1,9 @@
 """A client nobody here wrote: NVIDIA's tritonclient[http] runs every real model of MODELS.md against the
 server, with binary tensor data on and off. On the reference backend (--audit full) the outputs equal
 a local Session run bit for bit; on ONNX Runtime (--audit deferred) they agree with it within the
-model's documented tolerance. Every answer's record is in the ledger."""
+model's documented tolerance. Every answer's record is in the ledger. On the small 'tiny' model it
+also reads the model configuration and the inference statistics, and compresses requests and
+responses every way it can."""
 
 from __future__ import annotations
 
@@ -20,8 +22,6 @@ from sealtrace.serve import InferenceService, ServeConfig, create_app
 from tests.conftest import require_material
 from tests.serve.conftest import ThreadServer
 from tests.test_real_models import relative_error
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +51,16 @@ def server(request: pytest.FixtureRequest, real_containers: Any, keys: tuple[Pat
         yield mode, running, service
 
 
-def _infer(client: Any, name: str, feeds: dict[str, np.ndarray], binary: bool) -> Any:
+def _infer(client: Any, name: str, feeds: dict[str, np.ndarray], binary: bool, **options: Any) -> Any:
     inputs = []
     for input_name, value in feeds.items():
         tensor = httpclient.InferInput(input_name, list(value.shape), triton_utils.np_to_triton_dtype(value.dtype))
         tensor.set_data_from_numpy(value, binary_data=binary)
         inputs.append(tensor)
-    return client.infer(name, inputs, request_id=f"{name}-{binary}")
+    return client.infer(name, inputs, request_id=f"{name}-{binary}", **options)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [m.key for m in zoo.MODELS])
 def test_tritonclient_runs_every_real_model(key: str, server: Any, real_containers: Any, keys: tuple[Path, Path]) -> None:
     mode, running, service = server
@@ -85,3 +86,55 @@ def test_tritonclient_runs_every_real_model(key: str, server: Any, real_containe
                 error = relative_error(got, want)
                 assert error <= zoo.model(key).tolerance, f"{key} {name}: relative error {error:.3g}"
     client.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_server(containers: dict[str, Path], keys: tuple[Path, Path],
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThreadServer, Any]]:
+    """A server (reference backend, full audit) over the small 'tiny' model; its client."""
+    config = ServeConfig(models=[str(containers["tiny"])], ledger=str(tmp_path_factory.mktemp("tiny") / "ledger.db"),
+                         trust=[str(keys[1])], sign_key=str(keys[0]), audit="full")
+    with ThreadServer(create_app(InferenceService(config))) as running:
+        client = httpclient.InferenceServerClient(running.url, network_timeout=30.0)
+        yield running, client
+        client.close()
+
+
+def test_tritonclient_reads_the_model_config(tiny_server: Any) -> None:
+    _, client = tiny_server
+    config = client.get_model_config("tiny")
+    assert config == client.get_model_config("tiny", "1")
+    assert (config["name"], config["platform"], config["backend"], config["max_batch_size"]) == \
+        ("tiny", "sealtrace_reference", "reference", 0)
+    assert config["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}]
+    assert config["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1, 3]}]
+    with pytest.raises(triton_utils.InferenceServerException, match="no version"):
+        client.get_model_config("tiny", "2")
+
+
+@pytest.mark.parametrize("response_compression", [None, "gzip", "deflate"])
+@pytest.mark.parametrize("request_compression", [None, "gzip", "deflate"])
+def test_tritonclient_compresses_both_ways(tiny_server: Any, containers: dict[str, Path], keys: tuple[Path, Path],
+                                           request_compression: str | None, response_compression: str | None) -> None:
+    _, client = tiny_server
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    (want,) = Session(containers["tiny"], trust=[keys[1]]).run(None, {"x": x})
+    for binary in (True, False):
+        result = _infer(client, "tiny", {"x": x}, binary, request_compression_algorithm=request_compression,
+                        response_compression_algorithm=response_compression)
+        assert result.as_numpy("y").tobytes() == want.tobytes(), (request_compression, response_compression, binary)
+
+
+def test_tritonclient_reads_inference_statistics(tiny_server: Any) -> None:
+    _, client = tiny_server
+    before = client.get_inference_statistics("tiny")["model_stats"][0]["inference_stats"]["success"]["count"]
+    x = np.zeros((2, 4), np.float32)
+    for binary in (True, False):
+        _infer(client, "tiny", {"x": x}, binary)
+    with pytest.raises(triton_utils.InferenceServerException, match="priority"):
+        _infer(client, "tiny", {"x": x}, True, priority=1)
+    (stat,) = client.get_inference_statistics("tiny", "1")["model_stats"]
+    assert (stat["name"], stat["version"]) == ("tiny", "1")
+    assert stat["inference_stats"]["success"]["count"] == stat["inference_count"] == before + 2
+    assert stat["inference_stats"]["fail"]["count"] >= 1 and stat["inference_stats"]["compute_infer"]["ns"] > 0
+    assert client.get_inference_statistics()["model_stats"] == [stat]

@@ -1,7 +1,8 @@
 """The HTTP shell: a FastAPI app speaking the Open Inference Protocol v2 over an InferenceService.
 
-Endpoints (docs/serving.md): health, server and model metadata, inference (JSON tensors and the binary
-tensor data extension), ledger proofs, Prometheus metrics, and the ``/ledger`` page. Every error is
+Endpoints (docs/serving.md): health, server and model metadata, Triton's model configuration and
+statistics, inference (JSON tensors, the binary tensor data extension, gzip and deflate bodies both
+ways), ledger proofs, Prometheus metrics, and the ``/ledger`` page. Every error is
 ``{"error": "..."}`` with a 4xx status naming what was wrong (5xx only for the server's own failures:
 503 when the ledger cannot make a record durable, 500 for a bug). A 200 to an inference request is
 sent only once its record is durable.
@@ -27,7 +28,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from sealtrace import __version__
 from sealtrace.errors import SealtraceError
 from sealtrace.ledger import LedgerError, LedgerUnavailableError, NotCoveredError, NotInLedgerError
-from sealtrace.serve.metrics import ServeMetrics
+from sealtrace.serve.encoding import decode_content, encode_content, request_coding, response_coding
+from sealtrace.serve.metrics import InferenceStatistics, RequestTimer, ServeMetrics
 from sealtrace.serve.page import ledger_page
 from sealtrace.serve.protocol import (
     HEADER_LENGTH,
@@ -49,7 +51,7 @@ DEFAULT_MAX_BODY = 64 << 20
 DEFAULT_MAX_JSON = 8 << 20
 SERVER_NAME = "sealtrace"
 INFER_THREADS = "sealtrace-infer"  # the name prefix of the threads that run requests
-EXTENSIONS = ["binary_tensor_data", "sealtrace_ledger"]
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "sealtrace_ledger"]
 T = TypeVar("T")
 
 Scope = MutableMapping[str, Any]
@@ -228,6 +230,7 @@ class _Endpoints:
         self.health_auth = health_auth
         self.close_service = close_service
         self.metrics = ServeMetrics(service)
+        self.statistics = {name: InferenceStatistics(name, model.version) for name, model in service.models.items()}
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix=INFER_THREADS)
         self.is_ready = True
         service.on_replay.append(self.replayed)
@@ -291,6 +294,16 @@ class _Endpoints:
         model = self.served(name, version)
         return _json({"name": model.name, "ready": self.is_ready}, 200 if self.is_ready else 503)
 
+    async def model_config(self, request: Request, name: str, version: str | None = None) -> Response:
+        self.principal(request)
+        return _json(self.served(name, version).config(self.service.audit))
+
+    async def model_statistics(self, request: Request, name: str | None = None, version: str | None = None) -> Response:
+        """Triton's statistics extension: every model's, or one model's (of its one version)."""
+        self.principal(request)
+        names = list(self.statistics) if name is None else [self.served(name, version).name]
+        return _json({"model_stats": [self.statistics[n].to_json() for n in names]})
+
     async def repository_index(self, request: Request) -> Response:
         self.principal(request)
         return _json([{"name": m.name, "version": m.version, "state": "READY"} for m in self.service.models.values()])
@@ -298,18 +311,30 @@ class _Endpoints:
     # -- inference --------------------------------------------------------------------------------------
     async def infer(self, request: Request, name: str, version: str | None = None) -> Response:
         started = time.perf_counter()
+        timer = RequestTimer()
         label = name if name in self.service.models else "_unknown"
+        statistics = None  # the model's, once the request is known to be for a served model
         status = 500
         self.metrics.in_flight.inc()
         try:
             who = self.principal(request)
             model = self.served(name, version)
+            statistics = self.statistics[model.name]
+            coding = request_coding(request.headers.get("content-encoding"))
             body = await read_body(request, self.max_body, self.max_json)
-            answer = await self.blocking(self.decode_and_infer, model, body, request.headers.get(HEADER_LENGTH), who)
+            timer.lap("receive")
+            answer = await self.blocking(self.decode_and_infer, model, body, coding,
+                                         request.headers.get(HEADER_LENGTH), who, timer)
             receipt = await asyncio.wrap_future(answer.durable)
             content, headers = answer.response.body(receipt.index)
-            status = 200
             binary = HEADER_LENGTH in headers
+            accepted = response_coding(request.headers.get("accept-encoding"))
+            if accepted is not None:
+                content = await self.blocking(encode_content, content, accepted)
+                headers["Content-Encoding"] = accepted
+            headers["Vary"] = "Accept-Encoding"
+            timer.lap("compute_output")
+            status = 200
             return Response(content, media_type="application/octet-stream" if binary else "application/json",
                             headers=headers)
         except SealtraceError as exc:
@@ -320,9 +345,17 @@ class _Endpoints:
             self.metrics.requests.labels(label, str(status)).inc()
             if status == 200:
                 self.metrics.latency.labels(label).observe(time.perf_counter() - started)
+            if statistics is not None:
+                statistics.finished(timer, status == 200)
 
-    def decode_and_infer(self, model: Any, body: bytes, header_length: str | None, who: str | None) -> Any:
-        return self.service.infer(model, self.service.decode(model, body, header_length, self.max_json), who)
+    def decode_and_infer(self, model: Any, body: bytes, coding: str | None, header_length: str | None,
+                         who: str | None, timer: RequestTimer) -> Any:
+        timer.lap("queue")
+        request = self.service.decode(model, decode_content(body, coding, self.max_body), header_length, self.max_json)
+        timer.lap("compute_input")
+        answer = self.service.infer(model, request, who)
+        timer.lap("compute_infer")
+        return answer
 
     # -- the ledger -------------------------------------------------------------------------------------
     async def tree_head(self, request: Request, tree_size: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
@@ -394,10 +427,15 @@ def create_app(
     get("/v2", tags=["metadata"])(endpoints.server_metadata)
     # Every model route is there with and without a version (the order is the OpenAPI schema's).
     models = ("/v2/models/{name}/versions/{version}", "/v2/models/{name}")
+    # Every model's statistics, before /v2/models/{name} would take "stats" for a model's name.
+    get("/v2/models/stats", tags=["metadata"], responses=_ERROR_RESPONSES)(endpoints.model_statistics)
     for model in models:
         get(model, tags=["metadata"], responses=_ERROR_RESPONSES)(endpoints.model_metadata)
-    for model in models:
-        get(f"{model}/ready", tags=["health"], responses=_ERROR_RESPONSES)(endpoints.model_ready)
+    for suffix, tag, endpoint in (("ready", "health", endpoints.model_ready),
+                                  ("config", "metadata", endpoints.model_config),
+                                  ("stats", "metadata", endpoints.model_statistics)):
+        for model in models:
+            get(f"{model}/{suffix}", tags=[tag], responses=_ERROR_RESPONSES)(endpoint)
     post("/v2/repository/index", tags=["metadata"])(endpoints.repository_index)
     for model in models:
         post(f"{model}/infer", tags=["inference"], openapi_extra=_INFER_OPENAPI, responses=_ERROR_RESPONSES)(endpoints.infer)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -76,3 +78,58 @@ class _CounterOf:
 def _signed_size(ledger: Any) -> int:
     head = ledger.latest_tree_head()
     return head.tree_size if head is not None else 0
+
+
+# -- Triton's statistics extension (GET /v2/models[/{name}[/versions/{v}]]/stats) ------------------------
+PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+class RequestTimer:
+    """The phases of one inference request, timed in nanoseconds: each ``lap`` ends the phase it names."""
+
+    def __init__(self) -> None:
+        self.started = self.last = time.perf_counter_ns()
+        self.phases: dict[str, int] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter_ns()
+        self.phases[phase] = now - self.last
+        self.last = now
+
+
+class InferenceStatistics:
+    """One model's inference statistics in Triton's shape: successes and failures with their total
+    durations, and the durations of the phases of the successes (docs/serving.md says what each covers).
+    Requests are not batched, so each execution is one inference."""
+
+    def __init__(self, name: str, version: str) -> None:
+        self.name = name
+        self.version = version
+        self._lock = threading.Lock()
+        self._last_inference_ms = 0
+        self._totals = {kind: [0, 0] for kind in ("success", "fail", *PHASES)}  # kind -> [count, ns]
+
+    def finished(self, timer: RequestTimer, succeeded: bool) -> None:
+        elapsed = time.perf_counter_ns() - timer.started
+        with self._lock:
+            self._add("success" if succeeded else "fail", elapsed)
+            if succeeded:
+                self._last_inference_ms = time.time_ns() // 1_000_000
+                for phase in PHASES:
+                    self._add(phase, timer.phases.get(phase, 0))
+
+    def _add(self, kind: str, ns: int) -> None:
+        total = self._totals[kind]
+        total[0] += 1
+        total[1] += ns
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``$model_stat`` object of the statistics response."""
+        with self._lock:
+            durations = {kind: {"count": count, "ns": ns} for kind, (count, ns) in self._totals.items()}
+            last = self._last_inference_ms
+        successes = durations["success"]["count"]
+        # No response cache; Triton counts hits and misses only with one.
+        durations.update(cache_hit={"count": 0, "ns": 0}, cache_miss={"count": 0, "ns": 0})
+        return {"name": self.name, "version": self.version, "last_inference": last, "inference_count": successes,
+                "execution_count": successes, "inference_stats": durations, "batch_stats": []}

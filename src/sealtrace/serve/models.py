@@ -46,13 +46,18 @@ class ServedModel:
     def backend_version(self) -> str:
         return str(self.session.backend.version)
 
+    @property
+    def platform(self) -> str:
+        # Not Triton's "onnxruntime_onnx": what runs is a verified container on sealtrace's backend.
+        return f"sealtrace_{self.backend_name}"
+
     def metadata(self, audit: str) -> dict[str, Any]:
         """The OIP model metadata response, with the digests that identify what runs."""
         origin = self.session.origin
         return {
             "name": self.name,
             "versions": [self.version],
-            "platform": f"sealtrace_{self.backend_name}",
+            "platform": self.platform,
             "inputs": [spec.metadata() for spec in self.inputs.values()],
             "outputs": [spec.metadata() for spec in self.outputs.values()],
             "parameters": {
@@ -65,6 +70,30 @@ class ServedModel:
                 "trusted": origin.trusted,
             },
         }
+
+    def config(self, audit: str) -> dict[str, Any]:
+        """Triton's model configuration (model_config.proto in JSON): one version, no batching by the
+        server (``max_batch_size`` 0: ``dims`` are the whole shape, -1 for a dynamic axis), and the
+        digests that identify what runs as string parameters."""
+        return {
+            "name": self.name,
+            "platform": self.platform,
+            "backend": self.backend_name,
+            "version_policy": {"specific": {"versions": [int(self.version)]}},
+            "max_batch_size": 0,
+            "input": [_config_tensor(spec) for spec in self.inputs.values()],
+            "output": [_config_tensor(spec) for spec in self.outputs.values()],
+            "parameters": {key: {"string_value": value} for key, value in (
+                ("container_digest", self.container_digest or ""), ("plan_digest", self.plan_digest),
+                ("backend_version", self.backend_version), ("audit", audit))},
+        }
+
+
+def _config_tensor(spec: TensorSpec) -> dict[str, Any]:
+    # Triton spells the protocol's BYTES as TYPE_STRING; a datatype not known statically is TYPE_INVALID.
+    datatype = {None: "INVALID", "BYTES": "STRING"}.get(spec.datatype, spec.datatype)
+    return {"name": spec.name, "data_type": f"TYPE_{datatype}",
+            "dims": list(spec.shape) if spec.shape is not None else [-1]}
 
 
 def model_name_of(path: str | os.PathLike[str]) -> str:

@@ -205,6 +205,14 @@ def _parameters(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
     return _object(value, f"{where}.parameters")
 
 
+# Triton's scheduling parameters: accepted silently they would promise what the server does not do.
+_UNSUPPORTED_PARAMETERS = {
+    **dict.fromkeys(("sequence_id", "sequence_start", "sequence_end"), "the server has no sequence batcher"),
+    "priority": "the server has no priority queue",
+    "timeout": "the server has no per-request timeout",
+}
+
+
 def _name(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_NAME:
         raise ProtocolError(f"{where}: must be a non-empty string of at most {MAX_NAME} characters")
@@ -237,6 +245,9 @@ def _decode(header: bytes, binary: bytes, inputs: Mapping[str, TensorSpec],
     if request_id is not None and not (isinstance(request_id, str) and len(request_id) <= MAX_ID):
         raise ProtocolError(f"id: must be a string of at most {MAX_ID} characters")
     parameters = _parameters(document, "body")
+    for name, why in _UNSUPPORTED_PARAMETERS.items():
+        if name in parameters:
+            raise ProtocolError(f"parameters.{name}: not supported ({why})")
     binary_default = parameters.get("binary_data_output", False)
     if not isinstance(binary_default, bool):
         raise ProtocolError("parameters.binary_data_output: must be a boolean")
