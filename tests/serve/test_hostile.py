@@ -93,11 +93,16 @@ def test_empty_tensors_with_huge_axes_are_a_400(io_server: Any, shape: list[int]
     _refused(io_server, "any2d", binary, 400, "axes multiply", **{"Inference-Header-Content-Length": str(len(binary))})
 
 
-def test_an_empty_tensor_within_the_extent_is_answered(io_server: Any) -> None:
-    body = json.dumps({"inputs": [{"name": "x", "shape": [0, 1 << 40], "datatype": "FP32", "data": []}]}).encode()
+def test_an_empty_tensor_is_held_to_the_memory_budget_as_if_its_empty_axes_were_1(io_server: Any) -> None:
+    # MiniLM's [2**40, 0] froze a server (issue 27, item 5); ONNX Runtime loops over such axes in some
+    # kernels, so the server does not hand them over.
+    for shape in ([0, 1 << 40], [1 << 40, 0]):
+        body = json.dumps({"inputs": [{"name": "x", "shape": shape, "datatype": "FP32", "data": []}]}).encode()
+        _refused(io_server, "any2d", body, 413, "empty axes counted as 1")
+    body = json.dumps({"inputs": [{"name": "x", "shape": [0, 4096], "datatype": "FP32", "data": []}]}).encode()
     response = _post(io_server, "any2d", body)
     assert response.status_code == 200, response.text
-    assert response.json()["outputs"][0]["shape"] == [0, 1 << 40]
+    assert response.json()["outputs"][0]["shape"] == [0, 4096]
 
 
 @pytest.mark.parametrize(("case", "body", "key"), [
