@@ -167,9 +167,11 @@ bench: $(VENV)/.stamp-bench material
 	$(PY) benchmarks/run_all.py
 
 # The fuzz suite's long run: 100,000 generated inputs per reader of outside bytes (hours on two
-# cores); `make test` runs a few dozen per reader and the kept corpus. Writes benchmarks/results/fuzz.md.
+# cores), and 100,000 generated requests to a live server; `make test` runs a few dozen per reader,
+# the kept corpus and 300 requests. Writes benchmarks/results/fuzz.md and fuzz-http.md.
 fuzz: $(VENV)/.stamp-dev
 	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/fuzz_readers.py --record
+	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/fuzz_http.py --record
 
 # Every float32 input of every elementwise function against an independent MPFR program (a long run:
 # about 40 minutes per function on two cores; `make test` checks a sample). Needs a C compiler and
