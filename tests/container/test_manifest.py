@@ -74,7 +74,11 @@ def test_changed_safetensors_tensor_is_named(checkpoint: Path, tmp_path: Path) -
     assert load_file(shard)["w"][0, 0] == 7.0  # safetensors loads the new values without a word
     with pytest.raises(IntegrityError) as info:
         verify_manifest(checkpoint, out)
-    assert _names(info.value) == [("file", "shards/model.safetensors"), ("tensor", "shards/model.safetensors:w")]
+    assert _names(info.value) == [
+        ("array", "shards:w"),  # format 3: the array of the shards' directory, then the file and its tensor
+        ("file", "shards/model.safetensors"),
+        ("tensor", "shards/model.safetensors:w"),
+    ]
 
 
 def test_changed_npz_member_and_missing_and_extra_files(checkpoint: Path, tmp_path: Path) -> None:
@@ -85,12 +89,13 @@ def test_changed_npz_member_and_missing_and_extra_files(checkpoint: Path, tmp_pa
     (checkpoint / "new.bin").write_bytes(b"x")
     report = verify_manifest(checkpoint, out, raise_on_failure=False)
     assert [(m.kind, m.name) for m in report.mismatches] == [
+        ("array", "opt.npz:v"),
         ("file", "new.bin"),
         ("file", "opt.npz"),
         ("tensor", "opt.npz:v"),
         ("file", "stats.npy"),
     ]
-    assert report.mismatches[0].actual.startswith("extra file") and report.mismatches[3].actual == "missing"
+    assert report.mismatches[1].actual.startswith("extra file") and report.mismatches[4].actual == "missing"
 
 
 def test_onnx_external_data_tensors_are_named(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ def test_digests_follow_the_documented_definition(shards: Path, tmp_path: Path, 
     out = tmp_path / "m.json"
     info = create_manifest(shards, out)
     document = json.loads(out.read_text())
-    assert document["manifest"]["format_version"] == 2
+    assert document["manifest"]["format_version"] == 3  # format 3 keeps format 2's file records
     records = _records(out)
     for rel, record in records.items():
         data = (shards / rel).read_bytes()
@@ -261,9 +261,9 @@ def test_both_format_versions_verify_sign_and_name_tensors(
         lambda m, f: f["tensors"][1].update(range=f["tensors"][2]["range"]),  # two tensors on the same bytes
         lambda m, f: f["tensors"][0].pop("range"),
         lambda m, f: f.update(sha256=f.pop("digest")),  # format 1's key in format 2
-        lambda m, f: m.update(format_version=3),
+        lambda m, f: m.update(format_version=4),
     ],
-    ids=["past-end", "reversed", "bool", "string", "overlap", "no-range", "v1-key", "version-3"],
+    ids=["past-end", "reversed", "bool", "string", "overlap", "no-range", "v1-key", "version-4"],
 )
 def test_malformed_format_2_manifests_are_refused(shards: Path, tmp_path: Path, edit: Any, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "m.json"

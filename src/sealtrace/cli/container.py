@@ -179,7 +179,10 @@ def manifest_create(directory: str, output: str, sign: tuple[str, ...], follow_s
     """Record every file of DIRECTORY (and every tensor of known formats) in a manifest."""
     check_output(output, force, "-o")  # before DIRECTORY is hashed
     written = manifests.create_manifest(directory, output, sign_with=list(sign), follow_symlinks=follow_symlinks, force=force)
-    click.echo(f"wrote {output}: {written.files} file(s), {written.tensors} tensor(s); manifest digest {written.digest}")
+    click.echo(
+        f"wrote {output}: {written.files} file(s), {written.tensors} tensor(s), {written.arrays} checkpoint array(s); "
+        f"manifest digest {written.digest}"
+    )
 
 
 @manifest.command("verify")
@@ -191,18 +194,33 @@ def manifest_create(directory: str, output: str, sign: tuple[str, ...], follow_s
 )  # fmt: skip  (unchecked by click: a directory or device is refused by the key reader, in one line)
 @_require
 @click.option("--follow-symlinks", is_flag=True, help="Follow symbolic links that stay inside DIRECTORY.")
+@click.option(
+    "--exact-files", is_flag=True,
+    help="Fail on any changed file, even a checkpoint re-laid out with every array's values unchanged.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def manifest_verify(
-    directory: str, manifest_file: str, trust: tuple[str, ...], require_signature: bool, follow_symlinks: bool, as_json: bool
-) -> None:
-    """Check DIRECTORY against MANIFEST: changed, missing and extra files, changed tensors."""
+    directory: str, manifest_file: str, trust: tuple[str, ...], require_signature: bool, follow_symlinks: bool,
+    exact_files: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Check DIRECTORY against MANIFEST: changed arrays, changed, missing and extra files, changed tensors."""
     report = manifests.verify_manifest(
-        directory, manifest_file, trust=trust, require_signature=require_signature, follow_symlinks=follow_symlinks, raise_on_failure=False
-    )
+        directory, manifest_file, trust=trust, require_signature=require_signature, follow_symlinks=follow_symlinks,
+        raise_on_failure=False, exact_files=exact_files,
+    )  # fmt: skip
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    elif report.ok and report.relaid_out:
+        changed = sorted({m.name for m in report.relaid_out if m.kind == "file"})
+        click.echo(
+            f"{directory}: OK, files re-laid out, every array's values unchanged: {len(changed)} file(s) changed, "
+            f"all {report.arrays} array(s) match {manifest_file}; manifest digest {report.digest}"
+        )
+        for name in changed:
+            click.echo(f"  re-laid out: {name}")
     elif report.ok:
-        click.echo(f"{directory}: OK, {report.files} file(s) match {manifest_file}; manifest digest {report.digest}")
+        arrays = f", {report.arrays} array(s)" if report.arrays else ""
+        click.echo(f"{directory}: OK, {report.files} file(s){arrays} match {manifest_file}; manifest digest {report.digest}")
     elif len(report.mismatches) > 1:
         for m in report.mismatches:
             click.echo(f"MISMATCH {m.describe()}", err=True)

@@ -6,15 +6,20 @@ each tensor's bytes, so a verification failure names the changed tensor, not jus
 Verification reports changed, missing and extra files. Paths are relative, may not escape the
 directory, and symbolic links are refused unless asked for (and even then must stay inside).
 
-Format version 2 (written today; docs/container-format.md#directory-manifests) hashes each byte
+Format version 3 (written today; docs/container-format.md#directory-manifests) is format 2 plus the
+array sets of :mod:`sealtrace.container.manifest_arrays`: each checkpoint array by name, dtype,
+shape and value digest, so a re-save of identical values is told from a tamper.
+
+Format version 2 hashes each byte
 once: a file is cut into segments (each tensor whose byte range is known, and the bytes between
 them), each segment into chunks of :data:`CHUNK_SIZE`, and every chunk is hashed once, on every
 core; tensor digests and the file digest are composed from those chunk digests. Version 1 (the
 sha256 of the whole file, then of each tensor again) is still read and verified::
 
-    {"manifest": {"format": "sealtrace.manifest", "format_version": 2, "sealtrace_version": "...",
+    {"manifest": {"format": "sealtrace.manifest", "format_version": 3, "sealtrace_version": "...",
                   "files": [{"path", "size", "digest", "format",
-                             "tensors": [{"name", "digest", "range": [start, end] | null}]}]},
+                             "tensors": [{"name", "digest", "range": [start, end] | null}]}],
+                  "arrays": [{"path", "kind", "files", "arrays": [{"name", "dtype", "shape", "digest"}]}]},
      "signatures": [...]}
 """
 
@@ -42,6 +47,13 @@ from sealtrace.arrayfiles import NPY_MAGIC, ArrayFileError, NpyHeader, read_npy_
 from sealtrace.container.chunks import chunk_ranges
 from sealtrace.container.errors import ContainerFormatError, IntegrityError, Mismatch
 from sealtrace.container.format import parse_canonical_json, parse_signatures
+from sealtrace.container.manifest_arrays import (
+    check_set_records,
+    compare_sets,
+    find_array_sets,
+    read_safetensors_header,
+    split_relayout,
+)
 from sealtrace.container.signatures import (
     KeySource,
     SignatureCheck,
@@ -62,11 +74,10 @@ from sealtrace.limits import (
     read_regular_file,
 )
 from sealtrace.outputs import atomic_output, check_output
-from sealtrace.strictjson import loads_strict
 
 FORMAT_NAME = "sealtrace.manifest"
-FORMAT_VERSION = 2  # what create_manifest writes; 1 is still read and verified
-SUPPORTED_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # what create_manifest writes; 1 and 2 are still read and verified
+SUPPORTED_VERSIONS = (1, 2, 3)
 # Format 2 hashes in chunks of this many bytes: a byte string of at most one chunk has as digest its
 # plain sha256 (so a small file's digest is what sha256sum prints); a longer one, the sha256 of the
 # chunks' digests (see chunked_digest). Part of the format: changing it is a new format version.
@@ -74,8 +85,6 @@ CHUNK_SIZE = 64 << 20
 # Bytes read per pread: one buffer per hashing thread, so memory stays flat whatever the file size.
 _READ_BLOCK = 1 << 20
 MAX_MANIFEST_SIZE = 256 << 20
-# safetensors bounds its own header to 100 MB; so do we when reading one.
-MAX_SAFETENSORS_HEADER = 100_000_000
 _BLOCK = 4 << 20
 
 
@@ -211,27 +220,7 @@ def _safetensors_tensors(path: Path) -> list[dict[str, str]]:
 def _safetensors_ranges(path: Path) -> list[tuple[str, int, int]]:
     """(name, start, end) of each tensor's bytes in a safetensors file, as file offsets, sorted by
     name (header bounded, offsets checked against the file)."""
-    f, size = open_regular_file(path, "safetensors file", ManifestPathError)
-    with f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ValueError("too short for a safetensors file")
-        (n,) = struct.unpack("<Q", head)
-        if n > min(MAX_SAFETENSORS_HEADER, size - 8):
-            raise ValueError("safetensors header length out of range")
-        header = loads_strict(f.read(n))
-        if not isinstance(header, dict):
-            raise ValueError("safetensors header is not an object")
-        found = []
-        for name in sorted(header):
-            if name == "__metadata__":
-                continue
-            info = header[name]
-            start, end = info["data_offsets"]
-            if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= size - 8 - n):
-                raise ValueError(f"tensor {name!r} offsets out of range")
-            found.append((str(name), 8 + n + start, 8 + n + end))
-        return found
+    return [(t.name, t.start, t.end) for t in read_safetensors_header(path, ManifestPathError)]
 
 
 # Per-tensor digests of .npy and .npz files are sha256 over the array's bytes in C order (what
@@ -789,7 +778,7 @@ def _scan(
     means verifying (see :func:`_describe_file` and :func:`_scan_v2`)."""
     root = Path(directory)
     found, refused = _walk(root, follow_symlinks, _exclusions(root, exclude))
-    if format_version == 2:
+    if format_version >= 2:
         return _scan_v2(found, recorded), refused
     files = dict(found)
     verifying = recorded is not None
@@ -813,6 +802,7 @@ class ManifestInfo:
     digest: str
     files: int
     tensors: int
+    arrays: int = 0  # in the array sets (format 3)
 
 
 def create_manifest(
@@ -832,17 +822,20 @@ def create_manifest(
         raise InputError(f"manifest format_version {format_version} is not supported (one of {SUPPORTED_VERSIONS})")
     check_output(out_path, force, "manifest")  # before the directory is hashed, which may take long
     files = _refuse_unrecordable(*_scan(directory, follow_symlinks, [out_path], format_version=format_version))
-    body = {
+    body: dict[str, Any] = {
         "format": FORMAT_NAME,
         "format_version": format_version,
         "sealtrace_version": __version__,
         "files": files,
     }
+    if format_version >= 3:
+        body["arrays"] = find_array_sets(Path(directory), files, ChunkedSha256)
     digest = json_digest(body)
     signatures = sign(digest, list(sign_with))
     with atomic_output(out_path, force=force) as f:
         f.write(canonical_json({"manifest": body, "signatures": [s.to_json() for s in signatures]}))
-    return ManifestInfo(str(out_path), digest, len(files), sum(len(f["tensors"]) for f in files))
+    arrays = sum(len(s["arrays"]) for s in body.get("arrays", []))
+    return ManifestInfo(str(out_path), digest, len(files), sum(len(f["tensors"]) for f in files), arrays)
 
 
 def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[Any], str]:
@@ -854,13 +847,14 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[An
     if not isinstance(document, dict) or set(document) != {"manifest", "signatures"}:
         raise ContainerFormatError(f"{where}: a manifest has exactly the keys 'manifest' and 'signatures'")
     body = document["manifest"]
-    if not isinstance(body, dict) or set(body) != {"format", "format_version", "sealtrace_version", "files"}:
-        raise ContainerFormatError(f"{where}: malformed manifest object")
-    if body["format"] != FORMAT_NAME:
+    if not isinstance(body, dict) or body.get("format") != FORMAT_NAME:
         raise ContainerFormatError(f"{where}: not a sealtrace manifest")
-    version = body["format_version"]
+    version = body.get("format_version")
     if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
         raise ContainerFormatError(f"{where}: manifest format_version {str(version)[:20]} is not supported")
+    keys = {"format", "format_version", "sealtrace_version", "files"} | ({"arrays"} if version >= 3 else set())
+    if set(body) != keys:
+        raise ContainerFormatError(f"{where}: malformed manifest object")
     if not isinstance(body["files"], list):
         raise ContainerFormatError(f"{where}: 'files' must be a list")
     key = digest_key(version)
@@ -885,8 +879,10 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[An
             for t in item["tensors"]
         ):  # fmt: skip
             raise ContainerFormatError(f"{where}: {rel!r}: malformed tensor list")
-        if version == 2:
+        if version >= 2:
             _check_ranges(item, f"{where}: {rel!r}")
+    if version >= 3:
+        check_set_records(body["arrays"], where, check_relative_path, is_hex_digest)
     signatures = parse_signatures(document["signatures"], where)
     return body, signatures, json_digest(body)
 
@@ -925,6 +921,10 @@ class ManifestReport:
     files: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
     signatures: list[SignatureCheck] = field(default_factory=list)
+    arrays: int = 0  # arrays checked (format 3)
+    # Files (and their tensors) that changed inside checkpoints whose every array is unchanged:
+    # a re-layout (a re-save, a re-shard), not a failure unless verifying with exact_files.
+    relaid_out: list[Mismatch] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -936,7 +936,9 @@ class ManifestReport:
             "ok": self.ok,
             "manifest_digest": self.digest,
             "files": self.files,
+            "arrays": self.arrays,
             "mismatches": [m.to_json() for m in self.mismatches],
+            "relaid_out": [m.to_json() for m in self.relaid_out],
             "signatures": [s.to_json() for s in self.signatures],
         }
 
@@ -949,9 +951,14 @@ def verify_manifest(
     require_signature: bool = False,
     follow_symlinks: bool = False,
     raise_on_failure: bool = True,
+    exact_files: bool = False,
 ) -> ManifestReport:
-    """Check ``directory`` against a manifest; name every changed, missing or extra file and every
-    changed tensor. Raises :class:`IntegrityError` on any mismatch unless ``raise_on_failure`` is False."""
+    """Check ``directory`` against a manifest; name every changed array (format 3), and every
+    changed, missing or extra file and changed tensor. Raises :class:`IntegrityError` on any
+    mismatch unless ``raise_on_failure`` is False.
+
+    In format 3, the changed files of a checkpoint whose every array (name, dtype, shape, values)
+    is unchanged are a re-layout (``report.relaid_out``), not a mismatch, unless ``exact_files``."""
     if require_signature and not trust:
         raise InputError("--require-signature needs at least one trusted public key (--trust KEY.pub)")
     body, signatures, digest = read_manifest(manifest_path)
@@ -999,6 +1006,25 @@ def verify_manifest(
                 report.mismatches.append(
                     Mismatch("tensor", f"{rel}:{name}", f"{key} {before.get(name, 'absent')}", f"{key} {after.get(name, 'absent')}")
                 )
+    if version >= 3:
+        _check_arrays(report, Path(directory), body["arrays"], records, expected, exact_files)
     if raise_on_failure and report.mismatches:
         raise IntegrityError(os.fspath(directory), report.mismatches)
     return report
+
+
+def _check_arrays(
+    report: ManifestReport,
+    directory: Path,
+    recorded: list[dict[str, Any]],
+    records: list[dict[str, Any]],
+    expected: dict[str, dict[str, Any]],
+    exact_files: bool,
+) -> None:
+    """Format 3: report each changed array first, and move the file changes of checkpoints whose
+    arrays are all unchanged from the mismatches to the re-layout."""
+    current = find_array_sets(directory, records, ChunkedSha256, {(s["path"], s["kind"]): s for s in recorded}, expected)
+    report.arrays = sum(len(s["arrays"]) for s in current)
+    differences, relaid = compare_sets(recorded, current)
+    kept, report.relaid_out = split_relayout(report.mismatches, set() if exact_files else relaid)
+    report.mismatches = differences + kept
