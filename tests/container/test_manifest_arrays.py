@@ -4,9 +4,11 @@ identical values (other files, other names) is a re-layout, not a failure."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ import pytest
 
 from sealtrace.cli import main
 from sealtrace.container.manifest import create_manifest, verify_manifest
+from sealtrace.container.manifest_arrays import ArraySetError
 from sealtrace.jsonschemas import load_schema, validator
 from sealtrace.limits import BudgetExceededError, memory_budget_of
 
@@ -33,7 +36,8 @@ def _needed(module: str, extra: str) -> None:
 
 @pytest.fixture(scope="module")
 def orbax_saves(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Three orbax OCDBT checkpoints: 'good', a re-save of the same values, and 'forged' (w = 999)."""
+    """Orbax OCDBT checkpoints: 'good', a re-save of the same values, 'forged' (w = 999), and two
+    CheckpointManager saves of the same values at step 1 ('managed', 'managed-again')."""
     _needed("tensorstore", "checkpoints")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     _needed("orbax.checkpoint", "dev")
@@ -45,7 +49,11 @@ def orbax_saves(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     checkpointer = ocp.PyTreeCheckpointer()
     for name, tree in saves.items():
         checkpointer.save(root / name, tree)
-    return {name: root / name for name in saves}
+    for name in ("managed", "managed-again"):
+        with ocp.CheckpointManager(root / name) as manager:
+            manager.save(1, args=ocp.args.StandardSave(ORIGINAL))
+            manager.wait_until_finished()
+    return {name: root / name for name in [*saves, "managed", "managed-again"]}
 
 
 def _copy(source: Path, target: Path) -> Path:
@@ -89,6 +97,42 @@ def test_orbax_resave_of_identical_values_is_a_relayout(
     assert main(["manifest", "verify", str(resaved), str(manifest)]) == 0
     assert "files re-laid out, every array's values unchanged" in capsys.readouterr().out
     assert main(["manifest", "verify", str(resaved), str(manifest), "--exact-files"]) == 1
+
+
+def test_checkpoint_manager_resave_is_a_relayout(orbax_saves: dict[str, Path], tmp_path: Path) -> None:
+    """A step directory (1/default/ the item, 1/_CHECKPOINT_METADATA with the save's timestamps)."""
+    manifest = tmp_path / "managed.manifest.json"
+    create_manifest(orbax_saves["managed"], manifest)
+    document = json.loads(manifest.read_text())
+    assert [(s["path"], s["kind"]) for s in document["manifest"]["arrays"]] == [("1/default", "orbax-ocdbt")]
+    report = verify_manifest(orbax_saves["managed-again"], manifest)
+    assert report.ok and "1/_CHECKPOINT_METADATA" in {m.name for m in report.relaid_out}
+
+
+def test_orbax_array_read_in_slabs_has_the_documented_digest(
+    orbax_saves: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read 8 bytes at a time, w's digest is still the sha256 of its values' bytes in C order."""
+    from sealtrace.container import manifest_arrays
+
+    monkeypatch.setattr(manifest_arrays, "_SLAB", 8)
+    create_manifest(orbax_saves["good"], tmp_path / "m.json")
+    (arrays,) = [s["arrays"] for s in json.loads((tmp_path / "m.json").read_text())["manifest"]["arrays"]]
+    assert {a["name"]: a["digest"] for a in arrays} == {
+        "w": hashlib.sha256(ORIGINAL["w"].tobytes()).hexdigest(),
+        "b.bias": hashlib.sha256(ORIGINAL["b"]["bias"].tobytes()).hexdigest(),
+    }
+
+
+def test_without_tensorstore(orbax_saves: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creating needs it (exit 2 naming the extra); an unchanged checkpoint verifies without it."""
+    manifest = tmp_path / "m.json"
+    create_manifest(orbax_saves["good"], manifest)
+    monkeypatch.setitem(sys.modules, "tensorstore", None)  # import tensorstore raises ImportError
+    assert verify_manifest(orbax_saves["good"], manifest).ok
+    assert main(["manifest", "create", str(orbax_saves["good"]), "-o", str(tmp_path / "again.json")]) == 2
+    with pytest.raises(ArraySetError, match=r"sealtrace\[checkpoints\]"):
+        verify_manifest(orbax_saves["resaved"], manifest)
 
 
 def test_orbax_metadata_change_is_not_a_relayout(orbax_saves: dict[str, Path], tmp_path: Path) -> None:
@@ -183,5 +227,5 @@ def test_format_3_schema_and_older_formats_still_verify(tmp_path: Path) -> None:
         assert verify_manifest(directory, manifest).ok
     document = json.loads((tmp_path / "v3.json").read_text())
     assert document["manifest"]["arrays"][0]["arrays"][0] == {
-        "name": "b", "dtype": "<f4", "shape": [4], "digest": __import__("hashlib").sha256(TENSORS["b"].tobytes()).hexdigest()
+        "name": "b", "dtype": "<f4", "shape": [4], "digest": hashlib.sha256(TENSORS["b"].tobytes()).hexdigest()
     }  # fmt: skip

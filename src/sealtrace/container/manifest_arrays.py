@@ -7,7 +7,8 @@ An array set is a group of files that together hold named arrays:
 - ``orbax-ocdbt``: an orbax checkpoint directory (``_METADATA`` beside ``manifest.ocdbt``); its
   arrays are read with tensorstore (the library orbax writes them with), never by parsing OCDBT
   here. Its layout files are the OCDBT database (``manifest.ocdbt``, ``d/``, ``ocdbt.process_*/``)
-  and the bookkeeping orbax rewrites at every save (``_CHECKPOINT_METADATA``, ``commit_success.txt``);
+  and the bookkeeping orbax rewrites at every save (``_CHECKPOINT_METADATA``, ``commit_success.txt``,
+  in the directory and, for a CheckpointManager step's item directory, in the step directory);
   ``_METADATA`` (the tree orbax restores) is not layout: a change to it is a change.
 - ``safetensors``: every ``.safetensors`` file of one directory (shards of one model) and the
   ``*.safetensors.index.json`` beside them; each tensor name must occur once.
@@ -46,6 +47,7 @@ MAX_SAFETENSORS_HEADER = 100_000_000
 # Bytes of an array read from tensorstore at a time (besides the one decoded chunk it caches).
 _SLAB = 16 << 20
 _ORBAX_LAYOUT = re.compile(r"(manifest\.ocdbt|_CHECKPOINT_METADATA|commit_success\.txt|d/.+|ocdbt\.process_\d+/.+)\Z")
+_ORBAX_BOOKKEEPING = ("_CHECKPOINT_METADATA", "commit_success.txt")  # rewritten at every save (timestamps)
 _ZARR_DRIVERS = (("/.zarray", "zarr"), ("/zarr.json", "zarr3"))
 
 NewHash = Callable[[], Any]
@@ -135,6 +137,8 @@ def find_array_sets(
         if _join(directory, "manifest.ocdbt") not in by_path:
             continue
         files = sorted(p for p in by_path if (inner := _inside(p, directory)) is not None and _ORBAX_LAYOUT.match(inner))
+        if directory:  # a CheckpointManager step: its own bookkeeping, beside the item directories
+            files = sorted(files + [p for name in _ORBAX_BOOKKEEPING if (p := _join(_parent(directory), name)) in by_path])
         before = (recorded or {}).get((directory, "orbax-ocdbt"))
         unchanged = before is not None and before["files"] == files and all(
             (recorded_files or {}).get(p, {}).get("digest") == by_path[p]["digest"] for p in files
@@ -278,7 +282,7 @@ def _slabs(shape: list[int], itemsize: int) -> Iterator[tuple[Any, ...]]:
     step = max(1, _SLAB // max(inner // shape[axis], 1))
     for leading in np.ndindex(*shape[:axis]):
         for start in range(0, shape[axis], step):
-            yield (*leading, slice(start, start + step))
+            yield (*leading, slice(start, min(start + step, shape[axis])))  # tensorstore does not clip
 
 
 def compare_sets(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tuple[list[Mismatch], set[str]]:
