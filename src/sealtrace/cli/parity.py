@@ -77,15 +77,9 @@ def parity(
     names = [b.strip() for b in backends.split(",") if b.strip()]
     if len(names) != 2:
         raise InputError(f"--backends {backends}: give exactly two, e.g. reference,onnxruntime")
-    if tolerance_file and (atol is not None or rtol is not None):
-        raise InputError("give either --atol/--rtol or --tolerance-file, not both")
     # Every report path is checked before the run, not found taken after it.
     check_report_paths(reports, force)
-    if tolerance_file:
-        table = ToleranceTable.load(tolerance_file)
-    else:
-        default = Tolerance()
-        table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
+    table = ToleranceTable.from_options(atol, rtol, tolerance_file)
     plan, _origin = open_model(model)
     feeds = gather_feeds(plan, input_files, npz_files, random_inputs, seed, dims)
     # A progress bar on stderr (shown on a terminal only) as the steps are compared: a large model
@@ -146,8 +140,7 @@ def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json
     """
     from sealtrace.audit.diff import diff_json, diff_runs
 
-    default = Tolerance()
-    table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
+    table = ToleranceTable.from_options(atol, rtol, None)
     report = diff_runs(run_a, run_b, table)
     if as_json:
         click.echo(diff_json(report), nl=False)

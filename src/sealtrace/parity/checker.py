@@ -86,6 +86,22 @@ class DriftReport:
     steps: list[StepComparison] = field(default_factory=list)
     graph_outputs: list[ValueDiff] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    # With both sides in a lower precision (fp16, bf16): per step name, how far its values moved
+    # from the float32 model's. The drift the precision itself causes, apart from the steps' drift.
+    precision: str | None = None
+    precision_loss: dict[str, tuple[ValueDiff, ...]] = field(default_factory=dict)
+
+    @property
+    def worst_step(self) -> StepComparison | None:
+        """The compared step with the largest difference (over tolerance first)."""
+        compared = [s for s in self.steps if s.worst is not None]
+        return max(compared, key=lambda s: (s.exceeds, s.worst.max_abs), default=None)  # type: ignore[union-attr]
+
+    @property
+    def worst_precision_loss(self) -> tuple[str, ValueDiff] | None:
+        """The step whose values the precision moved most, and that value's difference."""
+        worst = [(name, max(diffs, key=lambda d: d.max_abs)) for name, diffs in self.precision_loss.items() if diffs]
+        return max(worst, key=lambda item: item[1].max_abs, default=None)
 
     @property
     def drift_origin(self) -> StepComparison | None:
@@ -127,7 +143,10 @@ class DriftReport:
             },
             "graph_outputs": [d.to_json() for d in self.graph_outputs],
             "steps": [s.to_json() for s in self.steps],
-        }
+        } | ({} if self.precision is None else {
+            "precision": self.precision,
+            "precision_loss": {name: [d.to_json() for d in diffs] for name, diffs in self.precision_loss.items()},
+        })
 
 
 def _step_ref(step: StepComparison) -> dict[str, Any]:
@@ -393,18 +412,22 @@ def _step_comparison(
     position: int, path: tuple[str, ...], step: Step, diffs: tuple[ValueDiff, ...], local: tuple[ValueDiff, ...] | None
 ) -> StepComparison:
     """The StepComparison of a compared step, without the frozen dataclass's __init__."""
-    if not any(d.exceeds for d in diffs):
-        status = "ok"
-    elif local is None:
-        status = "exceeds"
-    else:
-        status = "born-here" if any(d.exceeds for d in local) else "inherited"
+    status = comparison_status(diffs, local)
     comparison: StepComparison = object.__new__(StepComparison)
     comparison.__dict__.update(
         position=position, path=path, index=step.index, name=step.name, op_type=step.op_type, outputs=diffs,
         local=local, status=status,
     )
     return comparison
+
+
+def comparison_status(diffs: Sequence[ValueDiff], local: Sequence[ValueDiff] | None) -> str:
+    """ok; or, for outputs over tolerance, born-here / inherited by their local error (exceeds without one)."""
+    if not any(d.exceeds for d in diffs):
+        return "ok"
+    if local is None:
+        return "exceeds"
+    return "born-here" if any(d.exceeds for d in local) else "inherited"
 
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
