@@ -27,6 +27,7 @@ from sealtrace.backends.reference import ReferenceBackend, standalone_context
 from sealtrace.errors import InputError
 from sealtrace.ops.registry import as_outputs, call_step, unquieted
 from sealtrace.parity.metrics import BYTES_CHECK, ValueDiff, compare_values, identical_diff
+from sealtrace.parity.precision import FullValues, PrecisionLoss, lower_feeds, lower_precision
 from sealtrace.parity.tolerance import Tolerance, ToleranceTable
 from sealtrace.plan import ModelSource, Plan, build_plan
 from sealtrace.plan.events import StepEvent, StepObserver
@@ -464,6 +465,7 @@ def check_parity(
     local: bool = True,
     optimized: bool = False,
     observers: Sequence[StepObserver] = (),
+    precision: str | None = None,
 ) -> DriftReport:
     """Compare every value of ``model`` on two backends; see the module docstring.
 
@@ -473,11 +475,18 @@ def check_parity(
     tvm backend, which runs a whole compiled model).
     ``observers`` also watch the run of the backend that is compared against the other as it goes
     (the reference backend, when it is one of the two): a progress display, an audit log.
+    ``precision`` ("fp16", "bf16", "int8-dynamic") runs both backends on the model in that precision
+    (``precision.lower_precision``) and the reference backend on the float32 model too: the
+    report's ``precision_loss`` holds, per step, how far its values moved from the float32 run's.
     """
     if len(backends) != 2:
         raise InputError(f"parity needs exactly two backends, got {len(backends)}")
     plan = model if isinstance(model, Plan) else build_plan(model)
     tolerance = tolerance or ToleranceTable()
+    loss = None
+    if precision is not None:
+        plan, feeds, loss = _in_precision(plan, feeds, precision, tolerance)
+        observers = [*observers, loss]
     specs = [get_backend(x) if isinstance(x, str) and x != "onnxruntime" else x for x in backends]
     optimized = optimized or any(getattr(x, "graph_outputs_only", False) for x in specs)
     a, b = (_backend(x, optimized) for x in specs)
@@ -538,7 +547,20 @@ def check_parity(
         steps=comparer.steps,
         graph_outputs=graph_outputs,
         seconds=seconds,
+        precision=precision,
+        precision_loss={} if loss is None else loss.loss,
     )
+
+
+def _in_precision(plan: Plan, feeds: Mapping[str, Any], precision: str, tolerance: ToleranceTable
+                  ) -> tuple[Plan, dict[str, Any], PrecisionLoss]:
+    """The Plan and feeds in ``precision``, and an observer comparing its run with the float32 run."""
+    if plan.source is None:
+        raise InputError("a precision run needs the ONNX model the Plan was built from")
+    full = FullValues()
+    ReferenceBackend().run(plan, check_feeds(plan, feeds), [full])
+    low = build_plan(lower_precision(plan.source, precision))
+    return low, lower_feeds(feeds, precision), PrecisionLoss(full.values, tolerance)
 
 
 def _backend(spec: str | Backend, optimized: bool) -> Backend:

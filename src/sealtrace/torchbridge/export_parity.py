@@ -34,6 +34,7 @@ from sealtrace.backends import Backend, get_backend
 from sealtrace.errors import BackendError, SealtraceError
 from sealtrace.parity import DriftReport, StepComparison, ToleranceTable, ValueDiff, compare_values
 from sealtrace.parity.checker import comparison_status
+from sealtrace.parity.precision import precision_diff
 from sealtrace.plan import Plan, build_plan
 from sealtrace.plan.events import StepEvent
 from sealtrace.torchops.dtypes import to_numpy
@@ -322,6 +323,9 @@ def _backend(name: str) -> Backend:
     return get_backend(name)
 
 
+# int8-dynamic is `sealtrace parity`'s only: torch's quantize_dynamic quantizes Linear layers
+# (activations with reduce_range on x86) and ONNX Runtime's MatMul and Conv but not Gemm (what a
+# Linear on 2-D inputs exports to), so the two sides would not run the same int8 model.
 PRECISIONS = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -349,15 +353,10 @@ def _precision_loss(calls: Sequence[LeafCall], full: Sequence[LeafCall], table: 
         if theirs is None or len(theirs) != len(call.outputs):
             continue
         loss[call.label] = tuple(
-            compare_values(f"{call.label}:{k}", _widened(mine), wide, table.for_value(call.type, call.label))
+            precision_diff(f"{call.label}:{k}", mine, wide, table, call.type)
             for k, (mine, wide) in enumerate(zip(call.outputs, theirs, strict=True))
         )
     return loss
-
-
-def _widened(value: np.ndarray) -> np.ndarray:
-    """A half- or bfloat16-precision array as float32 (exactly); other arrays as they are."""
-    return value.astype(np.float32) if value.dtype.kind in "fV" and value.dtype.itemsize < 4 else value
 
 
 class _LocalErrors:
