@@ -360,7 +360,7 @@ def _precision_loss(calls: Sequence[LeafCall], full: Sequence[LeafCall], table: 
 
 
 class _LocalErrors:
-    """Each leaf call's own error: its ONNX nodes re-run alone on the reference kernels with the
+    """Each leaf call's own error on a backend: its ONNX nodes re-run alone on that backend with the
     inputs PyTorch gave the call, compared with PyTorch's outputs (as `sealtrace parity` re-runs a
     step with the other side's inputs). None where the nodes' inputs cannot all be named."""
 
@@ -370,16 +370,33 @@ class _LocalErrors:
         self.weights = {t.name for t in model.graph.initializer}
         self.producer = {v: node for node in model.graph.node for v in node.output}
         self.shapes = _static_shapes(model)
-        self.done: dict[int, tuple[ValueDiff, ...] | None] = {}
+        self.parts: dict[int, tuple[Plan, dict[str, np.ndarray]] | None] = {}
+        self.done: dict[tuple[str, int], tuple[ValueDiff, ...] | None] = {}
 
-    def of(self, call: LeafCall) -> tuple[ValueDiff, ...] | None:
-        if call.position not in self.done:
-            self.done[call.position] = self._compute(call)
-        return self.done[call.position]
+    def of(self, call: LeafCall, backend: Backend) -> tuple[ValueDiff, ...] | None:
+        key = (backend.name, call.position)
+        if key not in self.done:
+            self.done[key] = self._compute(call, backend)
+        return self.done[key]
 
-    def _compute(self, call: LeafCall) -> tuple[ValueDiff, ...] | None:
-        from sealtrace.backends.reference import ReferenceBackend
+    def _compute(self, call: LeafCall, backend: Backend) -> tuple[ValueDiff, ...] | None:
+        if call.position not in self.parts:
+            self.parts[call.position] = self._part(call)
+        part = self.parts[call.position]
+        if part is None:
+            return None
+        plan, feeds = part
+        try:
+            outputs = backend.run(plan, feeds)
+        except Exception:  # a part the backend cannot run alone gives no local figure
+            return None
+        return tuple(
+            compare_values(value, outputs[value], theirs, self.table.for_value(call.type, value))
+            for value, theirs in zip(call.onnx_values, call.outputs, strict=True)
+        )
 
+    def _part(self, call: LeafCall) -> tuple[Plan, dict[str, np.ndarray]] | None:
+        """The call's nodes as a model of their own (with the Constants they read), and its feeds."""
         graph = self.model.graph
         run = [graph.node[i] for i in call.nodes]
         made: set[str] = set()
@@ -396,26 +413,23 @@ class _LocalErrors:
                         needed.append(value)
             made.update(node.output)
         names = _match(call.inputs, needed, self.shapes) if needed else ()
-        if len(names) != len(needed):
+        if not run or len(names) != len(needed):
             return None
         feeds = dict(zip(names, call.inputs, strict=True))
         used = {v for node in run for v in node.input}
         sub = onnx.helper.make_graph(
-            [*constants, *run], f"{call.label}",
+            [*constants, *run], call.label,
             [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
              for n, a in feeds.items()],
-            [onnx.ValueInfoProto(name=v) for v in call.onnx_values],
+            [onnx.helper.make_tensor_value_info(v, onnx.helper.np_dtype_to_tensor_dtype(out.dtype), out.shape)
+             for v, out in zip(call.onnx_values, call.outputs, strict=True)],
             [t for t in graph.initializer if t.name in used],
         )
-        part = onnx.helper.make_model(sub, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
         try:
-            outputs = ReferenceBackend().run(build_plan(part), feeds)
-        except Exception:  # a part the reference cannot run alone gives no local figure
+            part = onnx.helper.make_model(sub, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+            return build_plan(part), feeds
+        except Exception:  # nodes that do not stand alone (a value from a subgraph's scope) give no figure
             return None
-        return tuple(
-            compare_values(value, outputs[value], theirs, self.table.for_value(call.type, value))
-            for value, theirs in zip(call.onnx_values, call.outputs, strict=True)
-        )
 
 
 def check_export(
@@ -474,7 +488,7 @@ def check_export(
                 for value, theirs in zip(call.onnx_values, call.outputs, strict=True)
             )
             # The local re-run costs a run of the leaf's nodes: done for calls over tolerance only.
-            own = local.of(call) if any(d.exceeds for d in diffs) else None
+            own = local.of(call, backend) if any(d.exceeds for d in diffs) else None
             steps.append(StepComparison(i, (), i, call.label, call.type, diffs, own, comparison_status(diffs, own)))
         graph_outputs = [
             compare_values(out, outputs[out], to_numpy(t), table.for_value("", out))
