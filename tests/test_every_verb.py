@@ -153,7 +153,10 @@ READS: dict[str, dict[str, Argv]] = {
         "--container": lambda w, b: ["check-binding", p(w, "m.opt.onnx"), "--container", b],
     },
     "convert": {"MODEL": lambda w, b: ["convert", b, "-o", p(w, "new.pt2"), "--random-inputs"]},
-    "export-parity": {},
+    "export-parity": {
+        "--tolerance-file": lambda w, b: ["export-parity", "tests.torchbridge.models:reused_block", "--input-shape", "x=2x8",
+                                          "--tolerance-file", b],
+    },
     "falsify": {
         "MODEL": lambda w, b: ["falsify", b, p(w, "p.vnnlib")],
         "PROPERTY": lambda w, b: ["falsify", p(w, "toy.onnx"), b],
@@ -247,7 +250,7 @@ def test_the_table_names_every_verb() -> None:
 # Where the bad kind is in fact good input: an empty TOML document is an empty tolerance table; any
 # file (an empty one too) can be bound to a container; a ledger (serve, batch) or token file that does
 # not exist yet is created, and an empty one is an empty ledger or token table.
-VALID = {("parity", "--tolerance-file", "empty"), ("bind", "ARTIFACT", "empty"), ("serve", "--ledger", "missing"),
+VALID = {("parity", "--tolerance-file", "empty"), ("export-parity", "--tolerance-file", "empty"), ("bind", "ARTIFACT", "empty"), ("serve", "--ledger", "missing"),
          ("serve", "--ledger", "empty"), ("serve-token", "--token-file", "missing"),
          ("serve-token", "--token-file", "empty"), ("batch", "--ledger", "missing"), ("batch", "--ledger", "empty")}
 

@@ -50,3 +50,39 @@ def tiny_resnet() -> torch.nn.Module:
     torch.manual_seed(0)
     return ResNetModel(ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
                                     layer_type="basic"))
+
+
+class Autocast(torch.nn.Module):
+    """A model whose forward runs its body under torch.autocast (mixed precision)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = ReusedBlock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.body(x)
+
+
+def autocast_block() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return Autocast()
+
+
+class OnlyIdentity(torch.nn.Module):
+    """A model whose one leaf leaves no ONNX node: export parity has nothing to compare."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skip = torch.nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.skip(x) * 2.0
+
+
+def only_identity() -> torch.nn.Module:
+    return OnlyIdentity()
+
+
+def broken() -> torch.nn.Module:
+    raise RuntimeError("no weights at /nowhere")

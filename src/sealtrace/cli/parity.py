@@ -15,6 +15,7 @@ from sealtrace.cli import app
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity
+from sealtrace.parity.precision import PRECISIONS
 from sealtrace.parity.report import check_report_paths, format_number, graph_outputs_only, write_reports
 from sealtrace.plan import Plan
 from sealtrace.plan.events import StepEvent
@@ -53,6 +54,8 @@ class _Advance:
 @click.option("--report", "reports", multiple=True, metavar="OUT.json|.md|.html", help="Write a report (repeatable).")
 @click.option("--optimized", is_flag=True, help="ONNX Runtime with graph optimizations: graph outputs only.")
 @click.option("--no-local", is_flag=True, help="Skip the per-step local error re-runs.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+              help="Run both backends on the model in this precision; report each step's precision_loss against float32.")
 @click.option("--force", is_flag=True, help="Overwrite existing report files.")
 def parity(
     model: str,
@@ -68,6 +71,7 @@ def parity(
     reports: tuple[str, ...],
     optimized: bool,
     no_local: bool,
+    precision: str | None,
     force: bool,
 ) -> None:
     """Run MODEL on two backends and compare every step; name where drift starts and is born.
@@ -77,15 +81,9 @@ def parity(
     names = [b.strip() for b in backends.split(",") if b.strip()]
     if len(names) != 2:
         raise InputError(f"--backends {backends}: give exactly two, e.g. reference,onnxruntime")
-    if tolerance_file and (atol is not None or rtol is not None):
-        raise InputError("give either --atol/--rtol or --tolerance-file, not both")
     # Every report path is checked before the run, not found taken after it.
     check_report_paths(reports, force)
-    if tolerance_file:
-        table = ToleranceTable.load(tolerance_file)
-    else:
-        default = Tolerance()
-        table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
+    table = ToleranceTable.from_options(atol, rtol, tolerance_file)
     plan, _origin = open_model(model)
     feeds = gather_feeds(plan, input_files, npz_files, random_inputs, seed, dims)
     # A progress bar on stderr (shown on a terminal only) as the steps are compared: a large model
@@ -94,11 +92,16 @@ def parity(
     with Progress(transient=True, console=errors, disable=optimized or not errors.is_terminal) as progress:
         task = progress.add_task("comparing steps", total=len(plan.steps))
         report = check_parity(
-            plan, feeds, names, table, local=not no_local, optimized=optimized, observers=[_Advance(progress, task)]
+            plan, feeds, names, table, local=not no_local, optimized=optimized, observers=[_Advance(progress, task)],
+            precision=precision,
         )
     write_reports([(report, path) for path in reports], overwrite=force)
     console = Console(markup=False)  # model and value names are text, not markup
     origin = report.drift_origin
+    loss = report.worst_precision_loss
+    if loss is not None:
+        console.print(f"precision_loss ({precision} vs float32): largest at {loss[0]}: "
+                      f"max abs {format_number(loss[1].max_abs)}, max rel {format_number(loss[1].max_rel)}")
     console.print(
         f"{len(report.steps)} steps compared ({names[0]} vs {names[1]}), "
         f"{len(report.exceeding)} over tolerance (atol {table.default.atol:g}, rtol {table.default.rtol:g})"
@@ -146,8 +149,7 @@ def diff(run_a: str, run_b: str, atol: float | None, rtol: float | None, as_json
     """
     from sealtrace.audit.diff import diff_json, diff_runs
 
-    default = Tolerance()
-    table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
+    table = ToleranceTable.from_options(atol, rtol, None)
     report = diff_runs(run_a, run_b, table)
     if as_json:
         click.echo(diff_json(report), nl=False)

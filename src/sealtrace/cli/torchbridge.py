@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -148,6 +150,9 @@ def _per_backend(path: str, backend: str, backends: int) -> Path:
 @click.option("--backends", default="reference,onnxruntime", show_default=True, metavar="A,B")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-4).")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance (default 1e-3).")
+@click.option("--tolerance-file", type=click.Path(dir_okay=False), help="TOML/JSON: default, per-op, per-value.")
+@click.option("--precision", type=click.Choice(["fp16", "bf16"]), default=None,
+              help="Run PyTorch and the export in this precision; report each leaf's precision_loss against float32.")
 @click.option("--optimize", is_flag=True, help="Check the exporter's optimized model (fuses some leaves away).")
 @click.option("--report", "reports", multiple=True, metavar="OUT.json|.md|.html",
               help="Write a report per backend (OUT.<backend>.md when several backends).")
@@ -161,15 +166,19 @@ def export_parity(
     backends: str,
     atol: float | None,
     rtol: float | None,
+    tolerance_file: str | None,
+    precision: str | None,
     optimize: bool,
     reports: tuple[str, ...],
     force: bool,
 ) -> None:
     """Export a PyTorch module (FACTORY() builds it) to ONNX and compare it leaf module call by call.
 
-    Exit 0 when every leaf call and graph output is within tolerance on every backend, 1 when not.
+    Exit 0 when every leaf call and graph output is within tolerance on every backend, 1 when not
+    (or when no leaf call could be compared), 2 for bad input.
     """
-    from sealtrace.parity.report import check_report_paths, write_reports
+    from sealtrace.parity import ToleranceTable
+    from sealtrace.parity.report import check_report_paths, format_number, write_reports
 
     names = list(dict.fromkeys(b.strip() for b in backends.split(",") if b.strip()))
     # Every report path is checked before the export and the runs (minutes), not after them.
@@ -177,22 +186,15 @@ def export_parity(
         (backend, path): _per_backend(path, backend, len(names)) for path in reports for backend in names
     }
     check_report_paths(list(targets.values()), force)
+    table = ToleranceTable.from_options(atol, rtol, tolerance_file)
     _torch()
 
     import torch
     from rich.console import Console
 
-    from sealtrace.parity import Tolerance, ToleranceTable
     from sealtrace.torchbridge.export_parity import check_export
 
-    module_name, sep, attr = factory.partition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"{factory}: expected PACKAGE.MODULE:FACTORY")
-    try:
-        build = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InputError(f"{factory}: cannot import ({exc})") from None
-    model = build()
+    model = _build(factory)
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"{factory}() returned {type(model).__name__}, not a torch.nn.Module")
     if int_high < 1:
@@ -217,23 +219,54 @@ def export_parity(
             kwargs[name] = torch.randint(0, int_high, shape, generator=generator).to(dtype)
     if kinds:
         raise InputError(f"--input-dtype for input(s) without --input-shape: {', '.join(kinds)}")
-    default = Tolerance()
-    table = ToleranceTable(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
-    result = check_export(model, (), kwargs=kwargs, backends=names, tolerance=table, optimize=optimize)
+    result = check_export(model, (), kwargs=kwargs, backends=names, tolerance=table, optimize=optimize,
+                          precision=precision)
     console = Console(markup=False)  # model and value names are text, not markup
+    for backend, report in result.reports.items():
+        worst = report.worst_step
+        if worst is not None and worst.worst is not None:
+            # What export-validator's report leads with: the worst leaf and its difference.
+            console.print(f"{backend}: worst leaf {worst.name} ({worst.op_type}): max abs "
+                          f"{format_number(worst.worst.max_abs)} at {worst.worst.name}, {worst.status}")
     console.print(f"{len(result.calls)} leaf module calls, {len(result.unmapped)} without an ONNX value")
     for backend, report in result.reports.items():
         origin = report.drift_origin
         console.print(
             f"{backend}: {len(report.exceeding)} leaf call(s) over tolerance"
-            + (f"; drift starts at {origin.name} ({origin.op_type})" if origin else ""),
-            markup=False,
+            + (f"; drift starts at {origin.name} ({origin.op_type}), {origin.status}" if origin else "")
         )
+        for step in report.born_here[:5]:
+            console.print(f"{backend}: born here: {step.name} ({step.op_type})")
+    loss = next(iter(result.reports.values())).worst_precision_loss if result.reports else None
+    if loss is not None:
+        console.print(f"precision_loss ({precision} vs float32 PyTorch): largest at {loss[0]}: "
+                      f"max abs {format_number(loss[1].max_abs)}, max rel {format_number(loss[1].max_rel)}")
     written = write_reports(
         [(result.reports[backend], target) for (backend, _), target in targets.items() if backend in result.reports],
         overwrite=force,
     )
     for target in written:
         console.print(f"wrote {target}", markup=False)
+    if result.nothing_compared:
+        raise CheckFailedError(f"nothing was compared: {result.nothing_compared}")
     if not result.passed:
         raise CheckFailedError("the ONNX export differs from PyTorch beyond tolerance")
+
+
+def _build(factory: str) -> object:
+    """FACTORY() of PACKAGE.MODULE:FACTORY, imported as `python -m` would: the current folder first."""
+    module_name, sep, attr = factory.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"{factory}: expected PACKAGE.MODULE:FACTORY")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        build = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"{factory}: cannot import ({exc})") from None
+    try:
+        return build()
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise InputError(f"{factory}() raised {type(exc).__name__}: {first}") from None

@@ -27,6 +27,7 @@ from sealtrace.backends.reference import ReferenceBackend, standalone_context
 from sealtrace.errors import InputError
 from sealtrace.ops.registry import as_outputs, call_step, unquieted
 from sealtrace.parity.metrics import BYTES_CHECK, ValueDiff, compare_values, identical_diff
+from sealtrace.parity.precision import FullValues, PrecisionLoss, lower_feeds, lower_precision
 from sealtrace.parity.tolerance import Tolerance, ToleranceTable
 from sealtrace.plan import ModelSource, Plan, build_plan
 from sealtrace.plan.events import StepEvent, StepObserver
@@ -86,6 +87,22 @@ class DriftReport:
     steps: list[StepComparison] = field(default_factory=list)
     graph_outputs: list[ValueDiff] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    # With both sides in a lower precision (fp16, bf16): per step name, how far its values moved
+    # from the float32 model's. The drift the precision itself causes, apart from the steps' drift.
+    precision: str | None = None
+    precision_loss: dict[str, tuple[ValueDiff, ...]] = field(default_factory=dict)
+
+    @property
+    def worst_step(self) -> StepComparison | None:
+        """The compared step with the largest difference (over tolerance first)."""
+        compared = [s for s in self.steps if s.worst is not None]
+        return max(compared, key=lambda s: (s.exceeds, s.worst.max_abs), default=None)  # type: ignore[union-attr]
+
+    @property
+    def worst_precision_loss(self) -> tuple[str, ValueDiff] | None:
+        """The step whose values the precision moved most, and that value's difference."""
+        worst = [(name, max(diffs, key=lambda d: d.max_abs)) for name, diffs in self.precision_loss.items() if diffs]
+        return max(worst, key=lambda item: item[1].max_abs, default=None)
 
     @property
     def drift_origin(self) -> StepComparison | None:
@@ -127,7 +144,10 @@ class DriftReport:
             },
             "graph_outputs": [d.to_json() for d in self.graph_outputs],
             "steps": [s.to_json() for s in self.steps],
-        }
+        } | ({} if self.precision is None else {
+            "precision": self.precision,
+            "precision_loss": {name: [d.to_json() for d in diffs] for name, diffs in self.precision_loss.items()},
+        })
 
 
 def _step_ref(step: StepComparison) -> dict[str, Any]:
@@ -393,18 +413,22 @@ def _step_comparison(
     position: int, path: tuple[str, ...], step: Step, diffs: tuple[ValueDiff, ...], local: tuple[ValueDiff, ...] | None
 ) -> StepComparison:
     """The StepComparison of a compared step, without the frozen dataclass's __init__."""
-    if not any(d.exceeds for d in diffs):
-        status = "ok"
-    elif local is None:
-        status = "exceeds"
-    else:
-        status = "born-here" if any(d.exceeds for d in local) else "inherited"
+    status = comparison_status(diffs, local)
     comparison: StepComparison = object.__new__(StepComparison)
     comparison.__dict__.update(
         position=position, path=path, index=step.index, name=step.name, op_type=step.op_type, outputs=diffs,
         local=local, status=status,
     )
     return comparison
+
+
+def comparison_status(diffs: Sequence[ValueDiff], local: Sequence[ValueDiff] | None) -> str:
+    """ok; or, for outputs over tolerance, born-here / inherited by their local error (exceeds without one)."""
+    if not any(d.exceeds for d in diffs):
+        return "ok"
+    if local is None:
+        return "exceeds"
+    return "born-here" if any(d.exceeds for d in local) else "inherited"
 
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -441,6 +465,7 @@ def check_parity(
     local: bool = True,
     optimized: bool = False,
     observers: Sequence[StepObserver] = (),
+    precision: str | None = None,
 ) -> DriftReport:
     """Compare every value of ``model`` on two backends; see the module docstring.
 
@@ -450,11 +475,18 @@ def check_parity(
     tvm backend, which runs a whole compiled model).
     ``observers`` also watch the run of the backend that is compared against the other as it goes
     (the reference backend, when it is one of the two): a progress display, an audit log.
+    ``precision`` ("fp16", "bf16", "int8-dynamic") runs both backends on the model in that precision
+    (``precision.lower_precision``) and the reference backend on the float32 model too: the
+    report's ``precision_loss`` holds, per step, how far its values moved from the float32 run's.
     """
     if len(backends) != 2:
         raise InputError(f"parity needs exactly two backends, got {len(backends)}")
     plan = model if isinstance(model, Plan) else build_plan(model)
     tolerance = tolerance or ToleranceTable()
+    loss = None
+    if precision is not None:
+        plan, feeds, loss = _in_precision(plan, feeds, precision, tolerance)
+        observers = [*observers, loss]
     specs = [get_backend(x) if isinstance(x, str) and x != "onnxruntime" else x for x in backends]
     optimized = optimized or any(getattr(x, "graph_outputs_only", False) for x in specs)
     a, b = (_backend(x, optimized) for x in specs)
@@ -515,7 +547,20 @@ def check_parity(
         steps=comparer.steps,
         graph_outputs=graph_outputs,
         seconds=seconds,
+        precision=precision,
+        precision_loss={} if loss is None else loss.loss,
     )
+
+
+def _in_precision(plan: Plan, feeds: Mapping[str, Any], precision: str, tolerance: ToleranceTable
+                  ) -> tuple[Plan, dict[str, Any], PrecisionLoss]:
+    """The Plan and feeds in ``precision``, and an observer comparing its run with the float32 run."""
+    if plan.source is None:
+        raise InputError("a precision run needs the ONNX model the Plan was built from")
+    full = FullValues()
+    ReferenceBackend().run(plan, check_feeds(plan, feeds), [full])
+    low = build_plan(lower_precision(plan.source, precision))
+    return low, lower_feeds(feeds, precision), PrecisionLoss(full.values, tolerance)
 
 
 def _backend(spec: str | Backend, optimized: bool) -> Backend:

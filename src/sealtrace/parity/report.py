@@ -35,9 +35,16 @@ def _summary_lines(report: DriftReport) -> list[str]:
     origin = report.drift_origin
     born = report.born_here
     tol = report.tolerance.default
+    worst = report.worst_step
+    loss = report.worst_precision_loss
     return [
         f"- model: `{report.model}` (plan `{report.plan_digest[:16]}`)",
         f"- backends: {report.backends[0]} vs {report.backends[1]}",
+    ] + ([f"- largest difference: {_step_label(worst)}: max abs {format_number(worst.worst.max_abs)}"]  # type: ignore[union-attr]
+         if worst is not None else []) + ([
+        f"- precision: {report.precision}"
+        + (f"; largest precision_loss: `{loss[0]}`: max abs {format_number(loss[1].max_abs)}" if loss else "")
+    ] if report.precision else []) + [
         f"- tolerance: atol {tol.atol:g}, rtol {tol.rtol:g}"
         + (" (with per-op/per-value overrides)" if report.tolerance.ops or report.tolerance.values else ""),
         f"- steps checked: {sum(1 for s in report.steps if s.status != 'not-compared')}"

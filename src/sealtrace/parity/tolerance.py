@@ -87,6 +87,16 @@ class ToleranceTable:
         values = {k: tol(v, f"[values.{k}]") for k, v in data.get("values", {}).items()}
         return cls(default, ops, values)
 
+    @classmethod
+    def from_options(cls, atol: float | None, rtol: float | None, tolerance_file: str | None) -> ToleranceTable:
+        """The table a command's ``--atol``/``--rtol`` or ``--tolerance-file`` give (not both)."""
+        if tolerance_file:
+            if atol is not None or rtol is not None:
+                raise InputError("give either --atol/--rtol or --tolerance-file, not both")
+            return cls.load(tolerance_file)
+        default = Tolerance()
+        return cls(Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol))
+
 
 def within(a: np.ndarray, b: np.ndarray, tol: Tolerance) -> bool:
     """True when a and b have one shape and agree within ``tol`` (NaNs equal)."""

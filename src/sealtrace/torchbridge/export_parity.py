@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
+import dataclasses
 import io
 import logging
 import warnings
@@ -30,7 +32,9 @@ from torch.utils import _pytree as pytree
 
 from sealtrace.backends import Backend, get_backend
 from sealtrace.errors import BackendError, SealtraceError
-from sealtrace.parity import DriftReport, StepComparison, ToleranceTable, compare_values
+from sealtrace.parity import DriftReport, StepComparison, ToleranceTable, ValueDiff, compare_values
+from sealtrace.parity.checker import comparison_status
+from sealtrace.parity.precision import precision_diff
 from sealtrace.plan import Plan, build_plan
 from sealtrace.plan.events import StepEvent
 from sealtrace.torchops.dtypes import to_numpy
@@ -52,6 +56,8 @@ class LeafCall:
     type: str  # the module's class name
     outputs: tuple[np.ndarray, ...]
     onnx_values: tuple[str, ...] = ()  # empty when no ONNX value maps to this call
+    inputs: tuple[np.ndarray, ...] = ()  # the tensors the call was given, before it ran
+    nodes: tuple[int, ...] = ()  # positions in the ONNX graph of the nodes of this call
 
     @property
     def label(self) -> str:
@@ -65,6 +71,7 @@ class ExportParityReport:
     calls: list[LeafCall]
     reports: dict[str, DriftReport]
     onnx_model: onnx.ModelProto = field(repr=False)
+    precision: str | None = None  # fp16 | bf16 when both sides ran in that precision
 
     @property
     def unmapped(self) -> list[LeafCall]:
@@ -72,8 +79,18 @@ class ExportParityReport:
         return [c for c in self.calls if not c.onnx_values]
 
     @property
+    def nothing_compared(self) -> str | None:
+        """Why no leaf call was compared, when none was (a check of nothing is no pass)."""
+        if not self.calls:
+            return "the module made no leaf module call"
+        compared = sum(1 for r in self.reports.values() for s in r.steps if s.status != "not-compared")
+        if not compared:
+            return f"none of the {len(self.calls)} leaf module calls has an ONNX value"
+        return None
+
+    @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.reports.values())
+        return self.nothing_compared is None and all(r.passed for r in self.reports.values())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +100,7 @@ class ExportParityReport:
                  "onnx_values": list(c.onnx_values)}
                 for c in self.calls
             ],
+            "precision": self.precision,
             "reports": {name: r.to_json() for name, r in sorted(self.reports.items())},
             "passed": self.passed,
         }
@@ -98,19 +116,29 @@ def _capture_leaf_calls(
     leaves = {name: m for name, m in module.named_modules() if name and not any(True for _ in m.children())}
     calls: list[LeafCall] = []
     counts: dict[str, int] = {}
+    given: dict[str, tuple[np.ndarray, ...]] = {}
     handles = []
+
+    def record(value: Any) -> tuple[np.ndarray, ...]:
+        # Cloned now: an in-place op later in the forward pass must not change the record.
+        return tuple(to_numpy(t.detach().clone()) for t in _leaves(value))
+
+    def pre_hook_for(name: str) -> Any:
+        def pre_hook(_module: torch.nn.Module, inputs: Any) -> None:
+            given[name] = record(inputs)  # before an in-place leaf (ReLU(inplace=True)) overwrites them
+
+        return pre_hook
 
     def hook_for(name: str, leaf: torch.nn.Module) -> Any:
         def hook(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
             k = counts.get(name, 0)
             counts[name] = k + 1
-            # Cloned now: an in-place op later in the forward pass must not change the record.
-            outputs = tuple(to_numpy(t.detach().clone()) for t in _leaves(output))
-            calls.append(LeafCall(len(calls), name, k, type(leaf).__name__, outputs))
+            calls.append(LeafCall(len(calls), name, k, type(leaf).__name__, record(output), inputs=given.pop(name, ())))
 
         return hook
 
     for name, leaf in leaves.items():
+        handles.append(leaf.register_forward_pre_hook(pre_hook_for(name)))
         handles.append(leaf.register_forward_hook(hook_for(name, leaf)))
     try:
         with torch.no_grad():
@@ -137,6 +165,15 @@ def _export(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
             try:
                 program = torch.onnx.export(module, args, kwargs=dict(kwargs) or None, dynamo=True,
                                             opset_version=opset, verbose=False, optimize=optimize)
+                if program is not None and _has_autocast_region(program.exported_program):
+                    # torch.export wraps a `with torch.autocast(...)` block in a higher-order op whose
+                    # nodes lose their modules when it is inlined; exported without pre-dispatch, the
+                    # block is traced through (its casts are ops) and every node keeps its module.
+                    from torch.export._trace import _export as export_program
+
+                    inference = export_program(module, args, dict(kwargs) or None, strict=False, pre_dispatch=False)
+                    program = torch.onnx.export(inference, args, kwargs=dict(kwargs) or None, dynamo=True,
+                                                opset_version=opset, verbose=False, optimize=optimize)
             finally:
                 logging.disable(logging.NOTSET)
     except Exception as exc:
@@ -145,6 +182,12 @@ def _export(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     assert program is not None
     model: onnx.ModelProto = program.model_proto
     return model
+
+
+def _has_autocast_region(program: Any) -> bool:
+    return program is not None and any(
+        (node.meta.get("torch_fn") or ("",))[0] == "wrap_with_autocast" for node in program.graph.nodes
+    )
 
 
 def _scope_of(node: onnx.NodeProto) -> str | None:
@@ -164,10 +207,12 @@ def _map_calls(model: onnx.ModelProto, calls: list[LeafCall]) -> list[LeafCall]:
     names = {c.module for c in calls}
     nodes = list(model.graph.node)
     runs: list[tuple[str, list[onnx.NodeProto]]] = []
-    for node in nodes:
+    at: dict[int, int] = {}  # id(node) -> its position in the graph
+    for position, node in enumerate(nodes):
         scope = _scope_of(node)
         if scope in names:
             assert scope is not None
+            at[id(node)] = position
             if runs and runs[-1][0] == scope:
                 runs[-1][1].append(node)
             else:
@@ -196,7 +241,7 @@ def _map_calls(model: onnx.ModelProto, calls: list[LeafCall]) -> list[LeafCall]:
         if not leaving:
             leaving = [produced[-1]] if produced and produced[-1] not in inside else []
         values = _match(call.outputs, leaving, shapes)
-        mapped.append(LeafCall(call.position, call.module, call.call, call.type, call.outputs, values))
+        mapped.append(dataclasses.replace(call, onnx_values=values, nodes=tuple(at[id(n)] for n in run)))
     return mapped
 
 
@@ -278,6 +323,115 @@ def _backend(name: str) -> Backend:
     return get_backend(name)
 
 
+# int8-dynamic is `sealtrace parity`'s only: torch's quantize_dynamic quantizes Linear layers
+# (activations with reduce_range on x86) and ONNX Runtime's MatMul and Conv but not Gemm (what a
+# Linear on 2-D inputs exports to), so the two sides would not run the same int8 model.
+PRECISIONS = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _in_precision(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], precision: str
+                  ) -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:
+    """A copy of the module and the example with floating-point weights and tensors in ``precision``."""
+    dtype = PRECISIONS.get(precision)
+    if dtype is None:
+        raise ExportParityError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+
+    def cast(value: Any) -> Any:
+        return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+    low = copy.deepcopy(module).to(dtype)
+    return low, pytree.tree_map(cast, args), pytree.tree_map(cast, dict(kwargs))
+
+
+def _precision_loss(calls: Sequence[LeafCall], full: Sequence[LeafCall], table: ToleranceTable
+                    ) -> dict[str, tuple[ValueDiff, ...]]:
+    """Per leaf call, its outputs in the lower precision (as float32) against the float32 model's."""
+    reference = {c.label: c.outputs for c in full}
+    loss: dict[str, tuple[ValueDiff, ...]] = {}
+    for call in calls:
+        theirs = reference.get(call.label)
+        if theirs is None or len(theirs) != len(call.outputs):
+            continue
+        loss[call.label] = tuple(
+            precision_diff(f"{call.label}:{k}", mine, wide, table, call.type)
+            for k, (mine, wide) in enumerate(zip(call.outputs, theirs, strict=True))
+        )
+    return loss
+
+
+class _LocalErrors:
+    """Each leaf call's own error on a backend: its ONNX nodes re-run alone on that backend with the
+    inputs PyTorch gave the call, compared with PyTorch's outputs (as `sealtrace parity` re-runs a
+    step with the other side's inputs). None where the nodes' inputs cannot all be named."""
+
+    def __init__(self, model: onnx.ModelProto, table: ToleranceTable) -> None:
+        self.model = model
+        self.table = table
+        self.weights = {t.name for t in model.graph.initializer}
+        self.producer = {v: node for node in model.graph.node for v in node.output}
+        self.shapes = _static_shapes(model)
+        self.parts: dict[int, tuple[Plan, dict[str, np.ndarray]] | None] = {}
+        self.done: dict[tuple[str, int], tuple[ValueDiff, ...] | None] = {}
+
+    def of(self, call: LeafCall, backend: Backend) -> tuple[ValueDiff, ...] | None:
+        key = (backend.name, call.position)
+        if key not in self.done:
+            self.done[key] = self._compute(call, backend)
+        return self.done[key]
+
+    def _compute(self, call: LeafCall, backend: Backend) -> tuple[ValueDiff, ...] | None:
+        if call.position not in self.parts:
+            self.parts[call.position] = self._part(call)
+        part = self.parts[call.position]
+        if part is None:
+            return None
+        plan, feeds = part
+        try:
+            outputs = backend.run(plan, feeds)
+        except Exception:  # a part the backend cannot run alone gives no local figure
+            return None
+        return tuple(
+            compare_values(value, outputs[value], theirs, self.table.for_value(call.type, value))
+            for value, theirs in zip(call.onnx_values, call.outputs, strict=True)
+        )
+
+    def _part(self, call: LeafCall) -> tuple[Plan, dict[str, np.ndarray]] | None:
+        """The call's nodes as a model of their own (with the Constants they read), and its feeds."""
+        graph = self.model.graph
+        run = [graph.node[i] for i in call.nodes]
+        made: set[str] = set()
+        needed: list[str] = []
+        constants: list[onnx.NodeProto] = []
+        for node in run:
+            for value in node.input:
+                if value and value not in made and value not in self.weights and value not in needed:
+                    producer = self.producer.get(value)
+                    if producer is not None and producer.op_type == "Constant":
+                        constants.append(producer)
+                        made.add(value)
+                    else:
+                        needed.append(value)
+            made.update(node.output)
+        names = _match(call.inputs, needed, self.shapes) if needed else ()
+        if not run or len(names) != len(needed):
+            return None
+        feeds = dict(zip(names, call.inputs, strict=True))
+        used = {v for node in run for v in node.input}
+        sub = onnx.helper.make_graph(
+            [*constants, *run], call.label,
+            [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+             for n, a in feeds.items()],
+            [onnx.helper.make_tensor_value_info(v, onnx.helper.np_dtype_to_tensor_dtype(out.dtype), out.shape)
+             for v, out in zip(call.onnx_values, call.outputs, strict=True)],
+            [t for t in graph.initializer if t.name in used],
+        )
+        try:
+            part = onnx.helper.make_model(sub, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+            return build_plan(part), feeds
+        except Exception:  # nodes that do not stand alone (a value from a subgraph's scope) give no figure
+            return None
+
+
 def check_export(
     module: torch.nn.Module,
     example_inputs: tuple[Any, ...] | Any,
@@ -287,24 +441,37 @@ def check_export(
     tolerance: ToleranceTable | None = None,
     opset: int | None = None,
     optimize: bool = False,
+    precision: str | None = None,
 ) -> ExportParityReport:
     """Compare ``module`` with its dynamo ONNX export, leaf module call by leaf module call.
 
     ``example_inputs`` are the positional arguments (a tuple, or one tensor), ``kwargs`` keyword
     arguments. The module is put in eval mode. Returns one DriftReport per backend whose steps are
-    the leaf calls in PyTorch execution order ("not-compared" where no ONNX value maps to a call).
+    the leaf calls in PyTorch execution order ("not-compared" where no ONNX value maps to a call;
+    a call over tolerance is "born-here" or "inherited" by its local error, see _LocalErrors).
     ``optimize=False`` (the default) exports without the exporter's graph optimizations, which
     fuse leaves away (Conv + BatchNorm); ``True`` checks the optimized model users deploy.
+    ``precision`` ("fp16", "bf16") runs PyTorch and the export with weights and floating-point
+    inputs in that precision; each report's ``precision_loss`` then holds, per leaf call, how far
+    the call's PyTorch outputs moved from the float32 model's: the drift the precision causes,
+    apart from the export drift the steps show.
     """
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     kw = dict(kwargs or {})
     module = module.eval()
+    table = tolerance or ToleranceTable()
+    loss: dict[str, tuple[ValueDiff, ...]] = {}
+    if precision is not None:
+        full, _ = _capture_leaf_calls(module, args, kw)
+        module, args, kw = _in_precision(module, args, kw, precision)
     calls, final = _capture_leaf_calls(module, args, kw)
+    if precision is not None:
+        loss = _precision_loss(calls, full, table)
     model = _export(module, args, kw, opset, optimize)
     calls = _map_calls(model, calls)
     plan = build_plan(model)
     feeds = _feeds(plan, args, kw)
-    table = tolerance or ToleranceTable()
+    local = _LocalErrors(model, table)
     wanted = {v for c in calls for v in c.onnx_values}
     reports: dict[str, DriftReport] = {}
     for name in backends:
@@ -320,8 +487,9 @@ def check_export(
                 compare_values(value, collector.values[value], theirs, table.for_value(call.type, value))
                 for value, theirs in zip(call.onnx_values, call.outputs, strict=True)
             )
-            status = "exceeds" if any(d.exceeds for d in diffs) else "ok"
-            steps.append(StepComparison(i, (), i, call.label, call.type, diffs, None, status))
+            # The local re-run costs a run of the leaf's nodes: done for calls over tolerance only.
+            own = local.of(call, backend) if any(d.exceeds for d in diffs) else None
+            steps.append(StepComparison(i, (), i, call.label, call.type, diffs, own, comparison_status(diffs, own)))
         graph_outputs = [
             compare_values(out, outputs[out], to_numpy(t), table.for_value("", out))
             for out, t in zip(plan.output_names, final, strict=False)
@@ -335,5 +503,7 @@ def check_export(
             tolerance=table,
             steps=steps,
             graph_outputs=graph_outputs,
+            precision=precision,
+            precision_loss=loss,
         )
-    return ExportParityReport(calls, reports, model)
+    return ExportParityReport(calls, reports, model, precision)
