@@ -13,7 +13,6 @@ from sealtrace import arrayfiles
 from sealtrace.arrayfiles import load_npy
 from sealtrace.errors import InputError
 from sealtrace.limits import check_allocation
-from sealtrace.ops.numerics import format_of, is_float, round_to
 from sealtrace.outputs import atomic_output
 from sealtrace.plan.model import Plan, ValueInfo
 
@@ -84,6 +83,8 @@ def _concrete_shape(info: ValueInfo, dims: Mapping[str, int]) -> tuple[int, ...]
 
 
 def _random_array(rng: np.random.Generator, info: ValueInfo, shape: tuple[int, ...]) -> np.ndarray:
+    from sealtrace.ops.numerics import format_of, is_float, round_to  # the kernels' import: only when drawing
+
     dtype = info.dtype if info.dtype is not None else np.dtype(np.float32)
     if is_float(dtype):  # bfloat16 too: rounded once from float64, as NumPy rounds into float16/32
         values = rng.standard_normal(shape)
