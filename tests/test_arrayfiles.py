@@ -7,6 +7,7 @@ import struct
 import zipfile
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto, helper
 
-from sealtrace.arrayfiles import ArrayFileError, load_npy, load_npz
+from sealtrace.arrayfiles import ArrayFileError, as_declared, load_npy, load_npz, save_npy, save_npz
 from sealtrace.cli import main
 from sealtrace.limits import BudgetExceededError, format_size, memory_budget, memory_budget_of, parse_size
 
@@ -206,3 +207,74 @@ def test_cli_memory_budget_option_applies_to_random_inputs(tiny_model: Path, cap
 def test_cli_unknown_dim_names_are_refused(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(tiny_model), "--random-inputs", "--dim", "batchh=2"]) == 2
     assert "--dim batchh: no input has such a dynamic dimension" in capsys.readouterr().err
+
+
+# bfloat16 (issue 28 item 2): np.save writes ml_dtypes' bfloat16 as raw void ('<V2'), which loaded
+# as |V2; sealtrace writes it under its name and reads raw void as bfloat16 only where a model says so.
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.fixture
+def bf16_model(tmp_path: Path) -> Path:
+    """y = maxpool(x) with x bfloat16[1, 1, 4, 4]: the kernel that failed on bfloat16."""
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])], "bf16",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [1, 1, 2, 2])],
+    )
+    path = tmp_path / "bf16.onnx"
+    onnx.save(helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 22)]), path)
+    return path
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.int4)])
+def test_ml_dtypes_arrays_round_trip_under_their_name(tmp_path: Path, dtype: np.dtype) -> None:
+    array = np.arange(-6, 6).reshape(3, 4).astype(dtype)[:, ::2]  # not contiguous
+    with (tmp_path / "a.npy").open("wb") as f:
+        save_npy(f, array)
+    assert b"'descr': '" + dtype.name.encode() + b"'" in (tmp_path / "a.npy").read_bytes()[:128]
+    with (tmp_path / "a.npz").open("wb") as f:
+        save_npz(f, {"a": array, "b": np.ones(2, np.float32)})
+    for got in (load_npy(tmp_path / "a.npy"), load_npz(tmp_path / "a.npz")["a"], np.load(tmp_path / "a.npy")):
+        assert got.dtype == dtype and got.shape == array.shape
+        assert got.tobytes() == np.ascontiguousarray(array).tobytes()
+
+
+def test_a_named_bfloat16_npy_keeps_its_size_checks(tmp_path: Path) -> None:
+    forged = forged_npy(tmp_path / "big.npy", (10**12,), "bfloat16")
+    with pytest.raises(ArrayFileError, match="2000000000000 bytes of data, the file holds 0"):
+        load_npy(forged)
+
+
+def test_raw_void_becomes_bfloat16_only_where_declared(tmp_path: Path) -> None:
+    bits = np.array([1.5, -2.0], BF16)
+    raw = bits.view("V2")
+    assert as_declared(raw, BF16).dtype == BF16
+    assert as_declared(raw, BF16).tobytes() == bits.tobytes()
+    assert as_declared(raw, None).dtype == raw.dtype  # nothing says bfloat16
+    assert as_declared(raw, np.dtype(np.float16)).dtype == raw.dtype  # a NumPy type is no reason
+    assert as_declared(raw.view("V1").reshape(2, 2), BF16).dtype == np.dtype("V1")  # another width
+
+
+def test_cli_runs_bfloat16_from_random_inputs_and_from_files(
+    bf16_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.npz"
+    assert main(["run", str(bf16_model), "--random-inputs", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert load_npz(out)["y"].dtype == BF16
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4).astype(BF16)
+    np.save(tmp_path / "x.npy", x)  # NumPy's own form: raw void '<V2'
+    assert np.load(tmp_path / "x.npy").dtype == np.dtype("V2")
+    assert main(["run", str(bf16_model), "--input", f"x={tmp_path / 'x.npy'}", "--out", str(out), "--force"]) == 0
+    y = load_npz(out)["y"]
+    assert y.dtype == BF16 and y.astype(np.float32).ravel().tolist() == [5, 7, 13, 15]
+
+
+def test_random_bfloat16_inputs_are_rounded_once_from_the_draw() -> None:
+    from sealtrace.inputs import random_feeds
+    from sealtrace.plan.model import ValueInfo
+
+    (drawn,) = random_feeds([ValueInfo("x", "tensor", BF16, (1000,))], seed=3).values()
+    draw = np.random.default_rng(3).standard_normal(1000)
+    assert drawn.dtype == BF16
+    assert np.all(np.abs(drawn.astype(np.float64) - draw) <= np.abs(draw) * 2.0**-8)  # half a bfloat16 ulp

@@ -7,6 +7,14 @@ must hold exactly the bytes its header declares; each ``.npz`` member exactly wh
 directory says it inflates to) and against the memory budget (:mod:`sealtrace.limits`) before one
 byte of data is read. No pickles, no object or structured dtypes; every failure is an
 :class:`ArrayFileError` naming the file (and the member).
+
+bfloat16 and ml_dtypes' other types (float8, int4 ...): ``np.save`` writes them as raw void
+(``'<V2'``), which says nothing of the type. sealtrace writes them (:func:`save_npy`,
+:func:`save_npz`) with the type's name as the header's ``descr`` (``'bfloat16'``), the data in the
+machine's byte order as NumPy holds them; such a file reads back as that type here, and through
+``np.load`` wherever ml_dtypes is imported (jax, onnx and sealtrace import it). A raw void array
+stays raw void: it becomes bfloat16 only where the model declares the input bfloat16
+(:func:`as_declared`), never by guessing from its width.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+import ml_dtypes  # noqa: F401  (registers 'bfloat16', 'float8_e4m3fn' ... as dtype names for the header parser)
 import numpy as np
 
 from sealtrace.errors import InputError
@@ -72,6 +81,45 @@ def read_npy_header(stream: IO[bytes], where: str) -> NpyHeader:
         # NumPy's header parser takes (-1,) as written; a size below zero describes no array.
         raise ArrayFileError(f"{where}: shape {str(shape)[:80]} has a negative or non-integer dimension")
     return NpyHeader(dtype, tuple(int(d) for d in shape), bool(fortran_order), stream.tell())
+
+
+def _extension(dtype: np.dtype[Any]) -> bool:
+    """ml_dtypes' types (bfloat16, float8, int4 ...), which NumPy can only call raw void."""
+    return dtype.type.__module__.split(".")[0] == "ml_dtypes"
+
+
+def as_declared(array: np.ndarray, declared: np.dtype[Any] | None) -> np.ndarray:
+    """``array`` as the ml_dtypes type ``declared`` when it is raw void of that width (what
+    ``np.save`` makes of bfloat16); every other array as it is. The declaration (a model's input
+    type) is what says bfloat16: raw void is never reinterpreted without one."""
+    if (
+        declared is not None and _extension(declared) and array.dtype.type is np.void
+        and array.dtype.names is None and array.dtype.itemsize == declared.itemsize
+    ):
+        return array.view(declared)
+    return array
+
+
+def save_npy(stream: IO[bytes], array: np.ndarray) -> None:
+    """Write ``array`` as a ``.npy`` file: ml_dtypes' types under their own name (module docstring)."""
+    array = np.asarray(array)
+    if not _extension(array.dtype):
+        np.lib.format.write_array(stream, array)  # as np.save and np.savez write it
+        return
+    header = {"descr": array.dtype.name, "fortran_order": False, "shape": array.shape}
+    try:
+        np.lib.format.write_array_header_1_0(stream, header)
+    except ValueError:  # a 1.0 header holds 65535 bytes; a shape of very many axes needs 2.0
+        np.lib.format.write_array_header_2_0(stream, header)
+    stream.write(np.ascontiguousarray(array).tobytes())
+
+
+def save_npz(stream: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` as a ``.npz`` archive (stored, as ``np.savez``), each through :func:`save_npy`."""
+    with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                save_npy(member, array)
 
 
 def _brief(exc: BaseException) -> str:

@@ -83,9 +83,13 @@ def _concrete_shape(info: ValueInfo, dims: Mapping[str, int]) -> tuple[int, ...]
 
 
 def _random_array(rng: np.random.Generator, info: ValueInfo, shape: tuple[int, ...]) -> np.ndarray:
+    from sealtrace.ops.numerics import format_of, is_float, round_to  # the kernels' import: only when drawing
+
     dtype = info.dtype if info.dtype is not None else np.dtype(np.float32)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
+    if is_float(dtype):  # bfloat16 too: rounded once from float64, as NumPy rounds into float16/32
+        values = rng.standard_normal(shape)
+        fmt = format_of(dtype)
+        return round_to(values, fmt) if fmt is not None else values.astype(dtype)
     if dtype.kind in "iu":
         return rng.integers(0, 16, size=shape).astype(dtype)
     if dtype.kind == "b":
@@ -140,9 +144,10 @@ def _check_dim_names(inputs: Sequence[ValueInfo], sizes: Mapping[str, int]) -> N
 
 
 def write_npz_atomically(path: Path, arrays: Mapping[str, np.ndarray], force: bool = True) -> None:
-    """Write ``arrays`` to ``path`` whole or not at all (sealtrace.outputs.atomic_output).
+    """Write ``arrays`` to ``path`` whole or not at all (sealtrace.outputs.atomic_output); bfloat16
+    arrays under their type's name (sealtrace.arrayfiles.save_npz).
 
     A directory that vanished meanwhile is a typed OutputPathError, not an internal error.
     """
     with atomic_output(path, force=force) as f:
-        np.savez(f, **arrays)  # type: ignore[arg-type]
+        arrayfiles.save_npz(f, dict(arrays))

@@ -119,7 +119,7 @@ def _grid_sample(
             index.append(i)
             weight = weight * (w if mask is None else np.where(mask, w, 0))
         acc += values[tuple(index)] * weight[..., None]
-    out = acc if x.dtype.kind == "f" else np.trunc(acc)
+    out = acc if numerics.is_float(x.dtype) else np.trunc(acc)
     return np.ascontiguousarray(np.moveaxis(out.astype(x.dtype), -1, 1))
 
 

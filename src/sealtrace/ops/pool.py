@@ -20,7 +20,7 @@ from sealtrace.ops.registry import KernelContext, register
 
 
 def _lowest(dtype: np.dtype[Any]) -> Any:
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return -np.inf if numerics.is_float(dtype) else np.iinfo(dtype).min
 
 
 def _reduce_separable(xp: Array, window: Window, fold: Any) -> Array:

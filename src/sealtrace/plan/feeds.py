@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from sealtrace.arrayfiles import as_declared
 from sealtrace.errors import InputError
 from sealtrace.plan.model import Plan, ValueInfo
 
@@ -28,7 +29,7 @@ def check_feeds(plan: Plan, feeds: Mapping[str, Any]) -> dict[str, Any]:
         if name not in feeds:
             problems.append(f"missing input {name!r} ({info.describe()})")
             continue
-        value = feeds[name]
+        value = as_declared(feeds[name], info.dtype) if isinstance(feeds[name], np.ndarray) else feeds[name]
         problem = _check_value(info, value)
         if problem:
             problems.append(f"input {name!r}: {problem}")
