@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from sealtrace.falsify.errors import PropertyError, VnnlibSyntaxError
+from sealtrace.falsify.errors import PropertyError, PropertyReadTimeoutError, VnnlibSyntaxError
 from sealtrace.falsify.property import Box, LinearConstraint, OutputSet, Property, Region
 from sealtrace.falsify.vnnlib import load_vnnlib, parse_vnnlib
 
@@ -55,6 +55,7 @@ __all__ = [
     "OutputSet",
     "Property",
     "PropertyError",
+    "PropertyReadTimeoutError",
     "Region",
     "Search",
     "SearchSettings",
