@@ -128,10 +128,6 @@ class _Reader:
                 raise self.error(f"{token.text!r} outside parentheses", token.line, token.column)
             stack[-1][1].append(SExpr(token.line, token.column, atom=token.text))
 
-    @property
-    def at_top_level(self) -> bool:
-        return not self.stack
-
     def finish(self) -> None:
         if self.stack:
             opener = self.stack[-1][0]
@@ -334,7 +330,7 @@ def parse_vnnlib(text: str, path: str = "<vnnlib>", name: str | None = None) -> 
     Raises :class:`VnnlibSyntaxError` (with line and column) for malformed input and
     :class:`PropertyError` for a property that parses but cannot be searched (an input without bounds).
     """
-    return _parse(enumerate(text.split("\n"), 1), path, name)
+    return _parse([(1, text.split("\n"))], path, name)
 
 
 def load_vnnlib(path: str | os.PathLike[str], *, deadline: float | None = None) -> Property:
@@ -353,8 +349,9 @@ def load_vnnlib(path: str | os.PathLike[str], *, deadline: float | None = None) 
         return _parse(_file_lines(f, where, size, deadline), where, None)
 
 
-def _file_lines(f: BinaryIO, where: str, size: int, deadline: float | None) -> Iterator[tuple[int, str]]:
-    """The numbered lines of ``f``, decoded as UTF-8 a chunk at a time; the deadline is checked per chunk."""
+def _file_lines(f: BinaryIO, where: str, size: int, deadline: float | None) -> Iterator[tuple[int, list[str]]]:
+    """The lines of ``f`` a chunk at a time, each block with its first line's number, decoded as UTF-8;
+    the deadline is checked per chunk."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     number, carry, offset = 1, "", 0
     while True:
@@ -373,25 +370,27 @@ def _file_lines(f: BinaryIO, where: str, size: int, deadline: float | None) -> I
         offset += len(chunk)
         lines = text.split("\n")
         carry = lines.pop() if chunk else ""
-        for line in lines:
-            yield number, line
-            number += 1
+        yield number, lines
+        number += len(lines)
         if not chunk:
-            yield number, carry
+            yield number, [carry]
             return
 
 
-def _parse(lines: Iterable[tuple[int, str]], path: str, name: str | None) -> Property:
+def _parse(blocks: Iterable[tuple[int, list[str]]], path: str, name: str | None) -> Property:
+    """The property in ``blocks`` of lines (each with its first line's number)."""
     normalizer = _Normalizer(path)
     reader = _Reader(path, normalizer.command)
-    for number, line in lines:
-        if reader.at_top_level:
-            # The bulk of a property (declarations, one bound per line) skips the general reader.
-            match = _SIMPLE_LINE.fullmatch(line)
-            if match is not None:
-                normalizer.simple_line(match, number)
-                continue
-        reader.feed(line, number)
+    simple, simple_line = _SIMPLE_LINE.fullmatch, normalizer.simple_line
+    for first, lines in blocks:
+        for number, line in enumerate(lines, first):
+            if not reader.stack:
+                # The bulk of a property (declarations, one bound per line) skips the general reader.
+                match = simple(line)
+                if match is not None:
+                    simple_line(match, number)
+                    continue
+            reader.feed(line, number)
     reader.finish()
     if not normalizer.assert_count:
         raise PropertyError("no (assert ...): the property says nothing", path)
@@ -400,8 +399,8 @@ def _parse(lines: Iterable[tuple[int, str]], path: str, name: str | None) -> Pro
     try:
         disjuncts: list[list[_Atom]] = [[]]
         if normalizer.asserts:
-            first = normalizer.asserts[0]
-            conjunction = SExpr(first.line, first.column, items=(SExpr(0, 0, atom="and"), *normalizer.asserts))
+            opening = normalizer.asserts[0]
+            conjunction = SExpr(opening.line, opening.column, items=(SExpr(0, 0, atom="and"), *normalizer.asserts))
             disjuncts = normalizer.formula(conjunction)
     except VnnlibSyntaxError as exc:
         if forward is None or (exc.line, exc.column) < forward[1:]:
