@@ -40,6 +40,10 @@ SAMPLE_ROWS = 4096
 # Copies of a row one batch holds at once: u, x and its clamp, the gradient and Adam's moments, and
 # as much again for the network's activations (a guess: their sizes are the network's business).
 ROW_COPIES = 16
+# Batches one sampling pass draws at most (8,192 points of a small network are two).
+SAMPLE_BATCHES = 64
+# Best points kept per region to seed later rounds, at most.
+ELITES = 64
 # Candidates within the slack certified at the end of a round, at most.
 LATE_PER_ROUND = 8
 
@@ -275,6 +279,11 @@ class Search:
         per_row = ROW_COPIES * itemsize * (self.prop.n_inputs + self.prop.n_outputs)
         return max(1, memory_budget() // 4 // per_row)
 
+    def _sample_cap(self) -> int:
+        """Most points one sampling pass draws: SAMPLE_BATCHES batches. Where the budget makes batches
+        small (large inputs) sampling is no longer cheap, and the gradient rounds get the time."""
+        return SAMPLE_BATCHES * min(SAMPLE_ROWS, self.rows_within_budget())
+
     def _time_left(self) -> bool:
         return time.perf_counter() < self._deadline
 
@@ -290,7 +299,9 @@ class Search:
         margins, surrogate = space.objective.margin(x, self.network(x), temperature)
         return x, margins, surrogate
 
-    def _remember(self, space: _RegionSpace, u: torch.Tensor, margins: torch.Tensor, keep: int = 64) -> None:
+    def _remember(self, space: _RegionSpace, u: torch.Tensor, margins: torch.Tensor) -> None:
+        # The best 64 points, or a batch's worth where rows are large: copying them is per batch.
+        keep = min(ELITES, self.rows_within_budget())
         pool_u = torch.cat([space.elites, u.detach()])
         pool_m = torch.cat([space.elite_margins, margins.detach()])
         order = torch.argsort(pool_m)[:keep]
@@ -342,7 +353,7 @@ class Search:
             if rnd >= len(self.spaces) * len(schedule):
                 # After one full pass of the schedule, keep sampling a little each round: the best
                 # points seen seed later rounds, and narrow violated regions are found that way.
-                yield from self._sample_region(space, s.batch * 8)
+                yield from self._sample_region(space, min(s.batch * 8, self._sample_cap()))
             u0 = self._starts(space, batch, rnd, level)
             self.stats.starts += batch
             yield from self._descend(space, u0, method, rnd, s.step_size * 10.0**-level)
@@ -353,7 +364,7 @@ class Search:
 
     def _sample(self) -> Iterator[Candidate]:
         """The cheap pass: uniform points (a quarter of them box corners), no gradients."""
-        per_region = self.settings.samples // max(1, len(self.spaces))
+        per_region = min(self.settings.samples // max(1, len(self.spaces)), self._sample_cap())
         for space in self.spaces:
             yield from self._sample_region(space, per_region)
 
