@@ -76,3 +76,35 @@ def safe_file(tmp_path: Path) -> Path:
     path = tmp_path / "safe.vnnlib"
     path.write_text(SAFE)
     return path
+
+
+def stand_in_network(n_inputs: int, seed: int = 0) -> onnx.ModelProto:
+    """A driving-model stand-in at real input size: x[1, n] -> Gemm(16) -> Relu -> Gemm(8) -> Split into
+    plan[1, 3] and meta[1, 5]. Nonnegative weights make every output grow with every input."""
+    rng = np.random.default_rng(seed)
+    w1 = numpy_helper.from_array((rng.random((n_inputs, 16)) / n_inputs).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.random((16, 8)).astype(np.float32), "w2")
+    split = numpy_helper.from_array(np.array([3, 5], np.int64), "split")
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1"], ["h"], name="gemm1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("Gemm", ["r", "w2"], ["y"], name="gemm2"),
+        helper.make_node("Split", ["y", "split"], ["plan", "meta"], axis=1, name="split"),
+    ]
+    return make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n_inputs])],
+        [helper.make_tensor_value_info("plan", TensorProto.FLOAT, [1, 3]),
+         helper.make_tensor_value_info("meta", TensorProto.FLOAT, [1, 5])],
+        [w1, w2, split],
+    )
+
+
+def write_box_property(path: Path, lower: np.ndarray, upper: np.ndarray, n_outputs: int, unsafe: str) -> None:
+    """A VNN-COMP-style property: one declaration and two bounds per input (shortest decimals), then ``unsafe``."""
+    with path.open("w") as f:
+        f.writelines(f"(declare-const X_{i} Real)\n" for i in range(len(lower)))
+        f.writelines(f"(declare-const Y_{j} Real)\n" for j in range(n_outputs))
+        for i, (lo, hi) in enumerate(zip(lower.tolist(), upper.tolist(), strict=True)):
+            f.write(f"(assert (>= X_{i} {lo!r}))\n(assert (<= X_{i} {hi!r}))\n")
+        f.write(f"(assert {unsafe})\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,13 @@ import pytest
 
 from sealtrace.audit import verify_log
 from sealtrace.cli import main
-from tests.falsify.conftest import toy_network
+from tests.falsify.conftest import (
+    VIOLATED,
+    stand_in_network,
+    toy_network,
+    two_input_network,
+    write_box_property,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -278,3 +285,104 @@ def test_falsify_bench_refuses_a_network_that_is_not_a_file(
     assert main(["falsify-bench", str(instances), "--json"]) == 2  # /dev/zero was read forever
     report = json.loads(capsys.readouterr().out)
     assert "not a model" in report["results"][0]["error"]
+
+
+def test_fix_pins_a_named_input_and_the_others_are_searched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "two.onnx"
+    onnx.save(two_input_network(), model)
+    shift = tmp_path / "shift.npy"
+    np.save(shift, np.array([[1.25]], np.float32))
+    prop = tmp_path / "p.vnnlib"
+    prop.write_text(VIOLATED.replace("(assert (>= Y_1 0.75))", "(assert (>= Y_0 2.1))"))  # y0 = x0 + shift
+    cex = tmp_path / "cex.npz"
+    assert main(["falsify", str(model), str(prop), "--fix", f"shift={shift}", "--counterexample", str(cex)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "sat"
+    with np.load(cex) as saved:
+        assert float(saved["shift"][0, 0]) == 1.25 and saved["x"].shape == (1, 2)
+    # Wrong name, shape or dtype: one line, exit 2.
+    np.save(tmp_path / "wide.npy", np.zeros((1, 2), np.float32))
+    np.save(tmp_path / "double.npy", np.zeros((1, 1), np.float64))
+    for fix, message in ((f"nope={shift}", "unknown input(s) 'nope'"),
+                         (f"shift={tmp_path / 'wide.npy'}", "has shape [1, 1]; the fixed value given has [1, 2]"),
+                         (f"shift={tmp_path / 'double.npy'}", "is float32; the fixed value given is float64"),
+                         ("shift", "expected NAME=VALUE")):
+        assert main(["falsify", str(model), str(prop), "--fix", fix]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_an_input_pinned_between_equal_decimals_says_why_there_is_no_answer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "two.onnx"
+    onnx.save(two_input_network(), model)
+    prop = tmp_path / "p.vnnlib"
+    prop.write_text(VIOLATED.replace("(declare-const Y_0", "(declare-const X_2 Real)\n(declare-const Y_0")
+                    + "(assert (>= X_2 0.1))\n(assert (<= X_2 0.1))\n")
+    assert main(["falsify", str(model), str(prop)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "unknown" and "stopped by no-region" in out
+    assert ("why: region 0: no float32 point inside the box (X_2 is pinned to 0.1, and no float32 lies there: the "
+            "nearest are 0.0999999940395355224609375 and 0.100000001490116119384765625") in out
+    assert "--fix NAME=FILE.npy" in out
+
+
+def _stand_in(tmp_path: Path, n_inputs: int, unsafe: str) -> tuple[Path, Path]:
+    model, prop = tmp_path / "stand_in.onnx", tmp_path / "stand_in.vnnlib"
+    onnx.save(stand_in_network(n_inputs), model)
+    write_box_property(prop, np.zeros(n_inputs), np.ones(n_inputs), 8, unsafe)
+    return model, prop
+
+
+def _stand_in_peak(n_inputs: int) -> float:
+    """plan[0] at x = 1 (its largest value in the box), in float64."""
+    graph = stand_in_network(n_inputs).graph
+    w1, w2 = (onnx.numpy_helper.to_array(t).astype(np.float64) for t in graph.initializer[:2])
+    return float((np.maximum(np.ones(n_inputs) @ w1, 0) @ w2)[0])
+
+
+STAND_IN_INPUTS = 30_000
+
+
+def test_full_size_stand_in_sat_is_certified_and_summarized(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    peak = _stand_in_peak(STAND_IN_INPUTS)
+    model, prop = _stand_in(tmp_path, STAND_IN_INPUTS, f"(>= Y_0 {0.6 * peak!r})")
+    cex, result = tmp_path / "cex.npz", tmp_path / "result.txt"
+    assert main(["falsify", str(model), str(prop), "--timeout", "60", "--counterexample", str(cex),
+                 "--result", str(result)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "sat" and len(lines) < 20, out[:2000]
+    assert "30,000 input values (X), 8 output values (Y); model inputs x [1, 30000]" in out
+    assert f"wrote the counterexample (every model input, by name) to {cex}" in out
+    with np.load(cex) as saved:
+        x = saved["x"]
+    assert x.shape == (1, STAND_IN_INPUTS) and x.dtype == np.float32 and x.min() >= 0 and x.max() <= 1
+    assert result.read_text().count("(X_") == STAND_IN_INPUTS
+    # Never overwritten without --force.
+    assert main(["falsify", str(model), str(prop), "--counterexample", str(cex)]) == 2
+    assert "file exists" in capsys.readouterr().err
+
+
+def test_full_size_stand_in_unreachable_is_unknown_at_the_timeout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, prop = _stand_in(tmp_path, STAND_IN_INPUTS, f"(>= Y_0 {2 * _stand_in_peak(STAND_IN_INPUTS)!r})")
+    started = time.perf_counter()
+    assert main(["falsify", str(model), str(prop), "--timeout", "3", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "unknown" and report["search"]["stopped_by"] == "timeout"
+    assert report["search"]["samples"] > 0
+    assert time.perf_counter() - started < 15
+    # The timeout covers reading the property too: a budget spent while reading it is an unknown answer.
+    assert main(["falsify", str(model), str(prop), "--timeout", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "unknown"
+    assert "stopped by timeout" in out and "why: the time ran out while reading the property (" in out
+
+
+def test_falsify_bench_time_limit_covers_reading_the_property(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, prop = _stand_in(tmp_path, STAND_IN_INPUTS, "(>= Y_0 1e9)")
+    (tmp_path / "instances.csv").write_text(f"{model.name},{prop.name},0.01\n")
+    assert main(["falsify-bench", str(tmp_path / "instances.csv"), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["results"]
+    assert row["result"] == "unknown" and row["error"] in (None, "")
+    assert float(row["time_s"]) < 2  # stopped within a chunk of the property (reading all of it took seconds)

@@ -25,6 +25,7 @@ from sealtrace.falsify import (
     save_violation,
 )
 from sealtrace.falsify.search import float_bounds
+from sealtrace.limits import memory_budget_of
 from tests.falsify.conftest import two_input_network
 
 FAST = SearchSettings(timeout_s=20, batch=64, steps=20, samples=256)
@@ -261,3 +262,43 @@ def test_seal_cache_key_covers_external_data(tmp_path: Path) -> None:
     raw[0] ^= 0x40
     data.write_bytes(bytes(raw))
     assert sealed_container(model, tmp_path / "cache") != first  # new weights, new key, sealed again
+
+
+class _RowCounter(torch.nn.Module):
+    """The toy network (y = relu(x @ W)) that remembers the most rows one call was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.tensor([[1.0, 1.0], [1.0, -1.0]])
+        self.most_rows = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.most_rows = max(self.most_rows, x.numel() // 2)
+        return torch.relu(x @ self.weight)
+
+
+def test_batches_are_sized_to_the_memory_budget(toy_file: Path, safe_file: Path, tmp_path: Path) -> None:
+    # Sampling drew 4,096 rows at a time whatever the input size (2.4 GB at 25k inputs).
+    prop = load_vnnlib(safe_file)
+    settings = SearchSettings(timeout_s=20, max_starts=64, batch=64, steps=2, samples=4096)
+    module = _RowCounter()
+    # A row of 2 inputs and 2 outputs (float32) is counted as 16 copies: 256 bytes; a quarter of 40 KiB fits 40.
+    with memory_budget_of(40 * 1024):
+        result = falsify(toy_file, prop, settings, module=module, cache_dir=tmp_path)
+    # A sampling pass is at most 64 batches: with batches of 40 rows, 2,560 of the 4,096 samples asked for.
+    assert result.status == "unknown" and result.stats.samples == 64 * 40 and result.stats.starts == 64
+    assert module.most_rows == 40
+    module.most_rows = 0
+    falsify(toy_file, prop, settings, module=module, cache_dir=tmp_path)
+    assert module.most_rows == 4096  # the default budget holds the full batch of such small rows
+
+
+def test_float_bounds_beyond_float_range_and_at_exact_values() -> None:
+    huge = Fraction(10) ** 400
+    box = Box((-huge, Fraction(1, 2), Fraction(1, 2)), (huge, Fraction(1, 2), Fraction(3, 4)),
+              (False, False, True), (False, False, False))
+    lo, hi = float_bounds(box, np.dtype(np.float32))
+    top = np.finfo(np.float32).max
+    assert (lo[0], hi[0]) == (-top, top)
+    assert (lo[1], hi[1]) == (0.5, 0.5)  # an exact float32 bound is kept
+    assert lo[2] == np.nextafter(np.float32(0.5), np.float32(1)) and hi[2] == 0.75  # strict: one step inward

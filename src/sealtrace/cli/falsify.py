@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,10 +15,12 @@ from rich.text import Text
 
 from sealtrace.cli import app
 from sealtrace.errors import BackendError, CheckFailedError, InputError
-from sealtrace.limits import open_regular_file
+from sealtrace.inputs import load_array, parse_assignments
+from sealtrace.limits import format_size, open_regular_file
 from sealtrace.outputs import atomic_output, check_output
 
 if TYPE_CHECKING:  # the falsify package imports torch: only load it when a falsify verb runs
+    from sealtrace.falsify import FalsifyResult
     from sealtrace.falsify.instances import BenchSummary, InstanceResult
 
 
@@ -50,21 +53,32 @@ def _check_readable(path: str, what: str) -> None:
     f.close()
 
 
+# A counterexample with at most this many variables is printed in full; a larger one is summarized.
+PRINT_ALL_VARIABLES = 32
+# Constraints of the holding output set shown, the furthest past their bound first.
+SHOWN_CONSTRAINTS = 8
+
+
 @app.command()
 @click.argument("model", type=click.Path())
 @click.argument("property_file", metavar="PROPERTY.vnnlib", type=click.Path())
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
-              metavar="S", help="Time budget in seconds (search and certification).")
+              metavar="S", help="Time budget in seconds (reading the property, search and certification).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--starts", type=click.IntRange(min=1), default=None, metavar="N",
               help="Budget of gradient starts (default: until the timeout).")
+@click.option("--fix", "fixed_files", multiple=True, metavar="NAME=FILE.npy",
+              help="Pin the model input NAME to the values of FILE.npy (the other inputs are searched); repeatable.")
+@click.option("--counterexample", "counterexample_path", type=click.Path(), metavar="FILE.npz",
+              help="Write the certified counterexample: every model input by name, as the reference run was fed.")
 @click.option("--save-violation", "save_path", type=click.Path(), metavar="CEX.npy",
               help="Write the certified counterexample's input (.npy).")
 @click.option("--result", "result_path", type=click.Path(), metavar="FILE",
               help="Write the VNN-COMP result file (sat and the assignment, or unknown).")
 @click.option("--audit", "audit_path", type=click.Path(), metavar="LOG.jsonl",
               help="Keep the certifying run's audit log here.")
-@click.option("--force", is_flag=True, help="Overwrite existing --result, --save-violation and --audit files.")
+@click.option("--force", is_flag=True,
+              help="Overwrite existing --result, --counterexample, --save-violation and --audit files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
 def falsify(
     model: str,
@@ -72,6 +86,8 @@ def falsify(
     timeout: float,
     seed: int,
     starts: int | None,
+    fixed_files: tuple[str, ...],
+    counterexample_path: str | None,
     save_path: str | None,
     result_path: str | None,
     audit_path: str | None,
@@ -84,29 +100,75 @@ def falsify(
     first) on the reference interpreter with an audit log. Never prints unsat: a search that finds
     nothing proves nothing.
     """
+    started = time.perf_counter()
+    deadline = started + timeout
     if save_path and Path(save_path).suffix != ".npy":
         raise InputError(f"--save-violation {save_path}: the file name must end in .npy")
-    _check_outputs({"--result": result_path, "--save-violation": save_path, "--audit": audit_path}, force)
+    if counterexample_path and Path(counterexample_path).suffix != ".npz":
+        raise InputError(f"--counterexample {counterexample_path}: the file name must end in .npz")
+    _check_outputs({"--result": result_path, "--counterexample": counterexample_path,
+                    "--save-violation": save_path, "--audit": audit_path}, force)
     _check_readable(model, "model")
+    fixed = {name: load_array(path) for name, path in parse_assignments(fixed_files, "--fix").items()}
     _require_torch("falsify")
-    from sealtrace.falsify import SearchSettings, load_vnnlib, save_violation
+    from sealtrace.falsify import (
+        PropertyReadTimeoutError,
+        SearchSettings,
+        load_vnnlib,
+        save_counterexample,
+        save_violation,
+        unknown_before_search,
+    )
     from sealtrace.falsify import falsify as run_falsify
 
-    prop = load_vnnlib(property_file)
-    settings = SearchSettings(seed=seed, timeout_s=timeout, max_starts=starts)
-    # The certifying run's log replaces an existing one (--force) only once it is complete.
-    result = run_falsify(model, prop, settings, audit=audit_path, overwrite=force)
+    try:
+        prop = load_vnnlib(property_file, deadline=deadline)
+    except PropertyReadTimeoutError as exc:
+        reason = f"the time ran out while reading the property ({format_size(exc.read)} of {format_size(exc.size)})"
+        result = unknown_before_search(Path(property_file).name, model, reason, time.perf_counter() - started)
+    else:
+        settings = SearchSettings(seed=seed, timeout_s=timeout, max_starts=starts)
+        # The certifying run's log replaces an existing one (--force) only once it is complete.
+        result = run_falsify(model, prop, settings, audit=audit_path, overwrite=force, fixed_inputs=fixed,
+                             deadline=deadline)
     if result_path:
         with atomic_output(result_path, force) as f:
             f.write(result.vnncomp_text().encode("utf-8"))
     if save_path and result.certified:
         save_violation(result, save_path, force=force)
+    if counterexample_path and result.certified:
+        save_counterexample(result, counterexample_path, force=force)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
         return
     click.echo(result.status)
+    if result.counterexample is not None:
+        _print_counterexample(result, counterexample_path, save_path)
+    else:
+        stats = result.stats
+        # The time since the command began: the budget covers reading the property, before the search.
+        click.echo(f"no certified counterexample in {time.perf_counter() - started:.1f} s (stopped by "
+                   f"{stats.stopped_by}): "
+                   f"{stats.samples} samples, {stats.starts} starts, {stats.steps} gradient steps, "
+                   f"best margin {stats.best_margin:.6g} (a counterexample needs < 0)")
+        if result.reason:
+            click.echo(f"why: {result.reason}")
+        if stats.stopped_by == "no-region":
+            click.echo("an input pinned by VNNLIB bounds must be pinned to a value of its type: pin it with "
+                       "--fix NAME=FILE.npy, or write its bounds as that value's exact decimal")
+    if result.rejected_count:
+        click.echo(f"{result.rejected_count} candidate(s) the reference run did not confirm; first: "
+                   f"{result.rejected[0].reason}")
+    if result_path:
+        click.echo(f"wrote the VNN-COMP result to {result_path}")
+
+
+def _print_counterexample(result: FalsifyResult, counterexample_path: str | None, save_path: str | None) -> None:
+    """The certified counterexample: in full when small, else a summary (the VNN-COMP file and
+    --counterexample hold every value)."""
     cex = result.counterexample
-    if cex is not None:
+    assert cex is not None
+    if len(cex.x) + len(cex.y) <= PRINT_ALL_VARIABLES:
         table = Table(title="counterexample, certified by the reference run", title_justify="left")
         for column in ("variable", "value (as run)"):
             table.add_column(column, no_wrap=True)
@@ -115,25 +177,26 @@ def falsify(
         for j, v in enumerate(cex.y):
             table.add_row(f"Y_{j}", repr(float(v)))
         Console(highlight=False, markup=False, width=max(100, Console().width)).print(table)
-        click.echo(f"inside the input box of region {cex.region}; output set {cex.output_set} holds (exact values):")
-        for value in cex.values:
-            click.echo(f"  {value.constraint}: {value.value_text()}  [{value.source}]")
-        click.echo(f"container {result.container_digest}")
-        click.echo(f"audit run digest {cex.run_digest}" + (f" (log {cex.audit_log})" if cex.audit_log else ""))
-        click.echo(f"time to the certified counterexample {result.time_to_counterexample_s:.3f} s "
-                   f"(setup {result.setup_s:.3f} s, {result.stats.samples} samples, {result.stats.starts} starts)")
-        if save_path:
-            click.echo(f"wrote the counterexample's input to {save_path}")
     else:
-        stats = result.stats
-        click.echo(f"no certified counterexample in {result.total_s:.1f} s (stopped by {stats.stopped_by}): "
-                   f"{stats.samples} samples, {stats.starts} starts, {stats.steps} gradient steps, "
-                   f"best margin {stats.best_margin:.6g} (a counterexample needs < 0)")
-    if result.rejected_count:
-        click.echo(f"{result.rejected_count} candidate(s) the reference run did not confirm; first: "
-                   f"{result.rejected[0].reason}")
-    if result_path:
-        click.echo(f"wrote the VNN-COMP result to {result_path}")
+        inputs = ", ".join(f"{name} {list(value.shape)}" for name, value in cex.feeds.items())
+        click.echo(f"counterexample, certified by the reference run: {len(cex.x):,} input values (X), "
+                   f"{len(cex.y):,} output values (Y); model inputs {inputs}")
+    shown = sorted(cex.values, key=lambda v: v.value)[:SHOWN_CONSTRAINTS]
+    click.echo(f"inside the input box of region {cex.region}; output set {cex.output_set} holds (exact values"
+               + (f"; the {len(shown)} furthest past their bound of {len(cex.values)}" if len(shown) < len(cex.values)
+                  else "") + "):")
+    for value in shown:
+        click.echo(f"  {value.constraint}: {value.value_text()}  [{value.source}]")
+    click.echo(f"container {result.container_digest}")
+    click.echo(f"audit run digest {cex.run_digest}" + (f" (log {cex.audit_log})" if cex.audit_log else ""))
+    click.echo(f"time to the certified counterexample {result.time_to_counterexample_s:.3f} s "
+               f"(setup {result.setup_s:.3f} s, {result.stats.samples} samples, {result.stats.starts} starts)")
+    if counterexample_path:
+        click.echo(f"wrote the counterexample (every model input, by name) to {counterexample_path}")
+    if save_path:
+        click.echo(f"wrote the counterexample's input to {save_path}")
+    if not counterexample_path and len(cex.x) + len(cex.y) > PRINT_ALL_VARIABLES:
+        click.echo("every value: --counterexample FILE.npz (model inputs by name) or --result FILE (VNN-COMP)")
 
 
 @app.command("falsify-bench")

@@ -13,13 +13,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from sealtrace.falsify.errors import PropertyError, VnnlibSyntaxError
+from sealtrace.falsify.errors import PropertyError, PropertyReadTimeoutError, VnnlibSyntaxError
 from sealtrace.falsify.property import Box, LinearConstraint, OutputSet, Property, Region
 from sealtrace.falsify.vnnlib import load_vnnlib, parse_vnnlib
 
 if TYPE_CHECKING:
     from sealtrace.falsify.certify import Certificate, Certifier, ConstraintValue, sealed_container
-    from sealtrace.falsify.falsifier import FalsifyResult, falsify, save_violation
+    from sealtrace.falsify.falsifier import (
+        FalsifyResult,
+        falsify,
+        save_counterexample,
+        save_violation,
+        unknown_before_search,
+    )
     from sealtrace.falsify.network import BatchedNetwork, NetworkLayout, layout_of
     from sealtrace.falsify.search import Candidate, Search, SearchSettings, SearchStats
 
@@ -27,7 +33,8 @@ if TYPE_CHECKING:
 # input checks) must not pay for it, so these are imported on first use.
 _LAZY = {
     **dict.fromkeys(["Certificate", "Certifier", "ConstraintValue", "sealed_container"], "certify"),
-    **dict.fromkeys(["FalsifyResult", "falsify", "save_violation"], "falsifier"),
+    **dict.fromkeys(["FalsifyResult", "falsify", "save_counterexample", "save_violation", "unknown_before_search"],
+                    "falsifier"),
     **dict.fromkeys(["BatchedNetwork", "NetworkLayout", "layout_of"], "network"),
     **dict.fromkeys(["Candidate", "Search", "SearchSettings", "SearchStats"], "search"),
 }
@@ -55,6 +62,7 @@ __all__ = [
     "OutputSet",
     "Property",
     "PropertyError",
+    "PropertyReadTimeoutError",
     "Region",
     "Search",
     "SearchSettings",
@@ -64,6 +72,8 @@ __all__ = [
     "layout_of",
     "load_vnnlib",
     "parse_vnnlib",
+    "save_counterexample",
     "save_violation",
     "sealed_container",
+    "unknown_before_search",
 ]

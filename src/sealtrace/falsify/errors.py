@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sealtrace.errors import InputError
+from sealtrace.errors import InputError, SealtraceError
 
 
 class PropertyError(InputError):
@@ -24,3 +24,16 @@ class VnnlibSyntaxError(PropertyError):
         self.line = line
         self.column = column
         super().__init__(message, f"{path}:{line}:{column}")
+
+
+class PropertyReadTimeoutError(SealtraceError):
+    """The time budget ran out while a property file was being read (``read`` of ``size`` bytes).
+
+    Not bad input: the falsifier's answer is ``unknown``, as for a search that runs out of time.
+    """
+
+    def __init__(self, path: str, read: int, size: int) -> None:
+        self.path = path
+        self.read = read
+        self.size = size
+        super().__init__(f"{path}: the time budget ran out while reading the property ({read} of {size} bytes read)")

@@ -22,6 +22,7 @@ from sealtrace.falsify.certify import Certificate, Certifier, sealed_container
 from sealtrace.falsify.network import BatchedNetwork, layout_of
 from sealtrace.falsify.property import Property
 from sealtrace.falsify.search import Search, SearchSettings, SearchStats
+from sealtrace.inputs import write_npz_atomically
 from sealtrace.limits import open_regular_file
 from sealtrace.outputs import atomic_output
 from sealtrace.session import Session
@@ -49,6 +50,8 @@ class FalsifyResult:
     batching: str = ""
     seed: int = 0
     searched_inputs: list[str] = field(default_factory=list)
+    # Why the answer is unknown beyond what the search's stats say (no region to search, reading ran out of time).
+    reason: str = ""
 
     @property
     def certified(self) -> bool:
@@ -63,6 +66,7 @@ class FalsifyResult:
             "container_digest": self.container_digest,
             "certified": self.certified,
             "counterexample": self.counterexample.to_json() if self.counterexample else None,
+            "reason": self.reason,
             "rejected_count": self.rejected_count,
             "rejected": [c.to_json() for c in self.rejected],
             "search": self.stats.to_json(),
@@ -100,6 +104,7 @@ def falsify(
     cache_dir: str | os.PathLike[str] | None = None,
     on_progress: Callable[[SearchStats], None] | None = None,
     on_rejected: Callable[[Certificate], None] | None = None,
+    deadline: float | None = None,
 ) -> FalsifyResult:
     """Search ``model`` for a counterexample to ``prop``; report one only once it is certified.
 
@@ -110,7 +115,9 @@ def falsify(
     not in ``fixed_inputs``, which maps input names to fixed values). ``audit`` is where the
     certifying run's audit log goes (default: kept in memory; its run digest is still reported);
     an existing file there is refused unless ``overwrite``, and replaced only by a complete log.
-    The time budget (``settings.timeout_s``) covers the search and the certifying runs.
+    The time budget (``settings.timeout_s``) covers the search and the certifying runs; ``deadline``
+    (a :func:`time.perf_counter` time, for a caller whose budget began earlier, e.g. before reading
+    the property) replaces the end it sets.
     """
     settings = settings or SearchSettings()
     started = time.perf_counter()
@@ -135,13 +142,15 @@ def falsify(
     network = BatchedNetwork(module, layout)
     setup_s = time.perf_counter() - started
 
-    deadline = None if settings.timeout_s is None else started + settings.timeout_s
+    if deadline is None and settings.timeout_s is not None:
+        deadline = started + settings.timeout_s
     search = Search(network, prop, settings, deadline=deadline, on_progress=on_progress)
     result = FalsifyResult(
         "unknown", prop.name, str(model) if not isinstance(model, ModelProto) else "<ModelProto>",
         str(container), certifier.container_digest, None, stats=search.stats, setup_s=setup_s,
         batching=network.mode, seed=settings.seed,
         searched_inputs=[slot.name for slot in layout.inputs if slot.start is not None],
+        reason="; ".join(search.stats.skipped_regions) if not search.spaces else "",
     )
     candidates = search.candidates()
     try:
@@ -163,6 +172,21 @@ def falsify(
         candidates.close()  # restores torch's thread count and records the search's time now
     result.total_s = time.perf_counter() - started
     return result
+
+
+def unknown_before_search(prop_name: str, model: str, reason: str, elapsed_s: float) -> FalsifyResult:
+    """The result of a run whose time ran out before the search began (while reading the property)."""
+    return FalsifyResult("unknown", prop_name, model, "", None, None, stats=SearchStats(stopped_by="timeout"),
+                         total_s=elapsed_s, reason=reason)
+
+
+def save_counterexample(result: FalsifyResult, path: str | os.PathLike[str], *, force: bool = False) -> None:
+    """Write the certified counterexample to ``path`` (.npz): every model input by name, exactly as the
+    reference run was fed (``sealtrace run MODEL --inputs FILE`` runs it again). An existing file is
+    kept unless ``force``."""
+    if result.counterexample is None:
+        raise ValueError("no counterexample to save")
+    write_npz_atomically(Path(path), result.counterexample.feeds, force=force)
 
 
 def save_violation(result: FalsifyResult, path: str | os.PathLike[str], *, force: bool = False) -> None:

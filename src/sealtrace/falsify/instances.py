@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sealtrace.errors import InputError, SealtraceError
+from sealtrace.falsify.errors import PropertyReadTimeoutError
 from sealtrace.falsify.falsifier import falsify
 from sealtrace.falsify.search import SearchSettings
 from sealtrace.falsify.vnnlib import load_vnnlib, read_text_input
@@ -138,16 +139,20 @@ def run_instance(
     base = settings or SearchSettings()
     budget = instance.timeout_s if timeout_s is None else min(instance.timeout_s, timeout_s)
     started = time.perf_counter()
+    # The instance's time limit covers reading its property, as VNN-COMP's covers everything.
+    deadline = started + budget
     try:
-        prop = load_vnnlib(instance.vnnlib)
+        prop = load_vnnlib(instance.vnnlib, deadline=deadline)
         run_settings = SearchSettings(**{**base.__dict__, "timeout_s": budget})
-        outcome = falsify(instance.network, prop, run_settings, cache_dir=cache_dir)
+        outcome = falsify(instance.network, prop, run_settings, cache_dir=cache_dir, deadline=deadline)
         cex = outcome.counterexample
         return InstanceResult(
             instance, outcome.status, time.perf_counter() - started, outcome.certified, budget,
             outcome.time_to_counterexample_s, cex.run_digest if cex else None, outcome.rejected_count,
             counterexample=tuple(float(v) for v in cex.x) if cex is not None and outcome.certified else None,
         )
+    except PropertyReadTimeoutError:
+        return InstanceResult(instance, "unknown", time.perf_counter() - started, False, budget)
     except SealtraceError as exc:
         return InstanceResult(instance, "error", time.perf_counter() - started, False, budget,
                               error=str(exc), error_exit_code=exc.exit_code)

@@ -118,7 +118,14 @@ def layout_of(
             slot = InputSlot(info.name, tuple(int(d) for d in shape if isinstance(d, int)), dtype, offset)
             offset += slot.size
         elif info.name in fixed:
-            value = np.asarray(fixed[info.name], dtype=dtype)
+            given = fixed[info.name]
+            if isinstance(given, np.ndarray) and given.dtype != dtype:
+                # An array's dtype is a choice: casting float64 values to float32 would change them unasked.
+                raise InputError(f"input {info.name!r} is {dtype}; the fixed value given is {given.dtype}")
+            value = np.asarray(given, dtype=dtype)
+            if static and shape is not None and value.shape != tuple(shape):
+                raise InputError(f"input {info.name!r} has shape {list(shape)}; the fixed value given has "
+                                 f"{list(value.shape)}")
             slot = InputSlot(info.name, tuple(value.shape), dtype, None, value)
         else:
             raise InputError(f"input {info.name!r} is neither searched nor given a fixed value")

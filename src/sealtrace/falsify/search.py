@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -30,8 +32,18 @@ import torch
 
 from sealtrace.falsify.network import BatchedNetwork
 from sealtrace.falsify.property import Box, Property, Region
+from sealtrace.limits import memory_budget
 
 METHODS = ("pgd", "adam")
+# Most rows a sampling batch draws at once (small inputs); large inputs get fewer (rows_within_budget).
+SAMPLE_ROWS = 4096
+# Copies of a row one batch holds at once: u, x and its clamp, the gradient and Adam's moments, and
+# as much again for the network's activations (a guess: their sizes are the network's business).
+ROW_COPIES = 16
+# Batches one sampling pass draws at most (8,192 points of a small network are two).
+SAMPLE_BATCHES = 64
+# Best points kept per region to seed later rounds, at most.
+ELITES = 64
 # Candidates within the slack certified at the end of a round, at most.
 LATE_PER_ROUND = 8
 
@@ -110,20 +122,52 @@ def float_bounds(box: Box, dtype: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray
     A point built from these bounds lies inside the exact box, so rounding never moves a candidate
     out of it (a strict bound moves one more step inward).
     """
-    lo = np.empty(box.size, dtype=dtype)
-    hi = np.empty(box.size, dtype=dtype)
-    for i, (lower, upper, ls, us) in enumerate(
-        zip(box.lower, box.upper, box.lower_strict, box.upper_strict, strict=True)
-    ):
-        value = dtype.type(float(lower))
-        if value < lower or (ls and value == lower):  # Fraction comparison: exact
-            value = np.nextafter(value, dtype.type(np.inf))
-        lo[i] = value
-        value = dtype.type(float(upper))
-        if value > upper or (us and value == upper):
-            value = np.nextafter(value, dtype.type(-np.inf))
-        hi[i] = value
-    return lo, hi
+    return (_inward(box.lower, box.lower_strict, dtype, upward=True),
+            _inward(box.upper, box.upper_strict, dtype, upward=False))
+
+
+def _inward(bounds: Sequence[Fraction], strict: Sequence[bool], dtype: np.dtype[Any], *, upward: bool) -> np.ndarray:
+    """Each bound rounded to ``dtype``, then one step toward the box's inside where that left it."""
+    nearest64 = np.array([_as_float(v) for v in bounds], dtype=np.float64)
+    with np.errstate(over="ignore"):
+        value = nearest64.astype(dtype)
+    value64 = value.astype(np.float64)
+    # Rounding to float64 keeps order and value64 is a float64, so where value64 and nearest64 differ
+    # their order is that of value and the exact bound; only ties need the exact comparison.
+    outside = value64 < nearest64 if upward else value64 > nearest64
+    for i in np.flatnonzero(value64 == nearest64).tolist():
+        exact = Fraction(float(value64[i])) if np.isfinite(value64[i]) else None
+        if exact is None:
+            outside[i] = (value64[i] < 0) == upward
+        else:
+            outside[i] = (exact < bounds[i] if upward else exact > bounds[i]) or (strict[i] and exact == bounds[i])
+    value[outside] = np.nextafter(value[outside], dtype.type(np.inf if upward else -np.inf))
+    return value
+
+
+def _as_float(value: Fraction) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # beyond float64: as far as any float goes
+        return math.inf if value > 0 else -math.inf
+
+
+def no_point_reason(box: Box, lo: np.ndarray, hi: np.ndarray) -> str:
+    """Why no point of ``lo``'s dtype lies inside ``box``: the first variable whose bounds admit none."""
+    i = int(np.flatnonzero(lo > hi)[0])
+    below, above = (Decimal(float(v)) for v in (hi[i], lo[i]))
+    lower, upper = box.lower[i], box.upper[i]
+    where = (f"pinned to {_decimal_text(lower)}" if lower == upper
+             else f"within [{_decimal_text(lower)}, {_decimal_text(upper)}]")
+    return (f"X_{i} is {where}, and no {lo.dtype} lies there: the nearest are {below} and {above} "
+            "(bounds equal to exactly such a value would admit it)")
+
+
+def _decimal_text(value: Fraction) -> str:
+    if value.denominator == 1:
+        return str(value.numerator)
+    exact = Decimal(value.numerator) / Decimal(value.denominator)
+    return str(exact) if Fraction(exact) == value else f"{float(value)!r}..."
 
 
 class Objective:
@@ -219,13 +263,26 @@ class Search:
             lo, hi = float_bounds(region.box, np_dtype)
             if np.any(lo > hi):
                 # No float of the model's input type lies inside this box: no input can violate it.
-                self.stats.skipped_regions.append(f"region {r}: no {np_dtype} point inside the box")
+                self.stats.skipped_regions.append(
+                    f"region {r}: no {np_dtype} point inside the box ({no_point_reason(region.box, lo, hi)})")
                 continue
             lo_t, hi_t = torch.from_numpy(lo), torch.from_numpy(hi)
             self.spaces.append(_RegionSpace(
                 r, Objective(region, prop.n_inputs, prop.n_outputs, self.dtype), lo_t, hi_t, hi_t - lo_t,
                 torch.empty((0, prop.n_inputs), dtype=self.dtype), torch.empty(0, dtype=self.dtype),
             ))
+
+    def rows_within_budget(self) -> int:
+        """Rows one batch may hold: a quarter of the memory budget (``sealtrace.limits``) over what a
+        row costs, at least one."""
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        per_row = ROW_COPIES * itemsize * (self.prop.n_inputs + self.prop.n_outputs)
+        return max(1, memory_budget() // 4 // per_row)
+
+    def _sample_cap(self) -> int:
+        """Most points one sampling pass draws: SAMPLE_BATCHES batches. Where the budget makes batches
+        small (large inputs) sampling is no longer cheap, and the gradient rounds get the time."""
+        return SAMPLE_BATCHES * min(SAMPLE_ROWS, self.rows_within_budget())
 
     def _time_left(self) -> bool:
         return time.perf_counter() < self._deadline
@@ -242,7 +299,9 @@ class Search:
         margins, surrogate = space.objective.margin(x, self.network(x), temperature)
         return x, margins, surrogate
 
-    def _remember(self, space: _RegionSpace, u: torch.Tensor, margins: torch.Tensor, keep: int = 64) -> None:
+    def _remember(self, space: _RegionSpace, u: torch.Tensor, margins: torch.Tensor) -> None:
+        # The best 64 points, or a batch's worth where rows are large: copying them is per batch.
+        keep = min(ELITES, self.rows_within_budget())
         pool_u = torch.cat([space.elites, u.detach()])
         pool_m = torch.cat([space.elite_margins, margins.detach()])
         order = torch.argsort(pool_m)[:keep]
@@ -286,13 +345,15 @@ class Search:
             if s.max_starts is not None and self.stats.starts >= s.max_starts:
                 self.stats.stopped_by = "starts"
                 return
-            batch = s.batch if s.max_starts is None else min(s.batch, s.max_starts - self.stats.starts)
+            batch = min(s.batch, self.rows_within_budget())
+            if s.max_starts is not None:
+                batch = min(batch, s.max_starts - self.stats.starts)
             space = self.spaces[rnd % len(self.spaces)]
             method, level = schedule[(rnd // len(self.spaces)) % len(schedule)]
             if rnd >= len(self.spaces) * len(schedule):
                 # After one full pass of the schedule, keep sampling a little each round: the best
                 # points seen seed later rounds, and narrow violated regions are found that way.
-                yield from self._sample_region(space, s.batch * 8)
+                yield from self._sample_region(space, min(s.batch * 8, self._sample_cap()))
             u0 = self._starts(space, batch, rnd, level)
             self.stats.starts += batch
             yield from self._descend(space, u0, method, rnd, s.step_size * 10.0**-level)
@@ -303,11 +364,12 @@ class Search:
 
     def _sample(self) -> Iterator[Candidate]:
         """The cheap pass: uniform points (a quarter of them box corners), no gradients."""
-        per_region = self.settings.samples // max(1, len(self.spaces))
+        per_region = min(self.settings.samples // max(1, len(self.spaces)), self._sample_cap())
         for space in self.spaces:
             yield from self._sample_region(space, per_region)
 
-    def _sample_region(self, space: _RegionSpace, count: int, chunk: int = 4096) -> Iterator[Candidate]:
+    def _sample_region(self, space: _RegionSpace, count: int) -> Iterator[Candidate]:
+        chunk = min(SAMPLE_ROWS, self.rows_within_budget())
         done = 0
         while done < count and self._time_left():
             n = min(chunk, count - done)
