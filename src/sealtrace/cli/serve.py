@@ -119,8 +119,11 @@ def serve(
         from sealtrace.backends import make_backend
         from sealtrace.serve.service import DEFAULT_BACKEND
 
-        # One torch backend on the device, shared by the models (it keeps each Plan's weights there).
-        serving = make_backend(backend or DEFAULT_BACKEND[audit], threads, device=device, gpu_precision=gpu_precision)
+        chosen = backend or DEFAULT_BACKEND[audit]
+        made = make_backend(chosen, threads, device=device, gpu_precision=gpu_precision)  # refused here if it cannot be
+        # Torch: one backend on the device, shared by the models (it keeps each Plan's weights there).
+        # Others run on the CPU anyway and stay named, so deferred replays can re-create them.
+        serving = made if chosen == "torch" else backend
     listener = _listen(host, port)  # before the models load: a taken port fails at once
     location = ledger or str(Path(models[0]).resolve().parent / "sealtrace-ledger.db")
     config = ServeConfig(
