@@ -10,7 +10,7 @@ from typing import Any
 
 from onnx import ModelProto
 
-from sealtrace.backends import Backend, get_backend
+from sealtrace.backends import Backend, get_backend, make_backend
 from sealtrace.container import IntegrityError, Mismatch, is_container, load_sealed_plan
 from sealtrace.container.signatures import describe_signers, signers
 from sealtrace.errors import InputError
@@ -143,6 +143,7 @@ class Session:
         require_signature: bool = False,
         container: str | os.PathLike[str] | None = None,
         strict: bool = False,
+        device: str | None = None,
     ) -> None:
         """``model`` is an ONNX path, bytes, ModelProto, Plan, or a sealed ``.seal`` container.
 
@@ -159,8 +160,17 @@ class Session:
         ``backend="tvm"`` the artifact is a compiled engine (a shared library, docs/tvm.md): its binding
         is checked before it is loaded, it is loaded from the bytes that were checked, and the
         container and Plan digests it carries must be this container's.
+
+        ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``) is where a backend named by ``backend`` runs:
+        only torch runs on a GPU (faithful float32: docs/torchbridge.md); other backends take ``"cpu"``
+        only. A device that is not there is a BackendError, raised before the model is read.
         """
-        self.backend = get_backend(backend) if isinstance(backend, str) else backend
+        if device is not None:
+            if not isinstance(backend, str):
+                raise InputError("device= goes with a backend given by name; a Backend instance has its own device")
+            self.backend = make_backend(backend, device=device)
+        else:
+            self.backend = get_backend(backend) if isinstance(backend, str) else backend
         require_kernels = bool(getattr(self.backend, "needs_kernels", True))
         if container is not None:
             from sealtrace.binding import load_bound_model

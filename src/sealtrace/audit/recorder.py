@@ -303,6 +303,9 @@ class AuditRecorder(BackgroundObserver):
         numerics = getattr(backend, "numerics_info", None)
         if numerics is not None:
             backend_info["numerics"] = dict(numerics)
+        device = getattr(backend, "device_info", None)  # read now: the settings in force for this run
+        if device is not None:
+            backend_info["device"] = dict(device)
         feed_values = {info.name: feeds.get(info.name) for info in plan.inputs}
         self._submit(("header", plan, feed_values, backend_info, utc_now()), nbytes_of(feed_values.values()))
 

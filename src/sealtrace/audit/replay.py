@@ -13,6 +13,12 @@ A log of native numerics is bit-identical only on a host like the one that recor
 CPU kernels, BLAS and NumPy). Replayed elsewhere, the report says so plainly, names the facts that
 differ, and gives each differing step's largest difference in ulps over the logged samples and
 whether it is within the parity tolerances, rather than a bare "differs".
+
+A log made on another backend or device than the replay's (ONNX Runtime, torch, a GPU; replayed on
+the reference, or the other way round) cannot be bit-identical: its replay is a cross-backend
+comparison, judged step by step with the parity tolerances over what the log holds of each value
+(sealtrace.audit.replay_across says what that establishes and what it cannot). It passes when every
+step is within them, and names the drift origin otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from sealtrace.audit.linkage import logged_model_digest
 from sealtrace.audit.log import read_lines
 from sealtrace.audit.recorder import AuditRecorder
 from sealtrace.audit.records import from_json_number, value_digest
+from sealtrace.audit.replay_across import NOT_JUDGED, OVER, WITHIN, OutputVerdict, judge_steps
 from sealtrace.audit.run import audited_run
 from sealtrace.audit.verify import verify_lines
 from sealtrace.errors import InputError
@@ -106,6 +113,16 @@ class ReplayReport:
     # the recording host's, an earlier sealtrace); bit-identity is not expected when there are any.
     host_differences: list[str] = field(default_factory=list)
     deviations: list[StepDeviation] = field(default_factory=list)
+    # Set for a replay on another backend or device than the log's: (logged, replayed), each as
+    # 'backend on device'. The replay is then judged by tolerance (``verdicts``), not bit-identity.
+    across: tuple[str, str] | None = None
+    tolerances: ToleranceTable = field(default_factory=ToleranceTable)
+    verdicts: list[OutputVerdict] = field(default_factory=list)
+
+    @property
+    def over_tolerance(self) -> list[OutputVerdict]:
+        """Cross-backend: the step outputs over the parity tolerances, in Plan order."""
+        return [v for v in self.verdicts if v.status == OVER]
 
     @property
     def bit_identity_expected(self) -> bool:
@@ -124,10 +141,16 @@ class ReplayReport:
 
     @property
     def passed(self) -> bool:
-        """True when the logged model ran on the logged inputs and every digest is bit-identical."""
+        """True when the logged model ran on the logged inputs and every digest is bit-identical;
+        across backends, when every step is within the parity tolerances instead."""
+        if self.across is not None:
+            return (not self.over_tolerance and self.structure_difference is None and not self.not_logged
+                    and self.steps_logged == self.steps_replayed)  # fmt: skip
         return self.identical and not self.not_logged
 
     def summary(self) -> str:
+        if self.across is not None:
+            return self.across_summary()
         if self.identical:
             text = f"bit-identical: {self.steps_replayed} step(s) and every graph output match the log"
             if self.not_logged:
@@ -144,6 +167,33 @@ class ReplayReport:
         if self.structure_difference is not None:
             return f"differs: {self.structure_difference}"
         return f"differs: graph output(s) {', '.join(map(repr, self.outputs_differing))}"
+
+    def across_summary(self) -> str:
+        """The cross-backend verdict: said to be one, with the counts and the drift origin."""
+        assert self.across is not None
+        default = self.tolerances.default
+        text = (
+            f"cross-backend comparison, not a bit-identical replay (logged on {self.across[0]}, replayed on "
+            f"{self.across[1]}; parity tolerances atol {default.atol:g} rtol {default.rtol:g}, over the logged "
+            f"samples and statistics): "
+        )
+        if self.structure_difference is not None:
+            return text + f"differs: {self.structure_difference}"
+        counts = {status: sum(1 for v in self.verdicts if v.status == status) for status in (WITHIN, OVER, NOT_JUDGED)}
+        identical = len(self.verdicts) - sum(counts.values())
+        text += (
+            f"{self.steps_replayed} step(s), {len(self.verdicts)} output(s): {identical} identical, "
+            f"{counts[WITHIN]} within tolerance, {counts[OVER]} over"
+        )
+        if counts[NOT_JUDGED]:
+            text += f", {counts[NOT_JUDGED]} not judged (sequences or maps: no numbers logged)"
+        over = self.over_tolerance
+        if over:
+            born = [v for v in over if v.origin == "born-here"]
+            text += f"; drift origin {over[0].describe()} ({over[0].origin})"
+            if born and born[0] is not over[0]:
+                text += f"; first born at {born[0].describe()}"
+        return text
 
     def host_note(self) -> str:
         """Why bit-identity is not expected (a native log replayed on another host)."""
@@ -172,6 +222,8 @@ class ReplayReport:
         the logged model on the logged inputs."""
         if not self.passed:
             line = self.first_difference.line if self.first_difference is not None else None
+            if self.across is not None:
+                line = self.over_tolerance[0].line if self.over_tolerance else None
             other = (
                 f" (the replay ran {' and '.join(self.not_logged)} other than the logged one)"
                 if self.not_logged and not self.identical else ""
@@ -183,17 +235,25 @@ def replay_log(
     log: str | os.PathLike[str],
     model: str | os.PathLike[str],
     inputs: Mapping[str, Any] | None = None,
+    *,
+    backend: str = "reference",
+    device: str | None = None,
+    gpu_precision: str | None = None,
+    tolerances: ToleranceTable | None = None,
     **session_options: Any,
 ) -> ReplayReport:
-    """Re-run the logged run of ``model`` (container or ONNX file) on the reference backend.
+    """Re-run the logged run of ``model`` (container or ONNX file) on ``backend`` (and ``device``).
 
     ``inputs`` default to the logged ones where the log's sample holds a whole input. A model or
     input other than the logged one is noted and the replay goes on, so that the comparison shows
     where the runs part; the report then does not pass (``not_logged`` names what differs).
+    On the log's own backend and device the replay must be bit-identical; on another it is judged
+    with ``tolerances`` (default: parity's), see the module docstring.
     ``session_options`` go to :class:`sealtrace.session.Session` (trust=...). Trusted keys
     (``trust=``) apply to the log as well as to the model: a log not signed by one of them is refused,
     as ``--trust`` means everywhere.
     """
+    from sealtrace.backends import make_backend
     from sealtrace.backends.reference import ReferenceBackend
 
     trust = session_options.get("trust")
@@ -201,22 +261,27 @@ def replay_log(
     verification.raise_if_failed()
     header, footer = verification.records[0], verification.records[-1]
     report = ReplayReport(str(log))
-    recorded = header["backend"].get("numerics")
-    report.numerics = recorded["mode"] if recorded is not None else "native"
-    if report.numerics == "native":
-        if recorded is None:
-            report.host_differences.append("by an earlier sealtrace, whose kernels rounded differently")
-        report.host_differences.extend(host_differences(header.get("host") or {}, host_facts()))
-        # native logs were recorded with the BLAS on one thread (the reference's default then)
-        backend = ReferenceBackend(threads=1, numerics="native")
-    else:
-        if recorded["spec"] != SPEC_VERSION:
+    logged_backend = header["backend"]
+    engine = make_backend(backend, device=device, gpu_precision=gpu_precision)
+    if logged_backend["name"] == "reference" and isinstance(engine, ReferenceBackend):
+        recorded = logged_backend.get("numerics")
+        report.numerics = recorded["mode"] if recorded is not None else "native"
+        if report.numerics == "native":
+            if recorded is None:
+                report.host_differences.append("by an earlier sealtrace, whose kernels rounded differently")
+            report.host_differences.extend(host_differences(header.get("host") or {}, host_facts()))
+            # native logs were recorded with the BLAS on one thread (the reference's default then)
+            engine = ReferenceBackend(threads=1, numerics="native")
+        elif recorded["spec"] != SPEC_VERSION:
             report.notes.append(
                 f"the log was recorded with numerics specification {recorded['spec']}, this sealtrace "
                 f"implements {SPEC_VERSION}"
             )
-        backend = ReferenceBackend()
-    session = Session(model, backend=backend, **session_options)
+    logged_on, replayed_on = ran_on(logged_backend), ran_on(_backend_record(engine))
+    if logged_on != replayed_on:
+        report.across = (logged_on, replayed_on)
+        report.tolerances = tolerances or ToleranceTable()
+    session = Session(model, backend=engine, **session_options)
     report.model_origin = session.origin
     _note_linkage(report, header, session)
     algorithm = verification.digest_algorithm
@@ -226,8 +291,25 @@ def replay_log(
     audited_run(session, feeds, audit=recorder)
     report.replayed_records = recorder.records
     _compare(report, verification.records, recorder.records)
-    _compare_outputs(report, footer, recorder.records[-1])
+    if report.across is not None:
+        logged_steps = [(i + 1, r) for i, r in enumerate(verification.records) if r["type"] == "step"]
+        replayed_steps = [r for r in recorder.records if r["type"] == "step"]
+        report.verdicts = judge_steps(logged_steps, replayed_steps, report.tolerances)
+    else:
+        _compare_outputs(report, footer, recorder.records[-1])
     return report
+
+
+def ran_on(backend: Mapping[str, Any]) -> str:
+    """'NAME on DEVICE' (with a GPU's precision) from a header's backend record: what decides the bits."""
+    device = backend.get("device") or {}
+    precision = f" ({device['precision']})" if device.get("precision") else ""
+    return f"{backend['name']} on {device.get('name', 'cpu')}{precision}"
+
+
+def _backend_record(backend: Any) -> dict[str, Any]:
+    device = getattr(backend, "device_info", None)
+    return {"name": backend.name, **({"device": device} if device is not None else {})}
 
 
 def host_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:

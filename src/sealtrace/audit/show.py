@@ -57,6 +57,32 @@ def describe_numerics(backend: dict[str, Any]) -> str:
     return "native: bit-identity needs the same CPU, BLAS and thread count"
 
 
+def describe_device(device: dict[str, Any]) -> str:
+    """One line of a header's ``backend.device`` (the torch backend's): the device, the GPU's facts,
+    and the numerics settings the run had in force."""
+    text = device["name"]
+    gpu = device.get("gpu")
+    if gpu is not None:
+        gib = gpu["memory_bytes"] / (1 << 30)
+        text += (
+            f" ({gpu['name']}, compute capability {gpu['compute_capability']}, {gib:.0f} GiB; driver "
+            f"{gpu['driver'] or 'unknown'}, CUDA {gpu['cuda_runtime'] or 'unknown'}, cuDNN {gpu['cudnn'] or 'none'})"
+        )
+    text += f"; torch {device['torch']}"
+    if device.get("precision"):
+        text += f"; precision {device['precision']}"
+    settings = device["settings"]
+    flags = [
+        f"TF32 matmul {'on' if settings['matmul_tf32'] else 'off'}",
+        f"TF32 cuDNN {'on' if settings['cudnn_tf32'] else 'off'}",
+        f"deterministic algorithms {'on' if settings['deterministic_algorithms'] else 'off'}",
+        f"CUBLAS_WORKSPACE_CONFIG {settings['cublas_workspace_config'] or 'unset'}",
+    ]
+    if gpu is None:
+        flags = flags[2:3]  # TF32 and cuBLAS do not touch a CPU run
+    return text + "; " + ", ".join(flags)
+
+
 def describe_value(entry: dict[str, Any]) -> tuple[str, str, str]:
     """(dtype, shape, short digest) of a value entry of a record."""
     kind = entry.get("kind")

@@ -20,12 +20,12 @@ def _onnxruntime() -> Backend:
     return OnnxRuntimeBackend()
 
 
-def _torch() -> Backend:
+def _torch(device: str = "cpu", threads: int | None = None, precision: str = "faithful") -> Backend:
     try:
         from sealtrace.backends.torch import TorchBackend
     except ImportError as exc:
         raise BackendError(f"the torch backend needs PyTorch ({exc}); pip install 'sealtrace[torch]'") from None
-    return TorchBackend()
+    return TorchBackend(device=device, threads=threads, precision=precision)
 
 
 def _tvm() -> Backend:
@@ -55,9 +55,20 @@ def get_backend(name: str) -> Backend:
 __all__ = ["BACKENDS", "Backend", "get_backend", "make_backend"]
 
 
-def make_backend(name: str, threads: int | None = None, numerics: str = "portable") -> Backend:
-    """A backend by name with its thread count set (None: the backend's default) and, for the
-    reference backend, its numerics ("portable" or "native", docs/numerics.md)."""
+def make_backend(
+    name: str, threads: int | None = None, numerics: str = "portable", device: str | None = None,
+    gpu_precision: str | None = None,
+) -> Backend:
+    """A backend by name with its thread count set (None: the backend's default), for the reference
+    backend its numerics ("portable" or "native", docs/numerics.md), and for torch its device
+    ("cpu", "cuda", "cuda:N"; sealtrace.backends.devices) and GPU precision ("faithful" or "tf32").
+    A device other than the CPU, or a precision, for a backend without that choice is a BackendError."""
+    from sealtrace.backends.devices import check_device, check_precision
+
+    checked = check_device(device, name) if device is not None else None
+    precision = check_precision(gpu_precision, checked)
+    if name == "torch":
+        return _torch(checked or "cpu", threads, precision)
     if name == "reference":
         from sealtrace.backends.reference import ReferenceBackend
 

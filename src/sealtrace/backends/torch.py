@@ -4,12 +4,21 @@ Every step (subgraph steps included) is reported to observers with NumPy arrays,
 reference backend reports them, so audit logs, captures and per-step parity work unchanged. Runs
 on the CPU, or on CUDA with ``device="cuda"`` when a GPU is present. Control flow runs eagerly:
 If evaluates its condition, Loop iterates its body.
+
+On CUDA, float32 work is faithful by default: TF32 off for matmuls and cuDNN, and deterministic
+algorithms, for the duration of each run (``precision="tf32"`` opts in to TF32). These are torch's
+process-wide switches, so CUDA runs hold one lock while they are set and restored: CUDA runs of a
+process (a server's workers) take turns, and torch code outside sealtrace that runs meanwhile on
+another thread sees the run's settings. CPU runs change nothing and take no lock. ``device_info``
+is what the audit header records: the device, its facts and the settings in force.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,6 +32,13 @@ from sealtrace.torchops.dtypes import from_numpy, to_numpy
 from sealtrace.torchops.reference_step import is_string_array
 from sealtrace.torchops.steps import call_translation, check_supported, tensor_attributes, translation_for
 
+# cuBLAS is deterministic only with a fixed workspace (torch.use_deterministic_algorithms' docs);
+# it is read when cuBLAS starts, so it is set before the first CUDA run unless the user set one.
+_CUBLAS_WORKSPACE = ":4096:8"
+# Held by a CUDA run while it has torch's process-wide numerics switches set (re-entrant: the audit
+# recorder reads device_info inside the run).
+_CUDA_SETTINGS = threading.RLock()
+
 
 class TorchBackend(ObservedRuns):
     """PyTorch eager execution of a Plan, one translated op per step."""
@@ -30,10 +46,17 @@ class TorchBackend(ObservedRuns):
     name = "torch"
     per_step = True
 
-    def __init__(self, device: str = "cpu", threads: int | None = None) -> None:
+    def __init__(self, device: str = "cpu", threads: int | None = None, precision: str = "faithful") -> None:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise BackendError(f"device {device!r} asked for, but torch sees no CUDA GPU")
+        if precision not in ("faithful", "tf32"):
+            raise BackendError(f"precision {precision!r}: expected faithful or tf32")
         self.device = torch.device(device)
+        if self.device.type == "cuda":
+            self.device = torch.device("cuda", self.device.index if self.device.index is not None else 0)
+            if precision == "faithful":
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", _CUBLAS_WORKSPACE)
+        self.precision = precision
         self.threads = threads
         self._weights: dict[int, tuple[Plan, dict[str, torch.Tensor]]] = {}
         self._attributes: dict[int, tuple[Step, dict[str, Any]]] = {}
@@ -46,6 +69,26 @@ class TorchBackend(ObservedRuns):
     def describe(self, per_op: bool) -> dict[str, Any]:
         """Settings that shape the numbers, for audit headers and reports."""
         return {"device": str(self.device), "intra_op_threads": torch.get_num_threads()}
+
+    @property
+    def device_info(self) -> dict[str, Any]:
+        """The audit header's ``backend.device``: the device, and for CUDA the precision and the GPU's
+        facts, with the numerics settings a run has in force, read from torch (on CUDA, read with
+        the run's settings applied: inside a run, the run's own)."""
+        info: dict[str, Any] = {"name": str(self.device), "torch": str(torch.__version__)}
+        if self.device.type != "cuda":
+            return {**info, "settings": _settings()}
+        with _CUDA_SETTINGS, _numerics(self.precision):
+            settings = _settings()
+        return {**info, "precision": self.precision, "gpu": gpu_facts(self.device), "settings": settings}
+
+    def run(
+        self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver] = ()
+    ) -> dict[str, Any]:
+        if self.device.type != "cuda":
+            return super().run(plan, feeds, observers)
+        with _CUDA_SETTINGS, _numerics(self.precision):
+            return super().run(plan, feeds, observers)
 
     def _prepare_run(self, plan: Plan, feeds: Mapping[str, Any], observers: Sequence[StepObserver]) -> Any:
         check_supported(plan)
@@ -208,4 +251,59 @@ class TorchBackend(ObservedRuns):
         return [*state, *(torch.stack(values) for values in scans)]
 
 
-__all__ = ["TorchBackend"]
+@contextlib.contextmanager
+def _numerics(precision: str) -> Iterator[None]:
+    """torch's TF32 and determinism switches set for ``precision``, restored afterwards."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.use_deterministic_algorithms(not tf32 or deterministic)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+
+
+def _settings() -> dict[str, Any]:
+    """torch's numerics switches as they are now."""
+    return {
+        "matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
+
+
+def gpu_facts(device: torch.device) -> dict[str, Any]:
+    """What decides a CUDA run's numbers besides the settings: the GPU and its software stack."""
+    index = device.index or 0
+    properties = torch.cuda.get_device_properties(index)
+    major, minor = torch.cuda.get_device_capability(index)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "name": torch.cuda.get_device_name(index),
+        "compute_capability": f"{major}.{minor}",
+        "memory_bytes": int(properties.total_memory),
+        "driver": _driver_version(),
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": None if cudnn is None else str(cudnn),
+    }
+
+
+def _driver_version() -> str | None:
+    """The NVIDIA driver's version from NVML where it can be read (pynvml), else None."""
+    try:
+        import pynvml  # type: ignore[import-not-found, import-untyped, unused-ignore]
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+    except Exception:  # no NVML (no pynvml, no driver library): the header says it is unknown
+        return None
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
+__all__ = ["TorchBackend", "gpu_facts"]

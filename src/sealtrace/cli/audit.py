@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from sealtrace.cli import app
+from sealtrace.cli._device import device_options
 from sealtrace.inputs import load_array, load_npz, parse_assignments
 
 _model = click.option(
@@ -97,7 +98,13 @@ def show(log: str, limit: int | None) -> None:
     the first bad line.
     """
     from sealtrace.audit.log import read_lines
-    from sealtrace.audit.show import describe_numerics, format_stats, step_rows, steps_renderable
+    from sealtrace.audit.show import (
+        describe_device,
+        describe_numerics,
+        format_stats,
+        step_rows,
+        steps_renderable,
+    )
     from sealtrace.audit.verify import verify_lines
 
     result = verify_lines(read_lines(log), log)
@@ -118,6 +125,8 @@ def show(log: str, limit: int | None) -> None:
         backend = header["backend"]
         console.print(f"run {header['run_id']} started {header['started']} on {backend['name']} {backend['version']}")
         console.print(f"numerics: {describe_numerics(backend)}")
+        if backend.get("device") is not None:
+            console.print(f"device: {describe_device(backend['device'])}")
         linked = (
             f"container digest {model['container_digest']}" if model.get("container_digest")
             else f"sha256 {model['sha256']}" if model.get("sha256") else "no digest"
@@ -153,21 +162,38 @@ def show(log: str, limit: int | None) -> None:
     "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
     help="A trusted public key; repeat for several. Refuses (exit 1) a model or a log not validly signed by one of them.",
 )  # fmt: skip
+@click.option("--backend", type=click.Choice(["reference", "onnxruntime", "torch"]), default="reference",
+              show_default=True, help="The backend to replay on; another than the log's is a cross-backend comparison.")
+@device_options
+@click.option("--atol", type=float, default=None, help="Cross-backend: absolute tolerance (default parity's).")
+@click.option("--rtol", type=float, default=None, help="Cross-backend: relative tolerance (default parity's).")
+@click.option("--tolerance-file", type=click.Path(dir_okay=False), help="Cross-backend: TOML/JSON, as parity takes.")
 def replay(
-    log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: tuple[str, ...]
+    log: str, model: str | None, input_files: tuple[str, ...], npz_files: tuple[str, ...], trust: tuple[str, ...],
+    backend: str, device: str | None, gpu_precision: str | None, atol: float | None, rtol: float | None,
+    tolerance_file: str | None,
 ) -> None:
-    """Re-run LOG's run on the reference backend and compare every step's digests with the log.
+    """Re-run LOG's run and compare every step with the log.
 
-    Inputs default to the logged ones where the log's sample holds them whole. Exit 1 names the
-    first step whose output differs, with the numeric difference the logged samples show.
+    On the log's backend and device (the reference by default) the replay must be bit-identical:
+    exit 1 names the first step whose output differs, with the numeric difference the logged
+    samples show. On another backend or device it is a cross-backend comparison: every step within
+    parity's tolerances over the logged samples and statistics (exit 0), or exit 1 naming the drift
+    origin. Inputs default to the logged ones where the log's sample holds them whole.
     """
     from sealtrace.audit.replay import replay_log
     from sealtrace.errors import InputError
+    from sealtrace.parity.tolerance import ToleranceTable
 
     if model is None:
         raise InputError("replay needs the model: --container MODEL.seal (or an ONNX file)")
     options: dict[str, Any] = {"trust": list(trust)} if trust else {}
-    report = replay_log(log, model, _read_inputs(input_files, npz_files), **options)
+    tolerances = ToleranceTable.from_options(atol, rtol, tolerance_file)
+    report = replay_log(log, model, _read_inputs(input_files, npz_files), backend=backend, device=device,
+                        gpu_precision=gpu_precision, tolerances=tolerances, **options)  # fmt: skip
+    if report.across is None and (atol is not None or rtol is not None or tolerance_file):
+        report.notes.append("--atol, --rtol and --tolerance-file apply across backends only: this replay "
+                            "is on the log's backend and device, and must be bit-identical")
     for note in report.notes:
         click.echo(f"note: {note}")
     report.raise_if_different()

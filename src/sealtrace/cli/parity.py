@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from sealtrace.backends import Backend
+from sealtrace.backends import Backend, make_backend
 from sealtrace.cli import app
+from sealtrace.cli._device import device_options
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds
 from sealtrace.parity import Tolerance, ToleranceTable, check_parity
@@ -56,6 +57,7 @@ class _Advance:
 @click.option("--no-local", is_flag=True, help="Skip the per-step local error re-runs.")
 @click.option("--precision", type=click.Choice(PRECISIONS), default=None,
               help="Run both backends on the model in this precision; report each step's precision_loss against float32.")
+@device_options
 @click.option("--force", is_flag=True, help="Overwrite existing report files.")
 def parity(
     model: str,
@@ -72,15 +74,20 @@ def parity(
     optimized: bool,
     no_local: bool,
     precision: str | None,
+    device: str | None,
+    gpu_precision: str | None,
     force: bool,
 ) -> None:
     """Run MODEL on two backends and compare every step; name where drift starts and is born.
+
+    --device places the torch side (e.g. --backends torch,onnxruntime --device cuda).
 
     Exit 0 when every value is within tolerance, 1 when not, 2 for bad input.
     """
     names = [b.strip() for b in backends.split(",") if b.strip()]
     if len(names) != 2:
         raise InputError(f"--backends {backends}: give exactly two, e.g. reference,onnxruntime")
+    specs = _on_device(names, device, gpu_precision)
     # Every report path is checked before the run, not found taken after it.
     check_report_paths(reports, force)
     table = ToleranceTable.from_options(atol, rtol, tolerance_file)
@@ -92,7 +99,7 @@ def parity(
     with Progress(transient=True, console=errors, disable=optimized or not errors.is_terminal) as progress:
         task = progress.add_task("comparing steps", total=len(plan.steps))
         report = check_parity(
-            plan, feeds, names, table, local=not no_local, optimized=optimized, observers=[_Advance(progress, task)],
+            plan, feeds, specs, table, local=not no_local, optimized=optimized, observers=[_Advance(progress, task)],
             precision=precision,
         )
     write_reports([(report, path) for path in reports], overwrite=force)
@@ -134,6 +141,16 @@ def parity(
             f"{len(report.exceeding)} step(s) exceed tolerance"
             + (f"; drift starts at {origin.name} ({origin.op_type})" if origin else "; graph outputs differ")
         )
+
+
+def _on_device(names: list[str], device: str | None, gpu_precision: str | None) -> list[str | Backend]:
+    """The two backends, torch made on ``device``; a device for two backends without one is refused."""
+    if device is None and gpu_precision is None:
+        return list(names)
+    if "torch" not in names:
+        make_backend(names[0], device=device, gpu_precision=gpu_precision)  # the refusal, naming what is wrong
+        return list(names)
+    return [make_backend(n, device=device, gpu_precision=gpu_precision) if n == "torch" else n for n in names]
 
 
 @app.command()

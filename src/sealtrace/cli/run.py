@@ -16,6 +16,7 @@ from rich.text import Text
 
 from sealtrace.backends import make_backend
 from sealtrace.cli import app
+from sealtrace.cli._device import device_options
 from sealtrace.errors import BackendError, CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds, write_npz_atomically
 from sealtrace.outputs import OutputExistsError, OutputPathError, check_output
@@ -81,6 +82,7 @@ def _check_run_outputs(out_path: str | None, audit_path: str | None, capture_dir
 @click.option("--numerics", type=click.Choice(["portable", "native"]), default="portable", show_default=True,
               help="The reference backend's numerics: portable (docs/numerics.md: the same bits on any machine) or "
                    "native (NumPy's and the BLAS's own rounding: faster, host-dependent; recorded in --audit).")
+@device_options
 @click.option("--force", is_flag=True, help="Overwrite an existing --out file, audit log or capture directory.")
 @click.option("--ledger", "ledger_store", metavar="STORE", default=None,
               help="Record the run in this ledger (a SQLite path or postgresql://...; docs/ledger.md), with the "
@@ -106,6 +108,8 @@ def run(
     source_container: str | None,
     threads: int | None,
     numerics: str,
+    device: str | None,
+    gpu_precision: str | None,
     force: bool,
     ledger_store: str | None = None,
     ledger_key: str | None = None,
@@ -132,6 +136,7 @@ def run(
 
         # A compiled engine runs on the backend that compiled it; it is checked before it is loaded.
         backend = "tvm" if source_container and is_tvm_library(model) else "reference"
+    engine = make_backend(backend, threads, numerics, device, gpu_precision)  # a device is checked before MODEL is read
     # The ledger is opened first too: a store that cannot be opened fails before the run, not after;
     # click closes it (signing a tree head) when the command ends, however it ends.
     ledger = None
@@ -140,7 +145,7 @@ def run(
 
         ledger = click.get_current_context().with_resource(Ledger.open(ledger_store, signer=ledger_key))
     session = Session(
-        model, backend=make_backend(backend, threads, numerics), trust=trust, require_signature=require_signature,
+        model, backend=engine, trust=trust, require_signature=require_signature,
         container=source_container,
     )
     feeds = gather_feeds(session.plan, input_files, npz_files, random_inputs, seed, dims)
@@ -164,7 +169,8 @@ def run(
         outputs = run.values
     else:
         outputs = audited_run(session, feeds, audit=audit, capture=capture)
-    table = Table(title=f"{Path(model).name} on {backend}", title_justify="left")
+    where = f" ({device})" if device is not None else ""
+    table = Table(title=f"{Path(model).name} on {backend}{where}", title_justify="left")
     for column in ("output", "dtype", "shape", "values"):
         table.add_column(column)
     for name, value in zip(session.plan.output_names, outputs, strict=True):
@@ -211,7 +217,9 @@ def _login_name() -> str | None:
               show_default=True, help="torch: the torch bridge's translations (needs the torch extra).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 @click.option("--show-failures", is_flag=True, help="List every failed case with its reason.")
-def conformance(ops: str | None, backend: str, as_json: bool, show_failures: bool) -> None:
+@device_options
+def conformance(ops: str | None, backend: str, as_json: bool, show_failures: bool, device: str | None,
+                gpu_precision: str | None) -> None:
     """Run ONNX's backend node test suite (regenerated from the installed onnx) on a backend."""
     from rich.progress import Progress
 
@@ -223,6 +231,8 @@ def conformance(ops: str | None, backend: str, as_json: bool, show_failures: boo
         raise InputError("--ops: no operator named (expected e.g. --ops Conv,Relu)")
     if backend == "torch" and importlib.util.find_spec("torch") is None:
         raise BackendError("--backend torch needs PyTorch: pip install 'sealtrace[torch]'")
+    if device is not None or gpu_precision is not None:
+        make_backend(backend, device=device, gpu_precision=gpu_precision)  # no such device: refused before any case
     cases = collect_cases(wanted)  # unknown op names are refused here, before anything runs
     with Progress(transient=True, disable=as_json) as progress:
         task = progress.add_task("conformance", total=len(cases))
@@ -231,6 +241,8 @@ def conformance(ops: str | None, backend: str, as_json: bool, show_failures: boo
             on_case=lambda _r: progress.advance(task),
             excluded=excluded_cases(backend) if backend in ("reference", "torch") else None,
             cases=cases,
+            device=device,
+            gpu_precision=gpu_precision,
         )
     totals = report.totals()
     if as_json:

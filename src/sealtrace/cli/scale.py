@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from sealtrace.cli import app
+from sealtrace.cli._device import device_options
 from sealtrace.cli.ledger import ledger as ledger_group
 from sealtrace.errors import CheckFailedError, InputError
 
@@ -102,6 +103,7 @@ def _executor(ray_address: str | None, workers: int | None) -> Any:
 @click.option("--backend", type=click.Choice(["reference", "onnxruntime", "torch"]), default=None,
               help="Backend (default: reference for --audit full, onnxruntime for io).")
 @threads_option
+@device_options
 @ray_option
 @workers_option
 @click.option("--resume", is_flag=True, help="Finish a job the ledger already holds part of: skip what it recorded.")
@@ -117,7 +119,7 @@ def _executor(ray_address: str | None, workers: int | None) -> Any:
               help="Store each request's inputs in the ledger (what `ledger replay` re-runs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def batch(model: str, inputs: str, ledger_location: str, audit: str, backend: str | None, threads: int,
-          ray_address: str | None, workers: int | None, resume: bool, sign_key: str | None,
+          device: str | None, gpu_precision: str | None, ray_address: str | None, workers: int | None, resume: bool, sign_key: str | None,
           trust: tuple[str, ...], principal: str | None, name: str | None, task_size: int, store_inputs: bool,
           as_json: bool) -> None:
     """Run every request of INPUTS (a directory of .npz feeds, or a Parquet file with one row per
@@ -129,7 +131,7 @@ def batch(model: str, inputs: str, ledger_location: str, audit: str, backend: st
 
     job = BatchJob(model, inputs, ledger_location, audit=audit, backend=backend, threads=threads,
                    principal=principal, name=name, trust=trust, sign_key=sign_key, resume=resume,
-                   task_size=task_size, store_inputs=store_inputs)
+                   task_size=task_size, store_inputs=store_inputs, device=device, gpu_precision=gpu_precision)
     job.checked_backend()  # a bad combination is refused before Ray starts
     executor = _executor(ray_address, workers)
     progress = JobProgress("batch", "requests", "failed", enabled=not as_json)

@@ -10,12 +10,16 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sealtrace.cli import app
+from sealtrace.cli._device import device_options
 from sealtrace.errors import InputError
+
+if TYPE_CHECKING:
+    from sealtrace.backends import Backend
 
 
 @app.command()
@@ -63,6 +67,7 @@ from sealtrace.errors import InputError
 @click.option("--head-interval", type=click.FloatRange(min=0.01), default=10.0, show_default=True, metavar="SECONDS",
               help="... or this long after the first unsigned record.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Threads per run (ORT intra-op; reference BLAS).")
+@device_options
 @click.option("--timeout-graceful-shutdown", type=click.IntRange(min=0), default=30, show_default=True, metavar="SECONDS",
               help="On SIGTERM/SIGINT, how long in-flight requests may take to finish.")
 @click.option("--ssl-keyfile", type=click.Path(dir_okay=False), help="TLS private key (uvicorn's option).")
@@ -78,8 +83,8 @@ def serve(
     ledger: str | None, backend: str | None, audit: str, host: str, port: int, token_file: str | None,
     metrics_auth: bool, health_auth: bool, max_body: str, max_json: str, max_response: str, replay_workers: int, replay_atol: float,
     replay_rtol: float, replay_drain: float, store_inputs: bool | None, retention: float | None,
-    head_every: int, head_interval: float, threads: int | None, timeout_graceful_shutdown: int,
-    ssl_keyfile: str | None, ssl_certfile: str | None, ssl_keyfile_password: str | None,
+    head_every: int, head_interval: float, threads: int | None, device: str | None, gpu_precision: str | None,
+    timeout_graceful_shutdown: int, ssl_keyfile: str | None, ssl_certfile: str | None, ssl_keyfile_password: str | None,
     ssl_ca_certs: str | None, ssl_cert_reqs: int, log_level: str,
 ) -> None:
     """Serve sealed MODELs over the Open Inference Protocol v2 (the KServe/Triton REST protocol), with
@@ -109,11 +114,21 @@ def serve(
     tokens = TokenTable.load(token_file) if token_file else None
     logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serving: str | Backend | None = backend
+    if device is not None or gpu_precision is not None:
+        from sealtrace.backends import make_backend
+        from sealtrace.serve.service import DEFAULT_BACKEND
+
+        chosen = backend or DEFAULT_BACKEND[audit]
+        made = make_backend(chosen, threads, device=device, gpu_precision=gpu_precision)  # refused here if it cannot be
+        # Torch: one backend on the device, shared by the models (it keeps each Plan's weights there).
+        # Others run on the CPU anyway and stay named, so deferred replays can re-create them.
+        serving = made if chosen == "torch" else backend
     listener = _listen(host, port)  # before the models load: a taken port fails at once
     location = ledger or str(Path(models[0]).resolve().parent / "sealtrace-ledger.db")
     config = ServeConfig(
         models=list(models), names=list(names), ledger=location, trust=list(trust), sign_key=sign_key,
-        audit=audit, backend=backend, threads=threads, replay_workers=replay_workers,
+        audit=audit, backend=serving, threads=threads, replay_workers=replay_workers,
         tolerance=Tolerance(replay_atol, replay_rtol), store_inputs=store_inputs, head_every=head_every,
         head_interval=head_interval, retention=retention, replay_drain_seconds=replay_drain,
         max_response=response_limit,

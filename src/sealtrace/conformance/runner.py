@@ -156,14 +156,14 @@ def reference_runner() -> Callable[[onnx.ModelProto], Runner | None]:
     return prepare
 
 
-def torch_runner() -> Callable[[onnx.ModelProto], Runner | None]:
+def torch_runner(device: str | None = None, gpu_precision: str | None = None) -> Callable[[onnx.ModelProto], Runner | None]:
     """Factory of per-model run functions on the torch backend (the torch bridge's translations,
-    step by step); a model with an untranslated step is unsupported."""
-    from sealtrace.backends.torch import TorchBackend
+    step by step) on ``device`` (default the CPU); a model with an untranslated step is unsupported."""
+    from sealtrace.backends import make_backend
     from sealtrace.plan import build_plan
     from sealtrace.torchops.steps import check_supported
 
-    backend = TorchBackend()
+    backend = make_backend("torch", device=device, gpu_precision=gpu_precision)
 
     def prepare(model: onnx.ModelProto) -> Runner:
         plan = build_plan(model)
@@ -291,9 +291,15 @@ def run_conformance(
     on_case: Callable[[CaseResult], None] | None = None,
     excluded: dict[str, str] | None = None,
     cases: Sequence[NodeCase] | None = None,
+    device: str | None = None,
+    gpu_precision: str | None = None,
 ) -> ConformanceReport:
-    """Run every regenerated node case (or those of ``ops``, or ``cases`` already collected) on ``backend``."""
-    prepare = {"reference": reference_runner, "onnxruntime": onnxruntime_runner, "torch": torch_runner}[backend]()
+    """Run every regenerated node case (or those of ``ops``, or ``cases`` already collected) on ``backend``
+    (the torch backend on ``device``, in ``gpu_precision`` on a GPU: sealtrace.backends.devices)."""
+    if backend == "torch":
+        prepare = torch_runner(device, gpu_precision)
+    else:
+        prepare = {"reference": reference_runner, "onnxruntime": onnxruntime_runner}[backend]()
     report = ConformanceReport(backend)
     for case in cases if cases is not None else collect_cases(ops):
         if excluded and case.name in excluded:

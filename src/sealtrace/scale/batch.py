@@ -165,6 +165,8 @@ class BatchJob:
     sample: int = 8
     head_every: int = 1000
     head_interval: float = 10.0
+    device: str | None = None  # the torch backend's device (--device); None: the CPU
+    gpu_precision: str | None = None
 
     def checked_backend(self) -> str:
         if self.audit not in AUDIT_MODES:
@@ -175,6 +177,10 @@ class BatchJob:
                              f"--backend {backend} runs with --audit io")
         if self.task_size < 1 or self.threads < 1:
             raise InputError("--task-size and --threads must be at least 1")
+        if self.device is not None or self.gpu_precision is not None:
+            from sealtrace.backends.devices import check_device, check_precision
+
+            check_precision(self.gpu_precision, check_device(self.device or "cpu", backend))
         return backend
 
 
@@ -199,7 +205,7 @@ def run_batch(job: BatchJob, executor: Executor, on_progress: Progress | None = 
 
         signer = load_private_key(job.sign_key)
     model, session = ship_model(job.model, executor, backend=backend, threads=job.threads, trust=job.trust,
-                                name=job.name)
+                                name=job.name, device=job.device, gpu_precision=job.gpu_precision)
     dataset = open_dataset(job.dataset, session.plan.inputs)
     job_id = job_id_of({
         "model": {"name": model.name, "container_digest": model.digest, "plan_digest": session.plan.digest},

@@ -45,6 +45,8 @@ class ShippedModel:
     memory_budget: int
     sealtrace_version: str
     backend_version: str
+    device: str | None = None  # the torch backend's (sealtrace.backends.devices); None: the CPU
+    gpu_precision: str | None = None
 
     def session(self) -> Session:
         """The verified Session of this model in this process (opened by the first task that asks)."""
@@ -57,7 +59,7 @@ class ShippedModel:
 
     @property
     def cache_key(self) -> tuple[Any, ...]:
-        return (self.digest, self.backend, self.threads, self.trust)
+        return (self.digest, self.backend, self.threads, self.trust, self.device, self.gpu_precision)
 
 
 _SESSIONS: dict[tuple[Any, ...], Session] = {}
@@ -81,7 +83,7 @@ def _open(model: ShippedModel) -> Session:
         report = verified.report
         if model.digest and report.digest != model.digest:
             raise IntegrityError(model.path, [Mismatch("header", "container digest", model.digest, str(report.digest))])
-        backend = make_backend(model.backend, model.threads)
+        backend = make_backend(model.backend, model.threads, device=model.device, gpu_precision=model.gpu_precision)
         plan = build_plan(verified.model, require_kernels=bool(getattr(backend, "needs_kernels", True)))
     if verified.sealtrace_version == __version__ and plan.digest != report.plan_digest:
         # As Session("x.seal") does: a container sealed by this version must give back its Plan digest.
@@ -107,6 +109,8 @@ def ship_model(
     threads: int = 1,
     trust: tuple[str, ...] = (),
     name: str | None = None,
+    device: str | None = None,
+    gpu_precision: str | None = None,
 ) -> tuple[ShippedModel, Session]:
     """Read and verify the container at ``path`` here, share its bytes with the workers; the model
     to ship and this process's Session of it."""
@@ -126,7 +130,7 @@ def ship_model(
     keys = tuple(load_public_key(key).public_bytes_raw() for key in trust)
     backend_version = str(make_backend(backend).version)
     local = ShippedModel(Shared(value=data), "", os.path.abspath(where), name or model_name_of(where), keys,
-                         backend, threads, memory_budget(), __version__, backend_version)
+                         backend, threads, memory_budget(), __version__, backend_version, device, gpu_precision)
     session = _open(local)  # verified here as a worker would: a job run in this process reuses it
     digest = session.origin.container_digest
     assert digest is not None

@@ -68,8 +68,19 @@ class ServedModel:
                 "audit": audit,
                 "signed_by": ",".join(origin.signed_by),
                 "trusted": origin.trusted,
+                **self.device_parameters(),
             },
         }
+
+    def device_parameters(self) -> dict[str, str]:
+        """Where the model runs, as audit logs record it: the device (with the GPU's facts and the
+        precision settings) for the torch backend; nothing for backends that run on the CPU only."""
+        device = getattr(self.session.backend, "device_info", None)
+        if device is None:
+            return {}
+        from sealtrace.audit.show import describe_device
+
+        return {"device": device["name"], "device_facts": describe_device(device)}
 
     def config(self, audit: str) -> dict[str, Any]:
         """Triton's model configuration (model_config.proto in JSON): one version, no batching by the
