@@ -29,9 +29,9 @@ from sealtrace.container import seal_model
 from sealtrace.digest import canonical_json
 from sealtrace.zoo import ACASXU_NETWORKS, acasxu_file
 
-# The box the ACAS Xu properties range over is [-0.33, 0.68] at most per normalized input; wider inputs
-# reach the networks' large pre-activations too.
-INPUT_SCALE = 2.0
+# Standard deviations of the random inputs, run after run: the properties' box ([-0.33, 0.68] at most per
+# normalized input) and far beyond it both ways, where sums cancel or grow large.
+INPUT_SCALES = (2.0, 1e-4, 0.5, 1e4, 2.0, 1e-30)
 
 
 @dataclass
@@ -90,7 +90,7 @@ def make_cases(workdir: Path, networks: list[str], runs: int, seed: int = 30) ->
         seal_model(acasxu_file(network), container, force=True)
         session = Session(str(container))
         for run in range(runs):
-            x = (rng.standard_normal((1, 1, 1, 5)) * INPUT_SCALE).astype(np.float32)
+            x = (rng.standard_normal((1, 1, 1, 5)) * INPUT_SCALES[run % len(INPUT_SCALES)]).astype(np.float32)
             log = workdir / f"{stem}-{run}.jsonl"
             log.unlink(missing_ok=True)
             inputs = None

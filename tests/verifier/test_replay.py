@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace import Session
 from sealtrace.audit import audited_run
@@ -45,6 +45,38 @@ def test_acasxu_logs_replay_bit_identical_and_an_edited_step_is_caught(sealverif
     verdict = json.loads(done.stdout)
     assert done.returncode == 0 and verdict["ok"] and verdict["check"] == "replay" and verdict["failures"] == []
     assert len(verdict["digests"]["run"]) == 64
+
+
+def test_every_operator_at_the_hard_places_replays_bit_identical(sealverify: Path, tmp_path: Path) -> None:
+    """Sums that the float64 bound cannot decide (a tie, an exact zero, an overflow), where sealverify
+    forms the exact value in math/big, and every operator of stage (a), against sealtrace's log."""
+    tie = float(np.float32(2.0**-24))
+    w = np.array([[1, 1, 0], [1, 0, 0], [0, 1, 0], [0, 0, 2]], dtype=np.float32)  # x . w: 1 + 2^-24, 1 - 1, 2e38
+    # Gemm's third element: 0.5 * (2e38 * 2), whose sum alone is past float32's range but not its result.
+    b = np.array([[1, -1, 0], [0.5, 0.25, 0], [0, 0, 2]], dtype=np.float32)
+    weights = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
+               numpy_helper.from_array(np.array([tie, 1e-45, 0], dtype=np.float32), "c"),
+               numpy_helper.from_array(np.array([3.0], dtype=np.float32), "three"),
+               numpy_helper.from_array(np.array([-1, 1], dtype=np.int64), "shape")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="matmul"),
+             helper.make_node("Gemm", ["m", "b", "c"], ["g"], name="gemm", alpha=0.5, beta=2.0, transB=1),
+             helper.make_node("Mul", ["g", "three"], ["p"], name="mul"),
+             helper.make_node("Div", ["p", "three"], ["q"], name="div"),
+             helper.make_node("Sub", ["q", "m"], ["d"], name="sub"),
+             helper.make_node("Add", ["d", "g"], ["e"], name="add"),
+             helper.make_node("Relu", ["e"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "shape"], ["s"], name="reshape"),
+             helper.make_node("Flatten", ["s"], ["y"], name="flatten", axis=0)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights)
+    container = tmp_path / "hard.seal"
+    seal_model(model, container)
+    x = np.array([[1.0, tie, -1.0, 1e38]], dtype=np.float32)
+    log = tmp_path / "hard.jsonl"
+    audited_run(Session(str(container)), {"x": x}, audit=log)
+    done = run(sealverify, "replay", str(log), "--container", str(container))
+    assert done.returncode == 0, done.stderr
+    assert "bit-identical: 9 step(s)" in done.stdout
 
 
 def _tanh_run(tmp_path: Path) -> tuple[Path, Path, np.ndarray]:
