@@ -79,7 +79,8 @@ def edit_step_digest(log: Path, out: Path, step_line: int) -> None:
 
 def make_cases(workdir: Path, networks: list[str], runs: int, seed: int = 30) -> list[ReplayCase]:
     """For each network: ``runs`` logs on random inputs (every third with its input in an .npz, recorded
-    with a sample too short to hold it), and one log with a step's digest edited."""
+    with a sample too short to hold it; every sixth a BLAKE3 log), and one log with a step's digest edited
+    (of the first run, a SHA-256 log)."""
     rng = np.random.default_rng(seed)
     pick = random.Random(seed)
     cases: list[ReplayCase] = []
@@ -89,6 +90,7 @@ def make_cases(workdir: Path, networks: list[str], runs: int, seed: int = 30) ->
         container = workdir / f"{stem}.seal"
         seal_model(acasxu_file(network), container, force=True)
         session = Session(str(container))
+        first = len(cases)
         for run in range(runs):
             x = (rng.standard_normal((1, 1, 1, 5)) * INPUT_SCALES[run % len(INPUT_SCALES)]).astype(np.float32)
             log = workdir / f"{stem}-{run}.jsonl"
@@ -97,12 +99,15 @@ def make_cases(workdir: Path, networks: list[str], runs: int, seed: int = 30) ->
             if run % 3 == 2:
                 inputs = workdir / f"{stem}-{run}.npz"
                 np.savez(inputs, input=x)
-            audited_run(session, {"input": x}, audit=log, sample=2 if inputs else 8)
+            # Every sixth log hashes with BLAKE3 (a v2 log), the rest with SHA-256.
+            audited_run(session, {"input": x}, audit=log, sample=2 if inputs else 8,
+                        digest="blake3" if run % 6 == 1 else "sha256")
             cases.append(ReplayCase(f"{stem}-{run}", log, container, inputs, None))
         edited = workdir / f"{stem}-edited.jsonl"
-        step_line = pick.randrange(2, len(cases[-1].log.read_text().splitlines()))  # a step, not header/footer
-        edit_step_digest(cases[-1].log, edited, step_line)
-        cases.append(ReplayCase(f"{stem}-edited-line-{step_line}", edited, container, cases[-1].inputs, step_line))
+        source = cases[first]
+        step_line = pick.randrange(2, len(source.log.read_text().splitlines()))  # a step, not header/footer
+        edit_step_digest(source.log, edited, step_line)
+        cases.append(ReplayCase(f"{stem}-edited-line-{step_line}", edited, container, source.inputs, step_line))
     return cases
 
 
