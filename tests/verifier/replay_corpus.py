@@ -1,16 +1,18 @@
 """The replay family of the agreement corpus (issue 30): sealtrace records audit logs of the ACAS Xu
-networks on random inputs, and ``sealverify replay`` re-executes them with its own kernels (Go, from
+networks on random inputs (and, in the whole corpus, the falsifier's certifying runs of its counterexamples to
+the benchmark's sat instances), and ``sealverify replay`` re-executes them with its own kernels (Go, from
 docs/numerics.md): every log must replay bit-identical (exit 0), and a log with one step's output digest
 edited (and the chain re-digested, so that the log verifies) must be caught at that step (exit 1). The same
 logs go through sealtrace's own replay, whose verdict must be the same; both are timed.
 
-``python -m tests.verifier.replay_corpus [--networks N] [--runs R] [--binary B]`` runs it; ``make
-verifier-corpus`` runs every network.
+``python -m tests.verifier.replay_corpus [--networks N] [--runs R] [--counterexamples S] [--binary B]`` runs
+it; ``make verifier-corpus`` runs every network and every sat instance.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import json
 import random
@@ -27,6 +29,7 @@ from sealtrace import Session
 from sealtrace.audit import audited_run, replay_log
 from sealtrace.container import seal_model
 from sealtrace.digest import canonical_json
+from sealtrace.falsify import SearchSettings, falsify, load_vnnlib
 from sealtrace.zoo import ACASXU_NETWORKS, acasxu_file
 
 # Standard deviations of the random inputs, run after run: the properties' box ([-0.33, 0.68] at most per
@@ -77,6 +80,30 @@ def edit_step_digest(log: Path, out: Path, step_line: int) -> None:
     out.write_text("".join(canonical_json(r).decode() + "\n" for r in _rechain(records)))
 
 
+def _sealed(workdir: Path, network: str) -> Path:
+    """The network's container (sealing is deterministic: the container a falsifier's log names)."""
+    container = workdir / f"{Path(network).stem}.seal"
+    if not container.exists():
+        seal_model(acasxu_file(network), container)
+    return container
+
+
+def counterexample_cases(workdir: Path, timeout_s: float) -> list[ReplayCase]:
+    """The certifying run of each counterexample the falsifier finds to a sat instance of the benchmark
+    (ground_truth.csv) within ``timeout_s``; instances it does not falsify in time are left out."""
+    cases = []
+    with acasxu_file("ground_truth.csv").open() as rows:
+        instances = [(row["onnx"], row["vnnlib"]) for row in csv.DictReader(rows) if row["expected"] == "sat"]
+    for network, vnnlib in instances:
+        log = workdir / f"{Path(network).stem}-{Path(vnnlib).stem}-cex.jsonl"
+        log.unlink(missing_ok=True)
+        result = falsify(acasxu_file(network), load_vnnlib(acasxu_file(vnnlib)),
+                         SearchSettings(timeout_s=timeout_s, seed=0), audit=log)
+        if result.status == "sat":
+            cases.append(ReplayCase(log.stem, log, _sealed(workdir, network), None, None))
+    return cases
+
+
 def make_cases(workdir: Path, networks: list[str], runs: int, seed: int = 30) -> list[ReplayCase]:
     """For each network: ``runs`` logs on random inputs (every third with its input in an .npz, recorded
     with a sample too short to hold it; every sixth a BLAKE3 log), and one log with a step's digest edited
@@ -87,8 +114,7 @@ def make_cases(workdir: Path, networks: list[str], runs: int, seed: int = 30) ->
     workdir.mkdir(parents=True, exist_ok=True)
     for network in networks:
         stem = Path(network).stem
-        container = workdir / f"{stem}.seal"
-        seal_model(acasxu_file(network), container, force=True)
+        container = _sealed(workdir, network)
         session = Session(str(container))
         first = len(cases)
         for run in range(runs):
@@ -170,14 +196,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--networks", type=int, default=len(ACASXU_NETWORKS), help="The first N networks.")
     parser.add_argument("--runs", type=int, default=6, help="Logs on random inputs per network.")
+    parser.add_argument("--counterexamples", type=float, default=10.0, metavar="S",
+                        help="Falsify every sat instance for up to S seconds and replay the certifying runs (0: none).")
     parser.add_argument("--binary", type=Path, required=True, help="A built sealverify.")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="replay-corpus-") as tmp:
         cases = make_cases(Path(tmp), list(ACASXU_NETWORKS[: args.networks]), args.runs)
-        problems, seconds_go, seconds_python = compare(args.binary, cases, Path(tmp))
+        found = counterexample_cases(Path(tmp), args.counterexamples) if args.counterexamples > 0 else []
+        problems, seconds_go, seconds_python = compare(args.binary, cases + found, Path(tmp))
     for problem in problems:
         print(problem)
-    print(f"replay family: {len(cases)} log(s) of {args.networks} ACAS Xu network(s), {len(problems)} disagreement(s); "
+    print(f"replay family: {len(cases)} log(s) of {args.networks} ACAS Xu network(s) on random inputs and "
+          f"{len(found)} certified counterexample(s), {len(problems)} disagreement(s); "
           f"sealverify replay {seconds_go:.2f} s in all, sealtrace replay {seconds_python:.2f} s")
     return 1 if problems else 0
 
