@@ -4,7 +4,6 @@ package main
 // operator definitions. Stage (a) of issue 30: the operators of the ACAS Xu networks and the
 // other fully connected ones. Any other operator is refused by name.
 
-
 // kernel computes a node's outputs from its inputs (nil for an omitted optional input).
 type kernel func(n *Node, in []*Tensor) ([]*Tensor, error)
 
