@@ -13,9 +13,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from sealtrace import Session
 from sealtrace.audit import audited_run
+from sealtrace.backends.reference import ReferenceBackend
 from sealtrace.container import seal_model
 from sealtrace.zoo import ACASXU_NETWORKS, acasxu_file
-from tests.conftest import make_model, require_material
+from tests.conftest import make_model, mlp_model, require_material
 from tests.verifier.replay_corpus import compare, make_cases
 
 # Networks from both ends of the set, and one between.
@@ -77,6 +78,24 @@ def test_every_operator_at_the_hard_places_replays_bit_identical(sealverify: Pat
     done = run(sealverify, "replay", str(log), "--container", str(container))
     assert done.returncode == 0, done.stderr
     assert "bit-identical: 9 step(s)" in done.stdout
+
+
+def test_replay_refuses_what_it_cannot_reproduce_and_fails_another_model(sealverify: Path, tmp_path: Path) -> None:
+    x = np.array([[0.5, -1.0, 2.0, 0.25]], dtype=np.float32)
+    container, other = tmp_path / "mlp.seal", tmp_path / "other.seal"
+    seal_model(mlp_model(), container)
+    seal_model(mlp_model(scale=2.0), other)
+    portable, native = tmp_path / "portable.jsonl", tmp_path / "native.jsonl"
+    audited_run(Session(str(container)), {"x": x}, audit=portable)
+    audited_run(Session(str(container), backend=ReferenceBackend(numerics="native")), {"x": x}, audit=native)
+
+    assert run(sealverify, "replay", str(portable), "--container", str(container)).returncode == 0
+    refused = run(sealverify, "replay", str(native), "--container", str(container))
+    assert refused.returncode == 2 and "native numerics" in refused.stderr
+    wrong = run(sealverify, "replay", str(portable), "--container", str(other), "--json")
+    verdict = json.loads(wrong.stdout)
+    assert wrong.returncode == 1 and verdict["failures"][0] == {**verdict["failures"][0], "kind": "line", "where": 1}
+    assert run(sealverify, "replay", str(portable)).returncode == 2  # --container is required
 
 
 def _tanh_run(tmp_path: Path) -> tuple[Path, Path, np.ndarray]:
