@@ -137,9 +137,12 @@ verifier-check: verifier
 	fi
 
 # Every case of the agreement corpus (about 30,900; a sample runs in `make test`): sealtrace and sealverify
-# give the same verdict and name the same failure.
+# give the same verdict and name the same failure. Then the replay family (issue 30): every ACAS Xu network's
+# logs on random inputs and the falsifier's certified counterexamples replayed bit-identical by sealverify's
+# own kernels, and an edited step caught at its line.
 verifier-corpus: $(VENV)/.stamp-dev verifier
 	OPENBLAS_NUM_THREADS=1 $(PY) -m tests.verifier.corpus --binary $(VERIFIER)
+	OPENBLAS_NUM_THREADS=1 $(PY) -m tests.verifier.replay_corpus --binary $(VERIFIER)
 
 # Two test workers, one BLAS thread each: two workers with two BLAS threads each would
 # oversubscribe the two cores and OpenBLAS's spinning threads slow everything down.

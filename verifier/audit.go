@@ -61,20 +61,26 @@ type logLine struct {
 // VerifyAuditLog checks a log's chain line by line, stopping at the first bad line, then its
 // cross-checks, its link to a model and its signature.
 func VerifyAuditLog(path string, opts AuditOptions) (*Verdict, error) {
+	v, _, err := verifyAuditLines(path, opts)
+	return v, err
+}
+
+// verifyAuditLines is VerifyAuditLog, with the records it verified (nil when it failed).
+func verifyAuditLines(path string, opts AuditOptions) (*Verdict, []logLine, error) {
 	data, err := readRegular(path, "audit log", opts.MemoryBudget)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(data) == 0 {
-		return nil, badInput("%s: empty file, not an audit log", path)
+		return nil, nil, badInput("%s: empty file, not an audit log", path)
 	}
 	v := newVerdict("audit", path)
 	lines, err := checkChain(v, data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(v.Failures) > 0 {
-		return v.finish(), nil
+		return v.finish(), nil, nil
 	}
 	header, footer := lines[0], lines[len(lines)-1]
 	runDigest := footer.record.Get("chain_head").Str
@@ -82,7 +88,7 @@ func VerifyAuditLog(path string, opts AuditOptions) (*Verdict, error) {
 	crossCheck(v, lines)
 	if len(v.Failures) == 0 && opts.Container != "" {
 		if err := checkModelLink(v, header, opts.Container); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	sig := footer.record.Get("signature")
@@ -105,7 +111,10 @@ func VerifyAuditLog(path string, opts AuditOptions) (*Verdict, error) {
 	}
 	steps, _ := footer.record.Get("steps").Int64()
 	v.Summary = fmt.Sprintf(", %d records, %d step(s), run digest %s; %s", len(lines), steps, runDigest, signerLine(v.Signers, "signed"))
-	return v.finish(), nil
+	if len(v.Failures) > 0 {
+		lines = nil
+	}
+	return v.finish(), lines, nil
 }
 
 // signatureByTrustedKey: the footer's signature names a trusted key by its id and verifies

@@ -6,6 +6,7 @@
 //	sealverify audit LOG.jsonl [--container X.seal] [--trust K.pub]... [--json]
 //	sealverify binding ARTIFACT --container X.seal [--trust K.pub]... [--json]
 //	sealverify proof PROOF.json --trust K.pub [--trust K.pub]... [--json]
+//	sealverify replay LOG.jsonl --container X.seal [--inputs FEEDS.npz] [--input NAME=X.npy]... [--json]
 //	sealverify batch CASES.jsonl   (a test aid: many checks in one process, one verdict a line)
 //
 // Exit codes are sealtrace's: 0 ok, 1 a check ran and failed, 2 bad usage or bad input.
@@ -30,6 +31,7 @@ const usage = `usage:
   sealverify audit LOG.jsonl [--container X.seal] [--trust K.pub]... [--json]
   sealverify binding ARTIFACT --container X.seal [--trust K.pub]... [--json]
   sealverify proof PROOF.json --trust K.pub [--trust K.pub]... [--json]
+  sealverify replay LOG.jsonl --container X.seal [--inputs FEEDS.npz] [--input NAME=X.npy]... [--json]
   sealverify batch CASES.jsonl
 exit status: 0 ok, 1 a check failed, 2 bad usage or bad input`
 
@@ -41,6 +43,8 @@ type Invocation struct {
 	Trust            []string
 	RequireSignature bool
 	ExpectDigest     string
+	InputsFile       string            // replay: an .npz archive of inputs
+	InputFiles       map[string]string // replay: NAME -> .npy file
 	JSON             bool
 }
 
@@ -52,17 +56,18 @@ func ParseArgs(args []string) (*Invocation, error) {
 	}
 	inv := &Invocation{Verb: args[0]}
 	switch inv.Verb {
-	case "container", "audit", "binding", "proof", "batch":
+	case "container", "audit", "binding", "proof", "replay", "batch":
 	case "-h", "--help", "help":
 		return inv, nil
 	default:
-		return nil, badInput("unknown verb %q (container, audit, binding, proof, batch)", inv.Verb)
+		return nil, badInput("unknown verb %q (container, audit, binding, proof, replay, batch)", inv.Verb)
 	}
 	allowed := map[string]map[string]bool{
 		"container": {"--trust": true, "--require-signature": true, "--expect-digest": true, "--json": true},
 		"audit":     {"--container": true, "--trust": true, "--json": true},
 		"binding":   {"--container": true, "--trust": true, "--json": true},
 		"proof":     {"--trust": true, "--json": true},
+		"replay":    {"--container": true, "--inputs": true, "--input": true, "--json": true},
 		"batch":     {},
 	}[inv.Verb]
 	var positional []string
@@ -81,7 +86,7 @@ func ParseArgs(args []string) (*Invocation, error) {
 		if !allowed[name] {
 			return nil, badInput("%s: no such option %s", inv.Verb, name)
 		}
-		takesValue := name == "--trust" || name == "--container" || name == "--expect-digest"
+		takesValue := name == "--trust" || name == "--container" || name == "--expect-digest" || name == "--inputs" || name == "--input"
 		if takesValue && !hasValue {
 			if i+1 >= len(rest) {
 				return nil, badInput("%s: option %s needs a value", inv.Verb, name)
@@ -98,6 +103,20 @@ func ParseArgs(args []string) (*Invocation, error) {
 			inv.Container = value
 		case "--expect-digest":
 			inv.ExpectDigest = value
+		case "--inputs":
+			inv.InputsFile = value
+		case "--input":
+			input, file, ok := strings.Cut(value, "=")
+			if !ok || input == "" || file == "" {
+				return nil, badInput("%s: --input takes NAME=FILE.npy, not %q", inv.Verb, value)
+			}
+			if inv.InputFiles == nil {
+				inv.InputFiles = map[string]string{}
+			}
+			if _, dup := inv.InputFiles[input]; dup {
+				return nil, badInput("%s: input %q given twice", inv.Verb, input)
+			}
+			inv.InputFiles[input] = file
 		case "--require-signature":
 			inv.RequireSignature = true
 		case "--json":
@@ -161,6 +180,10 @@ func run(inv *Invocation) (*Verdict, error) {
 			return nil, badInput("proof: --trust KEY.pub is required (a proof is believed only as far as a trusted key signed it)")
 		}
 		return VerifyProof(inv.Subject, trust)
+	case "replay":
+		return ReplayLog(inv.Subject, ReplayOptions{
+			Container: inv.Container, InputsFile: inv.InputsFile, InputFiles: inv.InputFiles, MemoryBudget: defaultMemoryBudget,
+		})
 	}
 	return nil, badInput("unknown verb %q", inv.Verb)
 }
