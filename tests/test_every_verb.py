@@ -48,6 +48,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "--capture", str(w / "cap")],
         ["compile", str(w / "m.seal"), "--level", "basic", "-o", str(w / "m.opt.onnx")],
         ["manifest", "create", str(w / "ckpt"), "-o", str(w / "ckpt.json")],
+        ["keygen", "--algorithm", "ecdsa-p256", "-o", str(w / "ec.pem")],
+        ["manifest", "sign", str(w / "ckpt"), "--key", str(w / "ec.pem"), "-o", str(w / "ckpt.sig")],
     ):
         assert main(argv) == 0, argv
     _make_ledger(w)
@@ -121,6 +123,11 @@ READS: dict[str, dict[str, Argv]] = {
         "DIRECTORY/": lambda w, b: ["manifest", "verify", b, p(w, "ckpt.json")],
         "MANIFEST": lambda w, b: ["manifest", "verify", p(w, "ckpt"), b],
         "--trust": lambda w, b: ["manifest", "verify", p(w, "ckpt"), p(w, "ckpt.json"), "--trust", b],
+        "--trust (bundle)": lambda w, b: ["manifest", "verify", p(w, "ckpt"), p(w, "ckpt.sig"), "--trust", b],
+    },
+    "manifest sign": {
+        "DIRECTORY/": lambda w, b: ["manifest", "sign", b, "--key", p(w, "ec.pem"), "-o", p(w, "new.sig")],
+        "--key": lambda w, b: ["manifest", "sign", p(w, "ckpt"), "--key", b, "-o", p(w, "new.sig")],
     },
     "audit verify": {
         "LOG": lambda w, b: ["audit", "verify", b],
@@ -210,6 +217,7 @@ WRITES: dict[str, dict[str, Argv]] = {
     "sign": {"-o": lambda w, o: ["sign", p(w, SEAL), "--key", p(w, KEY), "-o", o]},
     "unseal": {"-o": lambda w, o: ["unseal", p(w, SEAL), "-o", o]},
     "manifest create": {"-o": lambda w, o: ["manifest", "create", p(w, "ckpt"), "-o", o]},
+    "manifest sign": {"-o": lambda w, o: ["manifest", "sign", p(w, "ckpt"), "--key", p(w, "ec.pem"), "-o", o]},
     "compile": {"-o": lambda w, o: ["compile", p(w, SEAL), "-o", o]},
     "convert": {"-o": lambda w, o: ["convert", p(w, M), "-o", o, "--random-inputs"]},
     "parity": {"--report": lambda w, o: ["parity", p(w, M), "--random-inputs", "--report", o]},
