@@ -50,6 +50,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ["manifest", "create", str(w / "ckpt"), "-o", str(w / "ckpt.json")],
         ["keygen", "--algorithm", "ecdsa-p256", "-o", str(w / "ec.pem")],
         ["manifest", "sign", str(w / "ckpt"), "--key", str(w / "ec.pem"), "-o", str(w / "ckpt.sig")],
+        ["audit", "attest", str(w / "run.jsonl"), "--key", str(w / "ec.pem"), "-o", str(w / "run.intoto.json")],
     ):
         assert main(argv) == 0, argv
     _make_ledger(w)
@@ -136,6 +137,15 @@ READS: dict[str, dict[str, Argv]] = {
         "--trust": lambda w, b: ["audit", "verify", p(w, LOG), "--trust", b],
     },
     "audit show": {"LOG": lambda w, b: ["audit", "show", b]},
+    "audit attest": {
+        "LOG": lambda w, b: ["audit", "attest", b, "--key", p(w, "ec.pem"), "-o", p(w, "new.intoto.json")],
+        "--key": lambda w, b: ["audit", "attest", p(w, LOG), "--key", b, "-o", p(w, "new.intoto.json")],
+    },
+    "audit verify-attestation": {
+        "ATTESTATION": lambda w, b: ["audit", "verify-attestation", b, "--trust", p(w, "ec.pub")],
+        "--trust": lambda w, b: ["audit", "verify-attestation", p(w, "run.intoto.json"), "--trust", b],
+        "--log": lambda w, b: ["audit", "verify-attestation", p(w, "run.intoto.json"), "--trust", p(w, "ec.pub"), "--log", b],
+    },
     "replay": {
         "LOG": lambda w, b: ["replay", b, "--container", p(w, SEAL)],
         "--container": lambda w, b: ["replay", p(w, LOG), "--container", b],
@@ -218,6 +228,7 @@ WRITES: dict[str, dict[str, Argv]] = {
     "unseal": {"-o": lambda w, o: ["unseal", p(w, SEAL), "-o", o]},
     "manifest create": {"-o": lambda w, o: ["manifest", "create", p(w, "ckpt"), "-o", o]},
     "manifest sign": {"-o": lambda w, o: ["manifest", "sign", p(w, "ckpt"), "--key", p(w, "ec.pem"), "-o", o]},
+    "audit attest": {"-o": lambda w, o: ["audit", "attest", p(w, LOG), "--key", p(w, "ec.pem"), "-o", o]},
     "compile": {"-o": lambda w, o: ["compile", p(w, SEAL), "-o", o]},
     "convert": {"-o": lambda w, o: ["convert", p(w, M), "-o", o, "--random-inputs"]},
     "parity": {"--report": lambda w, o: ["parity", p(w, M), "--random-inputs", "--report", o]},
