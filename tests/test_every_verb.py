@@ -111,7 +111,12 @@ READS: dict[str, dict[str, Argv]] = {
         "CONTAINER": lambda w, b: ["verify", b],
         "--trust": lambda w, b: ["verify", p(w, SEAL), "--trust", b],
     },
-    "inspect": {"CONTAINER": lambda w, b: ["inspect", b]},
+    "inspect": {
+        "CONTAINER": lambda w, b: ["inspect", b],
+        "CONTAINER (--cyclonedx)": lambda w, b: ["inspect", b, "--cyclonedx"],
+        "--artifact": lambda w, b: ["inspect", p(w, SEAL), "--cyclonedx", "--artifact", b],
+        "--trust": lambda w, b: ["inspect", p(w, SEAL), "--cyclonedx", "--trust", b],
+    },
     "unseal": {
         "CONTAINER": lambda w, b: ["unseal", b, "-o", p(w, "new.onnx")],
         "--trust": lambda w, b: ["unseal", p(w, SEAL), "-o", p(w, "new.onnx"), "--trust", b],
