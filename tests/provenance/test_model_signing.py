@@ -10,7 +10,9 @@ from pathlib import Path
 
 import model_signing
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import save_file
 
 from sealtrace.cli import main
@@ -158,3 +160,30 @@ def test_bad_keys_are_bad_input(model: Path, keys: tuple[Path, Path], tmp_path: 
     assert load_verifying_key(public).curve.name == "secp256r1"  # type: ignore[union-attr]
     with pytest.raises(KeyFileError, match="an ECDSA key"):
         load_public_key(public)
+
+
+def test_onnx_external_data_tensors_are_named(tmp_path: Path, keys: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = keys
+    d = tmp_path / "onnx"
+    d.mkdir()
+    weights = [numpy_helper.from_array(np.full((4,), i, np.float32), name) for i, name in enumerate(("W", "B"))]
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["W", "B"], ["y"])], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=weights,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, d / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True, location="m.data", size_threshold=0)
+    signature = tmp_path / "m.sig"
+    assert main(["manifest", "sign", str(d), "--key", str(private), "-o", str(signature)]) == 0
+    _ms_verify(d, signature, public)
+    data = bytearray((d / "m.data").read_bytes())
+    data[-1] ^= 0x01  # the last tensor stored: "B"
+    (d / "m.data").write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["manifest", "verify", str(d), str(signature), "--trust", str(public)]) == 1
+    err = capsys.readouterr().err
+    assert "MISMATCH tensor 'm.data:B'" in err and "m.data:W" not in err
+    with pytest.raises(ValueError, match=r"m\.data"):
+        _ms_verify(d, signature, public)
+    assert main(["manifest", "verify", str(d), str(signature), "--trust", str(public), "--exact-files"]) == 2
+    assert "sealtrace manifests only" in _error_line(capsys)

@@ -254,6 +254,9 @@ def manifest_verify(
     from sealtrace.provenance.modelsig import looks_like_bundle
 
     if looks_like_bundle(manifest_file):
+        if exact_files or follow_symlinks:
+            raise InputError(f"{manifest_file}: a model-signing bundle; --exact-files and --follow-symlinks apply to "
+                             "sealtrace manifests only (the bundle says whether links are followed)")  # fmt: skip
         _verify_model_signature(directory, manifest_file, trust, as_json)
         return
     report = manifests.verify_manifest(
