@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
 from pathlib import Path
 
 import model_signing
@@ -187,3 +189,27 @@ def test_onnx_external_data_tensors_are_named(tmp_path: Path, keys: tuple[Path, 
         _ms_verify(d, signature, public)
     assert main(["manifest", "verify", str(d), str(signature), "--trust", str(public), "--exact-files"]) == 2
     assert "sealtrace manifests only" in _error_line(capsys)
+
+
+def test_an_orbax_checkpoint_names_the_changed_array(tmp_path: Path, keys: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tensorstore")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    ocp = pytest.importorskip("orbax.checkpoint")
+    private, public = keys
+    checkpointer = ocp.PyTreeCheckpointer()
+    checkpointer.save(tmp_path / "good", {"w": np.arange(12, dtype=np.float32).reshape(4, 3), "b": np.arange(5)})
+    checkpointer.save(tmp_path / "forged", {"w": np.full((4, 3), 999.0, np.float32), "b": np.arange(5)})
+    good, signature = tmp_path / "good", tmp_path / "ckpt.sig"
+    assert main(["manifest", "sign", str(good), "--key", str(private), "-o", str(signature)]) == 0
+    _ms_verify(good, signature, public)
+    assert [a["name"] for s in _statement(signature)["predicate"]["sealtrace"]["arrays"] for a in s["arrays"]] == ["b", "w"]
+    for name in ("d", "manifest.ocdbt", "ocdbt.process_0"):  # the OCDBT data of another save, _METADATA kept
+        shutil.rmtree(good / name) if (good / name).is_dir() else (good / name).unlink()
+        source = tmp_path / "forged" / name
+        (shutil.copytree if source.is_dir() else shutil.copy2)(source, good / name)
+    capsys.readouterr()
+    assert main(["manifest", "verify", str(good), str(signature), "--trust", str(public)]) == 1
+    err = capsys.readouterr().err
+    assert "MISMATCH array 'w'" in err and "array 'b'" not in err
+    with pytest.raises(ValueError, match="Signature mismatch"):
+        _ms_verify(good, signature, public)

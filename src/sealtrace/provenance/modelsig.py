@@ -8,9 +8,9 @@ sha256 over the resources' digests in their sorted order (the root digest). Noth
 Sigstore instance: no certificate, no transparency log entry, only a public key hint.
 
 sealtrace adds a ``sealtrace`` field to the predicate: the per-tensor sha256 of each safetensors,
-.npy and .npz file and of an ONNX model's external data (as manifests format 1 record them), so a
-changed file is reported with the tensors that changed. v1.0 verifiers ignore fields they do not
-know.
+.npy and .npz file and of an ONNX model's external data (as manifests format 1 record them), and the
+arrays of each orbax OCDBT checkpoint (as format 3 records them, with sha256), so a changed file is
+reported with the tensors that changed. v1.0 verifiers ignore fields they do not know.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from sealtrace import __version__
 from sealtrace.container import manifest as manifests
 from sealtrace.container.errors import IntegrityError, Mismatch
 from sealtrace.container.manifest import ManifestReport
+from sealtrace.container.manifest_arrays import ArraySetError, compare_sets, find_array_sets
 from sealtrace.container.signatures import SignatureCheck
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.hashpool import hash_map
+from sealtrace.limits import BudgetExceededError
 from sealtrace.outputs import atomic_output, check_output
 from sealtrace.provenance.dsse import (
     ProvenanceFormatError,
@@ -113,6 +115,14 @@ def _root_digest(resources: list[dict[str, str]]) -> str:
     return digest.hexdigest()
 
 
+def _orbax_sets(root: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The arrays of each orbax OCDBT checkpoint in the directory, by name, dtype, shape and sha256
+    of their values (manifests format 3's array sets): the tensors of a checkpoint whose files
+    name none (safetensors and .npz tensors are listed by file)."""
+    as_listed = [{"path": r["path"], "format": r.get("format"), "digest": r["sha256"], "tensors": []} for r in records]
+    return [s for s in find_array_sets(root, as_listed, hashlib.sha256) if s["kind"] == "orbax-ocdbt"]
+
+
 def _describe(files: list[tuple[str, Path]], shard_size: int | None, tensors: bool) -> list[dict[str, Any]]:
     """Per file: sha256 and size, with ``tensors`` its format and tensors too (manifest format 1),
     and its shards when sharding."""
@@ -168,11 +178,8 @@ def sign_directory(
     resources.sort(key=lambda r: _resource_order(r["name"], shard_size is not None))
     serialization |= {"allow_symlinks": follow_symlinks, "ignore_paths": ignore}
     tensors = [{"name": r["path"], "format": r["format"], "tensors": r["tensors"]} for r in records if r["tensors"]]
-    predicate = {
-        "serialization": serialization,
-        "resources": resources,
-        "sealtrace": {"version": __version__, "tensor_digest": "sha256", "files": tensors},
-    }
+    extra = {"version": __version__, "tensor_digest": "sha256", "files": tensors, "arrays": _orbax_sets(root, records)}
+    predicate = {"serialization": serialization, "resources": resources, "sealtrace": extra}
     root_digest = _root_digest(resources)
     name = root.name or os.path.basename(root.resolve())
     payload = statement_bytes([{"name": name, "digest": {"sha256": root_digest}}], PREDICATE_TYPE, predicate)
@@ -262,9 +269,27 @@ def verify_directory(
                             signatures=[SignatureCheck(opened.signed_by, valid=True, trusted=True)])  # fmt: skip
     extra = opened.statement["predicate"].get("sealtrace")
     report.mismatches = _compare(records, resources, shard_size, extra, tensors_of)
+    report.mismatches[:0] = _changed_arrays(root, records, extra, {m.name for m in report.mismatches})
     if raise_on_failure and report.mismatches:
         raise IntegrityError(os.fspath(directory), report.mismatches)
     return report
+
+
+def _changed_arrays(root: Path, records: list[dict[str, Any]], extra: Any, changed: set[str]) -> list[Mismatch]:
+    """Each array that changed in the orbax checkpoints (recorded in the bundle's sealtrace field)
+    whose files changed."""
+    recorded = extra.get("arrays", []) if isinstance(extra, dict) else []
+    touched = [s for s in recorded if isinstance(s, dict) and isinstance(s.get("files"), list) and changed & set(s["files"])]
+    if not touched:
+        return []
+    try:
+        current = _orbax_sets(root, records)
+    except (ArraySetError, BudgetExceededError) as exc:
+        return [Mismatch("arrays", str(s.get("path")) or ".", "orbax-ocdbt arrays", f"unreadable: {exc}") for s in touched]
+    try:
+        return compare_sets(touched, current)[0]
+    except (KeyError, TypeError):
+        raise ProvenanceFormatError("the bundle's sealtrace arrays are malformed") from None
 
 
 def _shard_size(serialization: dict[str, Any], where: str) -> int:
