@@ -213,3 +213,10 @@ def test_an_orbax_checkpoint_names_the_changed_array(tmp_path: Path, keys: tuple
     assert "MISMATCH array 'w'" in err and "array 'b'" not in err
     with pytest.raises(ValueError, match="Signature mismatch"):
         _ms_verify(good, signature, public)
+
+
+def test_a_fifo_as_the_signature_is_refused_unopened(model: Path, keys: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "model.sig"
+    os.mkfifo(fifo)  # opening it to tell a bundle from a manifest would wait for a writer forever
+    assert main(["manifest", "verify", str(model), str(fifo), "--trust", str(keys[1])]) == 2
+    _error_line(capsys)

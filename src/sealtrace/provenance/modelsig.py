@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -68,6 +69,8 @@ def looks_like_bundle(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a Sigstore bundle rather than a sealtrace manifest (canonical JSON
     that starts with its "manifest" key)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False  # never opened here (a FIFO would block): the manifest reader refuses it
         with open(path, "rb") as f:
             head = f.read(1 << 16)
     except OSError:
