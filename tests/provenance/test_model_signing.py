@@ -220,3 +220,15 @@ def test_a_fifo_as_the_signature_is_refused_unopened(model: Path, keys: tuple[Pa
     os.mkfifo(fifo)  # opening it to tell a bundle from a manifest would wait for a writer forever
     assert main(["manifest", "verify", str(model), str(fifo), "--trust", str(keys[1])]) == 2
     _error_line(capsys)
+
+
+def test_a_link_planted_in_the_directory_fails_the_check(model: Path, keys: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = keys
+    signature = tmp_path / "ours.sig"
+    assert main(["manifest", "sign", str(model), "--key", str(private), "-o", str(signature)]) == 0
+    (model / "link").symlink_to(model / "config.json")
+    assert main(["manifest", "verify", str(model), str(signature), "--trust", str(public)]) == 1
+    assert "'link'" in _error_line(capsys)
+    # Signing refuses it (model-signing too, without allow_symlinks): bad input.
+    assert main(["manifest", "sign", str(model), "--key", str(private), "-o", str(tmp_path / "x.sig")]) == 2
+    assert "symbolic link" in _error_line(capsys)

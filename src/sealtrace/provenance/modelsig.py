@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sealtrace import __version__
 from sealtrace.container import manifest as manifests
 from sealtrace.container.errors import IntegrityError, Mismatch
-from sealtrace.container.manifest import ManifestReport
+from sealtrace.container.manifest import ManifestReport, RefusedEntry
 from sealtrace.container.manifest_arrays import ArraySetError, compare_sets, find_array_sets
 from sealtrace.container.signatures import SignatureCheck
 from sealtrace.errors import CheckFailedError, InputError
@@ -82,12 +82,11 @@ def _ignored(rel: str, ignore: list[str]) -> bool:
     return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in ignore)
 
 
-def _files(root: Path, ignore: list[str], follow_symlinks: bool) -> list[tuple[str, Path]]:
-    """Every file of ``root`` that the signature covers; anything that cannot be hashed is refused."""
+def _files(root: Path, ignore: list[str], follow_symlinks: bool) -> tuple[list[tuple[str, Path]], list[RefusedEntry]]:
+    """Every file of ``root`` that the signature covers, and every entry that cannot be hashed
+    (a link not followed, a device, a name that cannot be recorded)."""
     found, refused = manifests._walk(root, follow_symlinks, set())
-    kept = [(rel, path) for rel, path in found if not _ignored(rel, ignore)]
-    manifests._refuse_unrecordable([], [r for r in refused if not _ignored(r.path, ignore)])
-    return kept
+    return [f for f in found if not _ignored(f[0], ignore)], [r for r in refused if not _ignored(r.path, ignore)]
 
 
 def _inside(root: Path, path: str | os.PathLike[str]) -> str | None:
@@ -168,7 +167,9 @@ def sign_directory(
     ignore = list(GIT_PATHS)
     if (rel := _inside(root, out_path)) is not None:
         ignore.append(rel)
-    records = _describe(_files(root, ignore, follow_symlinks), shard_size, tensors=True)
+    files, refused = _files(root, ignore, follow_symlinks)
+    manifests._refuse_unrecordable([], refused)  # model-signing refuses them too
+    records = _describe(files, shard_size, tensors=True)
     if shard_size is None:
         resources = [{"name": r["path"], "algorithm": "sha256", "digest": r["sha256"]} for r in records]
         serialization: dict[str, Any] = {"method": "files", "hash_type": "sha256"}
@@ -261,7 +262,7 @@ def verify_directory(
     ignore = [*GIT_PATHS, *(str(p) for p in serialization.get("ignore_paths", []))]
     if (rel := _inside(root, bundle_path)) is not None:
         ignore.append(rel)
-    files = _files(root, ignore, bool(serialization.get("allow_symlinks")))
+    files, refused = _files(root, ignore, bool(serialization.get("allow_symlinks")))
     records = _describe(files, shard_size, tensors=False)  # tensors only of the files that changed, below
 
     def tensors_of(rel: str) -> list[dict[str, str]]:
@@ -273,6 +274,8 @@ def verify_directory(
     extra = opened.statement["predicate"].get("sealtrace")
     report.mismatches = _compare(records, resources, shard_size, extra, tensors_of)
     report.mismatches[:0] = _changed_arrays(root, records, extra, {m.name for m in report.mismatches})
+    # What cannot be hashed is a mismatch (a link planted in the directory fails the check, exit 1).
+    report.mismatches += [Mismatch("file", r.path, "a regular file, or nothing", r.reason) for r in refused]
     if raise_on_failure and report.mismatches:
         raise IntegrityError(os.fspath(directory), report.mismatches)
     return report
