@@ -226,6 +226,8 @@ WRITES: dict[str, dict[str, Argv]] = {
     "run": {
         "--out": lambda w, o: ["run", p(w, M), "--random-inputs", "--out", o],
         "--audit": lambda w, o: ["run", p(w, M), "--random-inputs", "--audit", o],
+        "--attest": lambda w, o: ["run", p(w, M), "--random-inputs", "--audit", p(w, "attested.jsonl"), "--sign-log", p(w, KEY),
+                                  "--attest", o],
     },
     "keygen": {"-o": lambda w, o: ["keygen", "-o", o]},
     "seal": {"-o": lambda w, o: ["seal", p(w, M), "-o", o]},

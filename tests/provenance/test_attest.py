@@ -128,3 +128,16 @@ def test_attesting_a_tampered_log_fails(run: Path, tmp_path: Path, capsys: pytes
     assert main(["audit", "attest", str(run / "run.jsonl"), "--key", str(run / "ec.pem"), "-o", str(out),
                  "--ledger-index", "-1"]) == 2  # fmt: skip
     assert "--ledger-index" in _error_line(capsys)
+
+
+def test_run_attest_writes_the_attestation_with_the_ledger_index(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log, out = tmp_path / "run.jsonl", tmp_path / "run.intoto.json"
+    argv = ["run", str(run / "m.seal"), "--input", f"x={run / 'x.npy'}", "--audit", str(log), "--sign-log", str(run / "ed.pem")]
+    assert main([*argv, "--ledger", str(tmp_path / "ledger.db"), "--attest", str(out)]) == 0
+    assert "attestation" in capsys.readouterr().out
+    assert _payload(json.loads(out.read_text()))["predicate"]["ledger"] == {"index": 0}
+    assert main(["audit", "verify-attestation", str(out), "--trust", str(run / "ed.pub"), "--log", str(log)]) == 0
+    # Without a key to sign it: bad input, before the run.
+    assert main(["run", str(run / "m.seal"), "--random-inputs", "--audit", str(tmp_path / "b.jsonl"), "--attest", str(tmp_path / "b.json")]) == 2
+    assert "--sign-log" in _error_line(capsys)
+    assert not (tmp_path / "b.jsonl").exists()
