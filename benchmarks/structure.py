@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("session",),
     ("parity", "conformance"),
     ("audit", "torchbridge"),
-    ("falsify", "ledger", "verdict"),
+    ("falsify", "ledger", "verdict", "provenance"),
     ("serve", "scale"),
     ("cli",),
     ("__main__", "sealtrace"),

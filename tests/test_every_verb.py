@@ -48,6 +48,9 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "--capture", str(w / "cap")],
         ["compile", str(w / "m.seal"), "--level", "basic", "-o", str(w / "m.opt.onnx")],
         ["manifest", "create", str(w / "ckpt"), "-o", str(w / "ckpt.json")],
+        ["keygen", "--algorithm", "ecdsa-p256", "-o", str(w / "ec.pem")],
+        ["manifest", "sign", str(w / "ckpt"), "--key", str(w / "ec.pem"), "-o", str(w / "ckpt.sig")],
+        ["audit", "attest", str(w / "run.jsonl"), "--key", str(w / "ec.pem"), "-o", str(w / "run.intoto.json")],
     ):
         assert main(argv) == 0, argv
     _make_ledger(w)
@@ -108,7 +111,12 @@ READS: dict[str, dict[str, Argv]] = {
         "CONTAINER": lambda w, b: ["verify", b],
         "--trust": lambda w, b: ["verify", p(w, SEAL), "--trust", b],
     },
-    "inspect": {"CONTAINER": lambda w, b: ["inspect", b]},
+    "inspect": {
+        "CONTAINER": lambda w, b: ["inspect", b],
+        "CONTAINER (--cyclonedx)": lambda w, b: ["inspect", b, "--cyclonedx"],
+        "--artifact": lambda w, b: ["inspect", p(w, SEAL), "--cyclonedx", "--artifact", b],
+        "--trust": lambda w, b: ["inspect", p(w, SEAL), "--cyclonedx", "--trust", b],
+    },
     "unseal": {
         "CONTAINER": lambda w, b: ["unseal", b, "-o", p(w, "new.onnx")],
         "--trust": lambda w, b: ["unseal", p(w, SEAL), "-o", p(w, "new.onnx"), "--trust", b],
@@ -121,6 +129,11 @@ READS: dict[str, dict[str, Argv]] = {
         "DIRECTORY/": lambda w, b: ["manifest", "verify", b, p(w, "ckpt.json")],
         "MANIFEST": lambda w, b: ["manifest", "verify", p(w, "ckpt"), b],
         "--trust": lambda w, b: ["manifest", "verify", p(w, "ckpt"), p(w, "ckpt.json"), "--trust", b],
+        "--trust (bundle)": lambda w, b: ["manifest", "verify", p(w, "ckpt"), p(w, "ckpt.sig"), "--trust", b],
+    },
+    "manifest sign": {
+        "DIRECTORY/": lambda w, b: ["manifest", "sign", b, "--key", p(w, "ec.pem"), "-o", p(w, "new.sig")],
+        "--key": lambda w, b: ["manifest", "sign", p(w, "ckpt"), "--key", b, "-o", p(w, "new.sig")],
     },
     "audit verify": {
         "LOG": lambda w, b: ["audit", "verify", b],
@@ -129,6 +142,15 @@ READS: dict[str, dict[str, Argv]] = {
         "--trust": lambda w, b: ["audit", "verify", p(w, LOG), "--trust", b],
     },
     "audit show": {"LOG": lambda w, b: ["audit", "show", b]},
+    "audit attest": {
+        "LOG": lambda w, b: ["audit", "attest", b, "--key", p(w, "ec.pem"), "-o", p(w, "new.intoto.json")],
+        "--key": lambda w, b: ["audit", "attest", p(w, LOG), "--key", b, "-o", p(w, "new.intoto.json")],
+    },
+    "audit verify-attestation": {
+        "ATTESTATION": lambda w, b: ["audit", "verify-attestation", b, "--trust", p(w, "ec.pub")],
+        "--trust": lambda w, b: ["audit", "verify-attestation", p(w, "run.intoto.json"), "--trust", b],
+        "--log": lambda w, b: ["audit", "verify-attestation", p(w, "run.intoto.json"), "--trust", p(w, "ec.pub"), "--log", b],
+    },
     "replay": {
         "LOG": lambda w, b: ["replay", b, "--container", p(w, SEAL)],
         "--container": lambda w, b: ["replay", p(w, LOG), "--container", b],
@@ -204,12 +226,16 @@ WRITES: dict[str, dict[str, Argv]] = {
     "run": {
         "--out": lambda w, o: ["run", p(w, M), "--random-inputs", "--out", o],
         "--audit": lambda w, o: ["run", p(w, M), "--random-inputs", "--audit", o],
+        "--attest": lambda w, o: ["run", p(w, M), "--random-inputs", "--audit", p(w, "attested.jsonl"), "--sign-log", p(w, KEY),
+                                  "--attest", o],
     },
     "keygen": {"-o": lambda w, o: ["keygen", "-o", o]},
     "seal": {"-o": lambda w, o: ["seal", p(w, M), "-o", o]},
     "sign": {"-o": lambda w, o: ["sign", p(w, SEAL), "--key", p(w, KEY), "-o", o]},
     "unseal": {"-o": lambda w, o: ["unseal", p(w, SEAL), "-o", o]},
     "manifest create": {"-o": lambda w, o: ["manifest", "create", p(w, "ckpt"), "-o", o]},
+    "manifest sign": {"-o": lambda w, o: ["manifest", "sign", p(w, "ckpt"), "--key", p(w, "ec.pem"), "-o", o]},
+    "audit attest": {"-o": lambda w, o: ["audit", "attest", p(w, LOG), "--key", p(w, "ec.pem"), "-o", o]},
     "compile": {"-o": lambda w, o: ["compile", p(w, SEAL), "-o", o]},
     "convert": {"-o": lambda w, o: ["convert", p(w, M), "-o", o, "--random-inputs"]},
     "parity": {"--report": lambda w, o: ["parity", p(w, M), "--random-inputs", "--report", o]},

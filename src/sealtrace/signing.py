@@ -1,8 +1,11 @@
-"""Ed25519 keys and signatures, shared by containers, audit logs, manifests and bindings.
+"""Keys and signatures: Ed25519 for sealtrace's own formats (containers, audit logs, manifests,
+bindings), and ECDSA (P-256, P-384, P-521) beside it for the ecosystem's (Sigstore bundles that
+OpenSSF model-signing verifies, DSSE envelopes: sealtrace.provenance).
 
 Private keys are PKCS#8 PEM files, public keys SubjectPublicKeyInfo PEM files (what
 ``openssl genpkey -algorithm ed25519`` and ``openssl pkey -pubout`` write). A key id is the first
-16 hex digits of sha256 over the raw 32-byte public key, so it names a key without revealing it.
+16 hex digits of sha256 over the raw public key (Ed25519's 32 bytes, an ECDSA key's uncompressed
+point), so it names a key without revealing it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sealtrace.errors import SealtraceError
@@ -23,9 +27,18 @@ from sealtrace.outputs import OutputExistsError, OutputPathError, check_output
 
 ALGORITHM = "ed25519"
 
+# keygen --algorithm: the curves model-signing (and Sigstore's specs) accept.
+ECDSA_CURVES: dict[str, ec.EllipticCurve] = {
+    "ecdsa-p256": ec.SECP256R1(), "ecdsa-p384": ec.SECP384R1(), "ecdsa-p521": ec.SECP521R1(),
+}  # fmt: skip
+KEY_ALGORITHMS = (ALGORITHM, *ECDSA_CURVES)
+
+PrivateKey = Ed25519PrivateKey | ec.EllipticCurvePrivateKey
+PublicKey = Ed25519PublicKey | ec.EllipticCurvePublicKey
+
 
 class KeyFileError(SealtraceError):
-    """A key file is missing, unreadable, not PEM, or not an Ed25519 key."""
+    """A key file is missing, unreadable, not PEM, or not a key of a kind sealtrace uses."""
 
 
 @dataclass(frozen=True)
@@ -48,13 +61,19 @@ class Signature:
         return cls(data["algorithm"], data["key_id"], data["signature"])
 
 
-def key_id(public_key: Ed25519PublicKey) -> str:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+def key_id(public_key: PublicKey) -> str:
+    if isinstance(public_key, Ed25519PublicKey):
+        raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    else:
+        raw = public_key.public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
-def generate_keypair(private_path: str | os.PathLike[str], overwrite: bool = False) -> tuple[Path, Path]:
-    """Write a new Ed25519 key to PATH (private, mode 0600) and PATH with suffix .pub (public).
+def generate_keypair(
+    private_path: str | os.PathLike[str], overwrite: bool = False, algorithm: str = ALGORITHM
+) -> tuple[Path, Path]:
+    """Write a new key (``algorithm``: one of KEY_ALGORITHMS) to PATH (private, mode 0600) and PATH
+    with suffix .pub (public).
 
     Each file is written under a fresh name in the same directory (created with O_CREAT|O_EXCL,
     so the private key is never readable by others, not even for a moment) and renamed into place:
@@ -70,7 +89,11 @@ def generate_keypair(private_path: str | os.PathLike[str], overwrite: bool = Fal
             raise KeyFileError(f"{path}: already exists (refusing to overwrite a key; use --force)") from None
         except OutputPathError as exc:
             raise KeyFileError(str(exc)) from None
-    key = Ed25519PrivateKey.generate()
+    if algorithm not in KEY_ALGORITHMS:
+        raise KeyFileError(f"unknown key algorithm {algorithm!r} (one of {', '.join(KEY_ALGORITHMS)})")
+    key: PrivateKey = (
+        Ed25519PrivateKey.generate() if algorithm == ALGORITHM else ec.generate_private_key(ECDSA_CURVES[algorithm])
+    )
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
@@ -131,27 +154,58 @@ def _install(tmp: Path, target: Path, overwrite: bool) -> None:
         os.replace(tmp, target)
 
 
-def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+def load_signing_key(path: str | os.PathLike[str]) -> PrivateKey:
+    """An Ed25519 or ECDSA (P-256, P-384, P-521) private key from a PEM file."""
     data = _read(path)
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise KeyFileError(f"{path}: not an unencrypted PEM private key ({exc})") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise KeyFileError(f"{path}: not an Ed25519 key")
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        _check_curve(path, key.curve)
+    elif not isinstance(key, Ed25519PrivateKey):
+        raise KeyFileError(f"{path}: not an Ed25519 or ECDSA key")
     return key
 
 
-def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+def load_verifying_key(path: str | os.PathLike[str]) -> PublicKey:
+    """An Ed25519 or ECDSA public key from a PEM file (or the public half of a private key file)."""
     data = _read(path)
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError):
         # A private key file also names its public key; accept it for --trust convenience.
-        return load_private_key(path).public_key()
-    if not isinstance(key, Ed25519PublicKey):
-        raise KeyFileError(f"{path}: not an Ed25519 public key")
+        return load_signing_key(path).public_key()
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        _check_curve(path, key.curve)
+    elif not isinstance(key, Ed25519PublicKey):
+        raise KeyFileError(f"{path}: not an Ed25519 or ECDSA public key")
     return key
+
+
+def _check_curve(path: str | os.PathLike[str], curve: ec.EllipticCurve) -> None:
+    if not any(curve.name == known.name for known in ECDSA_CURVES.values()):
+        raise KeyFileError(f"{path}: an ECDSA key on curve {curve.name}, not P-256, P-384 or P-521")
+
+
+# sealtrace's own signatures (containers, logs, manifests, bindings, tree heads) are Ed25519 only.
+def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    key = load_signing_key(path)
+    if isinstance(key, Ed25519PrivateKey):
+        return key
+    raise _not_ed25519(path)
+
+
+def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    key = load_verifying_key(path)
+    if isinstance(key, Ed25519PublicKey):
+        return key
+    raise _not_ed25519(path)
+
+
+def _not_ed25519(path: str | os.PathLike[str]) -> KeyFileError:
+    return KeyFileError(f"{path}: an ECDSA key; sealtrace's own signatures are Ed25519 "
+                        "(ECDSA keys are for model-signing bundles and attestations)")
 
 
 # A PEM Ed25519 key is about 120 bytes; anything near this size is not one.

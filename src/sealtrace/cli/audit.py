@@ -88,6 +88,42 @@ def verify(
         click.echo(f"note: backend {header['backend']['name']!r} reported graph outputs only (no step records)")
 
 
+@audit.command("attest")
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--key", "key", required=True, type=click.Path(dir_okay=False), metavar="KEY.pem", help="The private key to sign with (Ed25519 or ECDSA).")
+@click.option("-o", "--output", "output", required=True, type=click.Path(), help="The attestation to write (RUN.intoto.json).")
+@click.option("--ledger-index", type=int, metavar="N", help="The run's index in a transparency ledger, to state it.")
+@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+def attest(log: str, key: str, output: str, ledger_index: int | None, force: bool) -> None:
+    """Write LOG's run as an in-toto attestation (a DSSE envelope); LOG must verify (docs/supply-chain.md)."""
+    from sealtrace.provenance.attest import attest_log
+
+    written = attest_log(log, key, output, ledger_index=ledger_index, force=force)
+    click.echo(
+        f"wrote {written.path}: {written.subjects} output(s) attested, run digest {written.run_digest}, "
+        f"signed by key {written.signed_by}"
+    )
+
+
+@audit.command("verify-attestation")
+@click.argument("attestation", type=click.Path(dir_okay=False))
+@click.option(
+    "--trust", "trust", multiple=True, type=click.Path(dir_okay=False), metavar="KEY.pub",
+    help="A trusted public key (Ed25519 or ECDSA); repeat for several. Required.",
+)  # fmt: skip
+@click.option("--log", "log", type=click.Path(dir_okay=False), help="The audit log it attests: check that the two agree.")
+def verify_attestation_command(attestation: str, trust: tuple[str, ...], log: str | None) -> None:
+    """Check ATTESTATION's signature and predicate, and with --log that LOG verifies and matches it."""
+    from sealtrace.provenance.attest import verify_attestation
+
+    checked = verify_attestation(attestation, trust, log=log)
+    against = f"; matches {log}" if checked.log_checked else ""
+    click.echo(
+        f"verified {attestation}: run digest {checked.run_digest}, output(s) {', '.join(checked.outputs)}, "
+        f"signed by key {checked.signed_by}{against}"
+    )
+
+
 @audit.command("show")
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N", help="Show the first N step outputs only.")

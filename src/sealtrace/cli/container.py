@@ -22,7 +22,7 @@ from sealtrace.container import manifest as manifests
 from sealtrace.container.signatures import describe_signers, signers
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.outputs import check_output
-from sealtrace.signing import generate_keypair
+from sealtrace.signing import KEY_ALGORITHMS, generate_keypair
 from sealtrace.verdict import container_verdict
 
 _trust = click.option(
@@ -43,6 +43,17 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
+
+
+def _list_and_fail(where: str, mismatches: list[Mismatch], as_json: bool) -> None:
+    """After a check: nothing when it passed; else one MISMATCH line each (when there are several
+    and no JSON report) and exit 1."""
+    if not mismatches:
+        return
+    if not as_json and len(mismatches) > 1:
+        for m in mismatches:
+            click.echo(f"MISMATCH {m.describe()}", err=True)
+    _fail(where, mismatches, as_json)
 
 
 def _fail(where: str, mismatches: list[Mismatch], as_json: bool) -> NoReturn:
@@ -99,21 +110,33 @@ def verify(container: str, trust: tuple[str, ...], require_signature: bool, expe
             f"({_size(report.bytes_hashed)} hashed with the graph) in {report.seconds:.3f} s; "
             f"container digest {report.digest}; {describe_signers(signers(report.signatures, bool(trust)), bool(trust))}"
         )
-    elif len(report.mismatches) > 1:
-        for m in report.mismatches:
-            click.echo(f"MISMATCH {m.describe()}", err=True)
-    if not report.ok:
-        _fail(container, report.mismatches, as_json)
+    _list_and_fail(container, report.mismatches, as_json)
 
 
 @app.command()
 @click.argument("container", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the header as JSON.")
-def inspect(container: str, as_json: bool) -> None:
-    """Show what CONTAINER says about itself (nothing is hashed: run verify to trust it)."""
+@click.option(
+    "--cyclonedx", is_flag=True,
+    help="Verify CONTAINER and print a CycloneDX 1.6 ML-BOM of it (docs/supply-chain.md).",
+)  # fmt: skip
+@click.option(
+    "--artifact", "artifacts", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+    help="With --cyclonedx: a bound artifact (its binding record names CONTAINER) to list as a dependent; repeat for several.",
+)  # fmt: skip
+@_trust
+def inspect(container: str, as_json: bool, cyclonedx: bool, artifacts: tuple[str, ...], trust: tuple[str, ...]) -> None:
+    """Show what CONTAINER says about itself (nothing is hashed: run verify to trust it; --cyclonedx verifies)."""
     from rich.console import Console
     from rich.table import Table
 
+    if (artifacts or trust) and not cyclonedx:
+        raise InputError("--artifact and --trust go with --cyclonedx (plain inspect hashes and checks nothing)")
+    if cyclonedx:
+        from sealtrace.provenance.cyclonedx import container_bom
+
+        click.echo(json.dumps(container_bom(container, artifacts=artifacts, trust=trust), indent=2))
+        return
     info = describe_container(container)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True))
@@ -153,14 +176,18 @@ def unseal_command(container: str, output: str, trust: tuple[str, ...], require_
 
 @app.command()
 @click.option("-o", "--output", "output", required=True, type=click.Path(), metavar="KEY.pem", help="Private key file; the public key goes to KEY.pub.")
+@click.option(
+    "--algorithm", type=click.Choice(KEY_ALGORITHMS), default="ed25519", show_default=True,
+    help="Ed25519 signs sealtrace's own formats; ECDSA signs model-signing bundles and attestations.",
+)  # fmt: skip
 @_force
-def keygen(output: str, force: bool) -> None:
-    """Write a new Ed25519 key pair: KEY.pem (private, mode 0600) and KEY.pub."""
+def keygen(output: str, algorithm: str, force: bool) -> None:
+    """Write a new key pair: KEY.pem (private, mode 0600) and KEY.pub."""
     if Path(output).suffix == ".pub":
         raise InputError(f"{output}: name the private key file; the public key is written beside it as .pub")
     check_output(output, force, "-o")
     check_output(Path(output).with_suffix(".pub"), force, "-o (its public key)")
-    private, public = generate_keypair(output, overwrite=force)
+    private, public = generate_keypair(output, overwrite=force, algorithm=algorithm)
     click.echo(f"wrote {private} (private) and {public} (public)")
 
 
@@ -185,12 +212,31 @@ def manifest_create(directory: str, output: str, sign: tuple[str, ...], follow_s
     )
 
 
+@manifest.command("sign")
+@click.argument("directory", type=click.Path())
+@click.option("--key", "key", required=True, type=click.Path(), metavar="KEY.pem", help="An ECDSA private key (P-256, P-384 or P-521).")
+@click.option("-o", "--output", "output", required=True, type=click.Path(), help="The Sigstore bundle to write (model.sig).")
+@click.option("--shard-size", type=int, metavar="BYTES", help="Hash each file in shards of this size, as model-signing's shard serialization.")
+@click.option("--follow-symlinks", is_flag=True, help="Follow symbolic links that stay inside DIRECTORY.")
+@_force
+def manifest_sign(directory: str, key: str, output: str, shard_size: int | None, follow_symlinks: bool, force: bool) -> None:
+    """Sign DIRECTORY as OpenSSF model-signing does (a Sigstore bundle; no Sigstore instance is reached)."""
+    from sealtrace.provenance.modelsig import sign_directory
+
+    signed = sign_directory(directory, key, output, shard_size=shard_size, follow_symlinks=follow_symlinks, force=force)
+    click.echo(
+        f"wrote {signed.path}: {signed.files} file(s) as {signed.resources} resource(s), {signed.tensors} tensor(s); "
+        f"root digest {signed.root_digest}"
+    )
+
+
 @manifest.command("verify")
 @click.argument("directory", type=click.Path())
 @click.argument("manifest_file", type=click.Path(), metavar="MANIFEST")
 @click.option(
     "--trust", "trust", multiple=True, type=click.Path(), metavar="KEY.pub",
-    help="A trusted Ed25519 public key (PEM); repeat for several.",
+    help="A trusted public key (PEM): Ed25519 for a sealtrace manifest, ECDSA for a model-signing bundle; "
+    "repeat for several.",
 )  # fmt: skip  (unchecked by click: a directory or device is refused by the key reader, in one line)
 @_require
 @click.option("--follow-symlinks", is_flag=True, help="Follow symbolic links that stay inside DIRECTORY.")
@@ -203,7 +249,16 @@ def manifest_verify(
     directory: str, manifest_file: str, trust: tuple[str, ...], require_signature: bool, follow_symlinks: bool,
     exact_files: bool, as_json: bool,
 ) -> None:  # fmt: skip
-    """Check DIRECTORY against MANIFEST: changed arrays, changed, missing and extra files, changed tensors."""
+    """Check DIRECTORY against MANIFEST (or a model-signing bundle): changed arrays, changed, missing and
+    extra files, changed tensors."""
+    from sealtrace.provenance.modelsig import looks_like_bundle
+
+    if looks_like_bundle(manifest_file):
+        if exact_files or follow_symlinks:
+            raise InputError(f"{manifest_file}: a model-signing bundle; --exact-files and --follow-symlinks apply to "
+                             "sealtrace manifests only (the bundle says whether links are followed)")  # fmt: skip
+        _verify_model_signature(directory, manifest_file, trust, as_json)
+        return
     report = manifests.verify_manifest(
         directory, manifest_file, trust=trust, require_signature=require_signature, follow_symlinks=follow_symlinks,
         raise_on_failure=False, exact_files=exact_files,
@@ -221,8 +276,18 @@ def manifest_verify(
     elif report.ok:
         arrays = f", {report.arrays} array(s)" if report.arrays else ""
         click.echo(f"{directory}: OK, {report.files} file(s){arrays} match {manifest_file}; manifest digest {report.digest}")
-    elif len(report.mismatches) > 1:
-        for m in report.mismatches:
-            click.echo(f"MISMATCH {m.describe()}", err=True)
-    if not report.ok:
-        _fail(directory, report.mismatches, as_json)
+    _list_and_fail(directory, report.mismatches, as_json)
+
+
+def _verify_model_signature(directory: str, bundle: str, trust: tuple[str, ...], as_json: bool) -> None:
+    from sealtrace.provenance.modelsig import verify_directory
+
+    report = verify_directory(directory, bundle, trust, raise_on_failure=False)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    elif report.ok:
+        click.echo(
+            f"{directory}: OK, {report.files} file(s) match {bundle}, signed by key {report.signatures[0].key_id}; "
+            f"root digest {report.digest}"
+        )
+    _list_and_fail(directory, report.mismatches, as_json)

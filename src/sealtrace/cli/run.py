@@ -89,6 +89,9 @@ def _check_run_outputs(out_path: str | None, audit_path: str | None, capture_dir
                    "inputs and, with --audit, the audit log as its trail.")
 @click.option("--ledger-key", "ledger_key", type=click.Path(dir_okay=False), metavar="KEY.pem", default=None,
               help="Sign the ledger's tree head with this key after the record (needs --ledger).")
+@click.option("--attest", "attest_path", type=click.Path(), metavar="RUN.intoto.json", default=None,
+              help="Also write the run as an in-toto attestation signed with the --sign-log key, with the ledger "
+                   "index when --ledger (docs/supply-chain.md).")
 def run(
     model: str,
     input_files: tuple[str, ...],
@@ -113,6 +116,7 @@ def run(
     force: bool,
     ledger_store: str | None = None,
     ledger_key: str | None = None,
+    attest_path: str | None = None,
 ) -> None:
     """Run MODEL (ONNX, a sealed .seal container, or a bound artifact) and summarize its outputs.
 
@@ -128,9 +132,13 @@ def run(
         raise InputError(f"--out {out_path}: the file name must end in .npz")
     if ledger_key and not ledger_store:
         raise InputError("--ledger-key needs --ledger STORE")
+    if attest_path and not sign_log:
+        raise InputError("--attest needs --audit LOG.jsonl and --sign-log KEY.pem (the key that signs it)")
     if numerics != "portable" and backend not in (None, "reference"):
         raise InputError(f"--numerics {numerics}: only the reference backend has numerics to choose")
     _check_run_outputs(out_path, audit_path, capture_dir, force)  # before a byte of MODEL is read
+    if attest_path:
+        check_output(attest_path, force, "--attest")
     if backend is None:
         from sealtrace.engines.tvm import is_tvm_library
 
@@ -193,6 +201,12 @@ def run(
         receipt = ledger.append(run.record, inputs=feeds, trail=run.trail)
         signed = " (a signed tree head follows)" if ledger.signer is not None else " (unsigned: give --ledger-key)"
         click.echo(f"ledger {ledger.store.location}: record {receipt.record_id} at index {receipt.index}{signed}")
+    if attest_path and audit_path and sign_log:
+        from sealtrace.provenance.attest import attest_log
+
+        index = receipt.index if ledger is not None else None
+        written = attest_log(audit_path, sign_log, attest_path, ledger_index=index, force=force)
+        click.echo(f"attestation {written.path}: run digest {written.run_digest}, signed by key {written.signed_by}")
     if session.origin.kind in ("container", "artifact"):
         click.echo(session.origin.provenance())
     else:
