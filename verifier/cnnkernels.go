@@ -522,9 +522,10 @@ func int64Tensor(shape []int, values []int64) *Tensor {
 	return &Tensor{DType: "<i8", Shape: shape, Data: data}
 }
 
-// averagePool adds each window's taps in order (the first axis's taps outermost), each
-// addition rounded to float32, then divides by the count: the taps in the input, or with
-// count_include_pad those in the padded input (numerics.md, section 4).
+// averagePool adds each window's taps in order, one spatial axis after another (the first
+// axis's taps, then the next axis's), each addition rounded to float32, then divides by the
+// count: the taps in the input, or with count_include_pad those in the padded input
+// (numerics.md, section 4).
 func averagePool(n *Node, in []*Tensor) ([]*Tensor, error) {
 	x, geometry, err := poolInput(n, in)
 	if err != nil {
@@ -535,6 +536,7 @@ func averagePool(n *Node, in []*Tensor) ([]*Tensor, error) {
 	planes, plane, outPlane := x.Shape[0]*x.Shape[1], elementCount(x.Shape[2:]), elementCount(geometry.out)
 	out := make([]float32, planes*outPlane)
 	position := make([]int, len(geometry.out))
+	grid := make([]float32, elementCount(geometry.kernel))
 	geometry.taps(func(index int, _, at []int) {
 		count := 0
 		if includePad {
@@ -547,18 +549,35 @@ func averagePool(n *Node, in []*Tensor) ([]*Tensor, error) {
 			}
 		}
 		for p := 0; p < planes; p++ {
-			var sum float32
-			for _, a := range at {
+			for t, a := range at {
+				grid[t] = 0 // a tap in the padding adds +0, which changes no sum that starts at +0
 				if a >= 0 {
-					sum += xs[p*plane+a]
+					grid[t] = xs[p*plane+a]
 				}
 			}
-			out[p*outPlane+index] = sum / float32(count)
+			out[p*outPlane+index] = sumAxisByAxis(grid, geometry.kernel) / float32(count)
 		}
 		advance(position, geometry.out)
 	})
 	shape := append([]int{x.Shape[0], x.Shape[1]}, geometry.out...)
 	return []*Tensor{float32Tensor(shape, out)}, nil
+}
+
+// sumAxisByAxis adds a kernel-shaped grid (row-major) along its first axis, from +0 and in
+// order, each addition rounded to float32; then the sums along the next axis; and so on.
+func sumAxisByAxis(grid []float32, kernel []int) float32 {
+	values := append([]float32(nil), grid...)
+	for _, k := range kernel {
+		rest := len(values) / k
+		sums := make([]float32, rest)
+		for j := range sums {
+			for i := 0; i < k; i++ {
+				sums[j] += values[i*rest+j]
+			}
+		}
+		values = sums
+	}
+	return values[0]
 }
 
 // globalAveragePool is the correctly rounded mean over the spatial axes of each channel.
