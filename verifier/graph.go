@@ -57,6 +57,7 @@ type Node struct {
 	Name, OpType, Domain string
 	Inputs, Outputs      []string
 	Attributes           map[string]*Attribute
+	Opset                int64 // the model's opset version of the node's domain
 }
 
 // Graph is a model's main graph: nodes in their order, inputs that are not initializers,
@@ -123,6 +124,12 @@ func ReadGraph(model []byte, table map[string][]byte) (*Graph, error) {
 			} else {
 				g.Outputs = append(g.Outputs, name)
 			}
+		}
+	}
+	for _, n := range g.Nodes {
+		n.Opset = g.Opsets[n.Domain]
+		if n.Domain == "ai.onnx" {
+			n.Opset = g.Opsets[""]
 		}
 	}
 	// A graph input that an initializer also names is a weight (IR versions before 4 list them).

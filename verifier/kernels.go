@@ -30,12 +30,14 @@ var kernels = map[string]kernel{
 	"BatchNormalization": batchNormalization,
 	"HardSigmoid":        hardSigmoid,
 	"HardSwish":          hardSwish,
+	"Sigmoid":            sigmoid,
+	"Softmax":            softmax,
 }
 
 // SupportedOps lists the operators replay runs, for its refusals.
 func SupportedOps() string {
 	return "Add, AveragePool, BatchNormalization, Clip, Concat, Conv, Div, Flatten, Gemm, GlobalAveragePool, " +
-		"HardSigmoid, HardSwish, MatMul, MaxPool, Mul, Relu, Reshape, Sub, Transpose"
+		"HardSigmoid, HardSwish, MatMul, MaxPool, Mul, Relu, Reshape, Sigmoid, Softmax, Sub, Transpose"
 }
 
 // unsupportedDtype refuses a tensor type a kernel has no portable definition for yet.
