@@ -653,3 +653,124 @@ func meanRN32(x []float32) float32 {
 	}
 	return rounded
 }
+
+// identity passes its input on.
+func identity(n *Node, in []*Tensor) ([]*Tensor, error) {
+	x, err := dataOf(n, in)
+	if err != nil {
+		return nil, err
+	}
+	return []*Tensor{x}, nil
+}
+
+// clampIndex is ONNX's start/end normalization: negative counts from the end, then into [lo, hi].
+func clampIndex(v int64, dim, lo, hi int) int {
+	if v < 0 {
+		v += int64(dim)
+	}
+	if v < int64(lo) {
+		return lo
+	}
+	if v > int64(hi) {
+		return hi
+	}
+	return int(v)
+}
+
+// shapeOf is the input's shape as int64, dimensions start to end (opset 15's attributes).
+func shapeOf(n *Node, in []*Tensor) ([]*Tensor, error) {
+	x, err := dataOf(n, in)
+	if err != nil {
+		return nil, err
+	}
+	rank := len(x.Shape)
+	start := clampIndex(attrInt(n, "start", 0), rank, 0, rank)
+	end := clampIndex(attrInt(n, "end", int64(rank)), rank, 0, rank)
+	dims := []int64{}
+	for i := start; i < end; i++ {
+		dims = append(dims, int64(x.Shape[i]))
+	}
+	return []*Tensor{int64Tensor([]int{len(dims)}, dims)}, nil
+}
+
+// slice copies data[starts:ends:steps] along axes (opset 10 on: starts, ends, axes and steps
+// are int64 inputs), any dtype.
+func slice(n *Node, in []*Tensor) ([]*Tensor, error) {
+	x, err := dataOf(n, in)
+	if err != nil {
+		return nil, err
+	}
+	ints := func(k int) ([]int64, error) {
+		if len(in) <= k || in[k] == nil {
+			return nil, nil
+		}
+		if in[k].DType != "<i8" || len(in[k].Shape) != 1 {
+			return nil, badInput("Slice %s: input %d must be 1-D int64", quoteForMessage(n.Name), k)
+		}
+		return in[k].Int64s(), nil
+	}
+	starts, err1 := ints(1)
+	ends, err2 := ints(2)
+	axes, err3 := ints(3)
+	steps, err4 := ints(4)
+	for _, e := range []error{err1, err2, err3, err4} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	if len(in) < 3 || len(starts) != len(ends) || (axes != nil && len(axes) != len(starts)) || (steps != nil && len(steps) != len(starts)) {
+		return nil, badInput("Slice %s: starts, ends, axes and steps of different lengths (attributes of opset 1 are not read)", quoteForMessage(n.Name))
+	}
+	rank := len(x.Shape)
+	first, step, shape := make([]int, rank), make([]int, rank), append([]int{}, x.Shape...)
+	for d := range step {
+		step[d] = 1
+	}
+	for i := range starts {
+		axis := i
+		if axes != nil {
+			if axis, err = normalizeAxis(n, axes[i], rank); err != nil {
+				return nil, err
+			}
+		}
+		s := int64(1)
+		if steps != nil {
+			s = steps[i]
+		}
+		dim := x.Shape[axis]
+		if s == 0 {
+			return nil, badInput("Slice %s: a zero step", quoteForMessage(n.Name))
+		}
+		var begin, end int
+		if s > 0 {
+			begin, end = clampIndex(starts[i], dim, 0, dim), clampIndex(ends[i], dim, 0, dim)
+		} else {
+			begin, end = clampIndex(starts[i], dim, 0, dim-1), clampIndex(ends[i], dim, -1, dim-1)
+		}
+		count := 0
+		if s > 0 && end > begin {
+			count = (end - begin + int(s) - 1) / int(s)
+		} else if s < 0 && begin > end {
+			count = (begin - end - int(s) - 1) / int(-s)
+		}
+		first[axis], step[axis], shape[axis] = begin, int(s), count
+	}
+	strides := make([]int, rank)
+	stride := 1
+	for d := rank - 1; d >= 0; d-- {
+		strides[d] = stride
+		stride *= x.Shape[d]
+	}
+	size := itemSizes[x.DType]
+	data := make([]byte, 0, elementCount(shape)*size)
+	counter := make([]int, rank)
+	for i := elementCount(shape); i > 0; i-- {
+		at := 0
+		for d := range counter {
+			at += (first[d] + counter[d]*step[d]) * strides[d]
+		}
+		data = append(data, x.Data[at*size:(at+1)*size]...)
+		advance(counter, shape)
+	}
+	return []*Tensor{{DType: x.DType, Shape: shape, Data: data}}, nil
+}

@@ -32,12 +32,16 @@ var kernels = map[string]kernel{
 	"HardSwish":          hardSwish,
 	"Sigmoid":            sigmoid,
 	"Softmax":            softmax,
+	"Identity":           identity,
+	"Shape":              shapeOf,
+	"Slice":              slice,
 }
 
 // SupportedOps lists the operators replay runs, for its refusals.
 func SupportedOps() string {
 	return "Add, AveragePool, BatchNormalization, Clip, Concat, Conv, Div, Flatten, Gemm, GlobalAveragePool, " +
-		"HardSigmoid, HardSwish, MatMul, MaxPool, Mul, Relu, Reshape, Sigmoid, Softmax, Sub, Transpose"
+		"HardSigmoid, HardSwish, Identity, MatMul, MaxPool, Mul, Relu, Reshape, Shape, Sigmoid, Slice, Softmax, " +
+		"Sub, Transpose"
 }
 
 // unsupportedDtype refuses a tensor type a kernel has no portable definition for yet.

@@ -11,10 +11,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from sealtrace import Session
+from sealtrace import Session, zoo
 from sealtrace.audit import audited_run
 from sealtrace.container import seal_model
-from tests.conftest import make_model
+from tests.conftest import make_model, require_material
 
 STAGE_B_OPERATORS = {"Concat", "Transpose", "MaxPool", "Clip", "Conv", "AveragePool", "GlobalAveragePool",
                      "BatchNormalization", "HardSigmoid", "HardSwish", "Sigmoid", "Softmax"}
@@ -131,3 +131,19 @@ def test_stage_b_operators_replay_bit_identical(sealverify: Path, tmp_path: Path
             assert f"bit-identical: {len(nodes)} step(s)" in out
             covered |= {n.op_type for n in nodes}
     assert covered >= STAGE_B_OPERATORS
+
+
+def test_the_demo_classifier_replays_bit_identical(sealverify: Path, tmp_path: Path) -> None:
+    """The MobileNetV3-style classifier of the demo (115 steps: Conv, BatchNormalization, HardSwish,
+    GlobalAveragePool, Softmax, the shape subgraph) on its real input."""
+    material = zoo.model("mobilenetv3-orientation")
+    path = require_material(lambda: zoo.locate(material.package, material.path_in_package))
+    container, log, npz = tmp_path / "demo.seal", tmp_path / "demo.jsonl", tmp_path / "demo.npz"
+    seal_model(onnx.load(str(path)), container)
+    feeds = material.make_inputs()
+    audited_run(Session(str(container)), feeds, audit=log)
+    np.savez(npz, **feeds)
+    done = subprocess.run([str(sealverify), "replay", str(log), "--container", str(container), "--inputs", str(npz)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "bit-identical: 115 step(s)" in done.stdout
