@@ -471,8 +471,8 @@ func poolInput(n *Node, in []*Tensor) (*Tensor, *window, error) {
 
 // maxPool is exact: the largest value of each window's taps in the input (padding is never
 // the maximum), the first of equal values. A NaN tap gives NaN; but where Indices are asked
-// for (flat indices into the input), NaN taps are passed over unless the first tap is one
-// (sealtrace's logs, where numerics.md does not say).
+// for (flat indices into the input), NaN taps are passed over unless the window's first tap
+// (padding included, of value -inf) is one (sealtrace's logs, where numerics.md does not say).
 func maxPool(n *Node, in []*Tensor) ([]*Tensor, error) {
 	x, geometry, err := poolInput(n, in)
 	if err != nil {
@@ -487,15 +487,17 @@ func maxPool(n *Node, in []*Tensor) ([]*Tensor, error) {
 	out, indices := make([]float32, planes*outPlane), make([]int64, planes*outPlane)
 	geometry.taps(func(position int, _, at []int) {
 		for p := 0; p < planes; p++ {
-			best, bestAt := float32(math.Inf(-1)), -1
+			best, bestAt, started := float32(math.Inf(-1)), -1, false
 			for _, a := range at {
 				if a < 0 {
+					started = true // a padding tap, of value -inf
 					continue
 				}
 				v := xs[p*plane+a]
-				if bestAt < 0 || v > best || (!withIndices && v != v) {
+				if !started || v > best || (bestAt < 0 && v == best) || (!withIndices && v != v) {
 					best, bestAt = v, a
 				}
+				started = true
 				if !withIndices && v != v {
 					break
 				}

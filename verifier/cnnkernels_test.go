@@ -82,6 +82,12 @@ func TestMaxPoolAtNaNAndPadding(t *testing.T) {
 	if !bytes.Equal(out[1].Data, int64Tensor([]int{2}, []int64{0, 2}).Data) {
 		t.Fatalf("indices %v", out[1].Int64s())
 	}
+	attrs["pads"] = ints(0, 1, 0, 0) // the windows' first taps are padding, then NaN: passed over
+	out = runOne(t, opNode("MaxPool", attrs, "y", "i"), f32([]int{1, 1, 1, 3}, nan, -2, nan))
+	wantBits(t, "MaxPool with indices after padding", out[0], []int{1, 1, 1, 2}, float32(math.Inf(-1)), -2)
+	if !bytes.Equal(out[1].Data, int64Tensor([]int{2}, []int64{-1, 1}).Data) { // -1: the padding's
+		t.Fatalf("indices after padding %v", out[1].Int64s())
+	}
 	same := map[string]*Attribute{"kernel_shape": ints(1, 2), "auto_pad": {S: "SAME_UPPER"}}
 	wantBits(t, "MaxPool SAME_UPPER", runOne(t, opNode("MaxPool", same), f32([]int{1, 1, 1, 3}, -1, -2, -3))[0],
 		[]int{1, 1, 1, 3}, -1, -2, -3)
