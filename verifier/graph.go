@@ -31,6 +31,7 @@ const (
 	attrName   = 1
 	attrF      = 2
 	attrI      = 3
+	attrS      = 4
 	attrFloats = 7
 	attrInts   = 8
 
@@ -45,6 +46,7 @@ const (
 type Attribute struct {
 	F       float32
 	I       int64
+	S       string
 	Floats  []float32
 	Ints    []int64
 	Subject bool // a graph or tensor attribute: no kernel of replay takes one
@@ -55,6 +57,7 @@ type Node struct {
 	Name, OpType, Domain string
 	Inputs, Outputs      []string
 	Attributes           map[string]*Attribute
+	Opset                int64 // the model's opset version of the node's domain
 }
 
 // Graph is a model's main graph: nodes in their order, inputs that are not initializers,
@@ -123,6 +126,12 @@ func ReadGraph(model []byte, table map[string][]byte) (*Graph, error) {
 			}
 		}
 	}
+	for _, n := range g.Nodes {
+		n.Opset = g.Opsets[n.Domain]
+		if n.Domain == "ai.onnx" {
+			n.Opset = g.Opsets[""]
+		}
+	}
 	// A graph input that an initializer also names is a weight (IR versions before 4 list them).
 	for _, name := range declaredInputs {
 		if _, weight := g.Initializers[name]; !weight {
@@ -183,6 +192,8 @@ func readAttribute(b []byte) (string, *Attribute, error) {
 			a.F = math.Float32frombits(binary.LittleEndian.Uint32(b[f.End-4 : f.End]))
 		case f.Number == attrI && f.Type == wireVarint:
 			a.I = int64(f.Varint)
+		case f.Number == attrS && f.Type == wireBytes:
+			a.S = string(f.Bytes)
 		case f.Number == attrInts && f.Type == wireVarint:
 			a.Ints = append(a.Ints, int64(f.Varint))
 		case f.Number == attrInts && f.Type == wireBytes:

@@ -2,7 +2,8 @@ package main
 
 // replay's kernels, each written from docs/numerics.md (portable numerics, version 1) and ONNX's
 // operator definitions. Stage (a) of issue 30: the operators of the ACAS Xu networks and the
-// other fully connected ones. Any other operator is refused by name.
+// other fully connected ones; stage (b), convolutional networks' (cnnkernels.go). Any other
+// operator is refused by name.
 
 // kernel computes a node's outputs from its inputs (nil for an omitted optional input).
 type kernel func(n *Node, in []*Tensor) ([]*Tensor, error)
@@ -18,11 +19,29 @@ var kernels = map[string]kernel{
 	"Gemm":    gemm,
 	"Flatten": flatten,
 	"Reshape": reshape,
+
+	"Concat":             concat,
+	"Transpose":          transpose,
+	"Clip":               clip,
+	"MaxPool":            maxPool,
+	"Conv":               conv,
+	"AveragePool":        averagePool,
+	"GlobalAveragePool":  globalAveragePool,
+	"BatchNormalization": batchNormalization,
+	"HardSigmoid":        hardSigmoid,
+	"HardSwish":          hardSwish,
+	"Sigmoid":            sigmoid,
+	"Softmax":            softmax,
+	"Identity":           identity,
+	"Shape":              shapeOf,
+	"Slice":              slice,
 }
 
 // SupportedOps lists the operators replay runs, for its refusals.
 func SupportedOps() string {
-	return "Add, Div, Flatten, Gemm, MatMul, Mul, Relu, Reshape, Sub"
+	return "Add, AveragePool, BatchNormalization, Clip, Concat, Conv, Div, Flatten, Gemm, GlobalAveragePool, " +
+		"HardSigmoid, HardSwish, Identity, MatMul, MaxPool, Mul, Relu, Reshape, Shape, Sigmoid, Slice, Softmax, " +
+		"Sub, Transpose"
 }
 
 // unsupportedDtype refuses a tensor type a kernel has no portable definition for yet.
