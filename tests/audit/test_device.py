@@ -270,3 +270,8 @@ def test_judging_a_sampled_value() -> None:
     assert [v.status for v in verdicts] == ["within", "identical"]
     replayed[0]["outputs"][0]["stats"]["max"] = 3.0  # beyond the sample: only the statistics show it
     assert judge_steps(logged, replayed, ToleranceTable())[0].status == OVER
+    # An unsigned log may hold strings where a float tensor's sample should: a verdict, not a crash.
+    for junk in ("abc", [1, 2], True):
+        replayed[0]["outputs"][0]["sample"] = [junk, 2.0]
+        verdict = judge_steps(logged, replayed, ToleranceTable())[0]
+        assert verdict.status == OVER and "not numbers" in verdict.detail

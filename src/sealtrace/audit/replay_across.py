@@ -86,7 +86,10 @@ def judge_value(logged: dict[str, Any], replayed: dict[str, Any], tolerance: Tol
     if dtype.kind != "f":
         # Integers, booleans and strings compare exactly: differing digests are differing values.
         return OVER, "the values differ (compared exactly, as parity does for this dtype)"
-    sample = _sample_diff(logged, replayed, dtype, tolerance)
+    try:
+        sample = _sample_diff(logged, replayed, dtype, tolerance)
+    except NotNumbersError as exc:
+        return OVER, str(exc)
     stats = _stats_over(logged.get("stats"), replayed.get("stats"), tolerance)
     measured = "no sample logged" if sample is None else (
         f"max |difference| {sample.max_abs:.3g} over the {len(logged.get('sample') or [])} sampled value(s)")
@@ -103,10 +106,22 @@ def _sample_diff(logged: dict[str, Any], replayed: dict[str, Any], dtype: np.dty
     count = min(len(a), len(b))
     if count == 0:
         return None
-    x = np.array([from_json_number(v) for v in a[:count]], dtype=np.float64).astype(dtype)
-    y = np.array([from_json_number(v) for v in b[:count]], dtype=np.float64).astype(dtype)
+    x = np.array(_numbers(a[:count]), dtype=np.float64).astype(dtype)
+    y = np.array(_numbers(b[:count]), dtype=np.float64).astype(dtype)
     # Replayed as A, logged as B: the tolerance is relative to the log's values, as parity's is to B's.
     return compare_values(str(logged.get("name", "")), y, x, tolerance)
+
+
+class NotNumbersError(ValueError):
+    """A float tensor's logged sample holds something other than numbers (the schema allows strings and
+    pairs for string and complex tensors; an unsigned log may put them anywhere)."""
+
+
+def _numbers(values: Sequence[Any]) -> list[float]:
+    numbers = [from_json_number(v) for v in values]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
+        raise NotNumbersError("the logged sample of a float tensor holds values that are not numbers")
+    return numbers
 
 
 def _stats_over(logged: dict[str, Any] | None, replayed: dict[str, Any] | None, tolerance: Tolerance) -> str:
