@@ -8,7 +8,6 @@ elements, so they are written for the per-call cost (``tolist`` converts a whole
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -36,8 +35,10 @@ def int_list(values: np.ndarray | Sequence[int] | None) -> list[int]:
 
 # What a kernel that makes one array per step or piece (Scan, SplitToSequence) pays at the least per
 # array, however empty: the price at which their counts are held to the memory budget, before the
-# first one is made (a [2**40, 0] input would otherwise make 2**40 of them).
-ARRAY_OBJECT_BYTES = sys.getsizeof(np.empty(0))
+# first one is made (a [2**40, 0] input would otherwise make 2**40 of them). It is sys.getsizeof of an
+# empty array in NumPy 1.26 and 2.x, written out so that where a run is refused depends on its inputs
+# alone, not on the NumPy that runs it.
+ARRAY_OBJECT_BYTES = 112
 
 
 K = TypeVar("K")
