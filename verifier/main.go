@@ -6,7 +6,7 @@
 //	sealverify audit LOG.jsonl [--container X.seal] [--trust K.pub]... [--json]
 //	sealverify binding ARTIFACT --container X.seal [--trust K.pub]... [--json]
 //	sealverify proof PROOF.json --trust K.pub [--trust K.pub]... [--json]
-//	sealverify replay LOG.jsonl --container X.seal [--inputs FEEDS.npz] [--input NAME=X.npy]... [--json]
+//	sealverify replay LOG.jsonl --container X.seal [--trust K.pub]... [--inputs FEEDS.npz] [--input NAME=X.npy]... [--json]
 //	sealverify batch CASES.jsonl   (a test aid: many checks in one process, one verdict a line)
 //
 // Exit codes are sealtrace's: 0 ok, 1 a check ran and failed, 2 bad usage or bad input.
@@ -31,7 +31,7 @@ const usage = `usage:
   sealverify audit LOG.jsonl [--container X.seal] [--trust K.pub]... [--json]
   sealverify binding ARTIFACT --container X.seal [--trust K.pub]... [--json]
   sealverify proof PROOF.json --trust K.pub [--trust K.pub]... [--json]
-  sealverify replay LOG.jsonl --container X.seal [--inputs FEEDS.npz] [--input NAME=X.npy]... [--json]
+  sealverify replay LOG.jsonl --container X.seal [--trust K.pub]... [--inputs FEEDS.npz] [--input NAME=X.npy]... [--json]
   sealverify batch CASES.jsonl
 exit status: 0 ok, 1 a check failed, 2 bad usage or bad input`
 
@@ -67,7 +67,7 @@ func ParseArgs(args []string) (*Invocation, error) {
 		"audit":     {"--container": true, "--trust": true, "--json": true},
 		"binding":   {"--container": true, "--trust": true, "--json": true},
 		"proof":     {"--trust": true, "--json": true},
-		"replay":    {"--container": true, "--inputs": true, "--input": true, "--json": true},
+		"replay":    {"--container": true, "--trust": true, "--inputs": true, "--input": true, "--json": true},
 		"batch":     {},
 	}[inv.Verb]
 	var positional []string
@@ -182,7 +182,7 @@ func run(inv *Invocation) (*Verdict, error) {
 		return VerifyProof(inv.Subject, trust)
 	case "replay":
 		return ReplayLog(inv.Subject, ReplayOptions{
-			Container: inv.Container, InputsFile: inv.InputsFile, InputFiles: inv.InputFiles, MemoryBudget: defaultMemoryBudget,
+			Container: inv.Container, InputsFile: inv.InputsFile, InputFiles: inv.InputFiles, Trust: trust, MemoryBudget: defaultMemoryBudget,
 		})
 	}
 	return nil, badInput("unknown verb %q", inv.Verb)

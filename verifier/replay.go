@@ -16,6 +16,7 @@ type ReplayOptions struct {
 	Container    string            // the model the run used (required)
 	InputsFile   string            // an .npz archive of inputs, or ""
 	InputFiles   map[string]string // NAME -> .npy file
+	Trust        []*TrustedKey     // with keys: the container and the log must be signed by one of them
 	MemoryBudget int64
 }
 
@@ -27,12 +28,24 @@ func ReplayLog(path string, opts ReplayOptions) (*Verdict, error) {
 	if opts.Container == "" {
 		return nil, badInput("replay: --container MODEL.seal is required")
 	}
-	audit, lines, err := verifyAuditLines(path, AuditOptions{Container: opts.Container, MemoryBudget: opts.MemoryBudget})
+	v := newVerdict("replay", path)
+	if len(opts.Trust) > 0 {
+		model, err := requireTrustedModel(opts.Container, opts.Trust)
+		if err != nil {
+			return nil, err
+		}
+		v.Signers = model.Signers
+		if !model.OK {
+			v.Failures = model.Failures
+			return v.finish(), nil
+		}
+	}
+	audit, lines, err := verifyAuditLines(path, AuditOptions{Container: opts.Container, Trust: opts.Trust, MemoryBudget: opts.MemoryBudget})
 	if err != nil {
 		return nil, err
 	}
-	v := newVerdict("replay", path)
 	v.Digests = audit.Digests
+	v.Signers = append(v.Signers, audit.Signers...)
 	if !audit.OK {
 		v.Failures = audit.Failures
 		return v.finish(), nil
@@ -94,6 +107,24 @@ func ReplayLog(path string, opts ReplayOptions) (*Verdict, error) {
 	if len(v.Failures) == 0 {
 		v.Summary = fmt.Sprintf(": bit-identical: %d step(s) and every graph output match the log; run digest %s", len(graph.Nodes), v.Digests["run"])
 	}
+	return v.finish(), nil
+}
+
+// requireTrustedModel: with --trust, what runs must be a container signed by a trusted key (an
+// ONNX file carries no signature, so it fails the check rather than passing it unchecked).
+func requireTrustedModel(path string, trust []*TrustedKey) (*Verdict, error) {
+	f, _, err := openRegular(path, "model")
+	if err != nil {
+		return nil, err
+	}
+	head := make([]byte, len(ContainerMagic))
+	n, _ := f.Read(head)
+	f.Close()
+	if ClaimsContainer(path, head[:n]) {
+		return VerifyContainer(path, ContainerOptions{Trust: trust, RequireSignature: true, MemoryBudget: defaultMemoryBudget})
+	}
+	v := newVerdict("container", path)
+	v.fail("signature", "trusted signature", "expected a sealed container signed by a trusted key, found a model that is not a sealed container (nothing is signed)")
 	return v.finish(), nil
 }
 

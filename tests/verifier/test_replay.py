@@ -15,6 +15,7 @@ from sealtrace import Session
 from sealtrace.audit import audited_run
 from sealtrace.backends.reference import ReferenceBackend
 from sealtrace.container import seal_model
+from sealtrace.signing import generate_keypair
 from sealtrace.zoo import ACASXU_NETWORKS, acasxu_file
 from tests.conftest import make_model, mlp_model, require_material
 from tests.verifier.replay_corpus import compare, make_cases
@@ -127,3 +128,42 @@ def test_replay_needs_the_inputs_the_log_does_not_hold(sealverify: Path, tmp_pat
     bad.write_bytes(b"PK\x03\x04 not a zip")
     done = run(sealverify, "replay", str(log), "--container", str(container), "--inputs", str(bad))
     assert done.returncode == 2 and "npz" in done.stderr
+
+
+def test_trust_refuses_a_container_or_log_no_trusted_key_signed(sealverify: Path, tmp_path: Path) -> None:
+    """``--trust`` means what it means to ``sealtrace replay``: what ran and what was logged are both
+    signed by one of these keys, or the replay fails (exit 1) before a step runs."""
+    key, other = tmp_path / "k.pem", tmp_path / "other.pem"
+    generate_keypair(key)
+    generate_keypair(other)
+    x = np.array([[0.5, -1.0, 2.0, 0.25]], dtype=np.float32)
+    model = tmp_path / "mlp.onnx"
+    model.write_bytes(mlp_model().SerializeToString())
+    signed, unsigned = tmp_path / "signed.seal", tmp_path / "unsigned.seal"
+    seal_model(model, signed, key)
+    seal_model(model, unsigned)
+    logs = {}
+    for name, what, sign in [("both", signed, key), ("log_only", unsigned, key), ("model_only", signed, None),
+                             ("onnx", model, key)]:
+        logs[name] = tmp_path / f"{name}.jsonl"
+        audited_run(Session(str(what)), {"x": x}, audit=logs[name], sign_key=sign)
+
+    def replay(log: str, container: Path, trusted: Path) -> subprocess.CompletedProcess[str]:
+        return run(sealverify, "replay", str(logs[log]), "--container", str(container),
+                   "--trust", str(trusted.with_suffix(".pub")), "--json")
+
+    done = replay("both", signed, key)
+    verdict = json.loads(done.stdout)
+    assert done.returncode == 0 and verdict["ok"], done.stdout
+    assert verdict["signers"] and all(s["trusted"] for s in verdict["signers"])
+    for log, container, trusted, where in [("both", signed, other, "trusted signature"),
+                                           ("log_only", unsigned, key, "trusted signature"),
+                                           ("onnx", model, key, "trusted signature"),
+                                           ("model_only", signed, key, None)]:
+        done = replay(log, container, trusted)
+        failure = json.loads(done.stdout)["failures"][0]
+        assert done.returncode == 1, (log, done.stdout)
+        if where is None:  # the model is trusted, the log is not signed: its footer line is named
+            assert failure["kind"] == "line" and "not signed" in failure["what"]
+        else:
+            assert (failure["kind"], failure["where"]) == ("signature", where)
