@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from sealtrace.ops import numerics
 from sealtrace.ops.registry import VARIES, KernelFn, quiet, register, specializes
 
 Array = np.ndarray
-
-_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def legacy_operand(b: np.ndarray, a_ndim: int, broadcast: int | None, axis: int | None) -> np.ndarray:
@@ -36,11 +33,6 @@ def legacy_operand(b: np.ndarray, a_ndim: int, broadcast: int | None, axis: int 
     if trailing <= 0:
         return b
     return b.reshape(b.shape + (1,) * trailing)
-
-
-def is_float(dtype: np.dtype[Any]) -> bool:
-    """True for IEEE-like floats, including ml_dtypes' bfloat16."""
-    return dtype.kind == "f" or dtype == _BFLOAT16
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,7 +104,7 @@ for _op, _name, _versions in _FUNCTIONS:
 def erf_op(x: Array) -> Array:
     """ONNX Erf (9, 13): RN(erf(x)); integer inputs (allowed by the schema) are computed in float64
     and truncated back to their type."""
-    if is_float(x.dtype):
+    if numerics.is_float(x.dtype):
         return numerics.apply("erf", x)
     return numerics.apply("erf", x.astype(np.float64)).astype(x.dtype)
 
@@ -197,13 +189,13 @@ for _op, _fn2 in _ARITH.items():
 def _power(base: Array, exponent: Array) -> Array:
     """Pow with the base's type as the result type (the exponent may be of another type)."""
     dtype = base.dtype
-    if is_float(dtype):
+    if numerics.is_float(dtype):
         if exponent.size == 1 and exponent.ndim <= base.ndim and exponent.reshape(()) == 2:
             # x * x is RN(x**2), what a correctly rounded pow gives, in one multiplication
             return np.asarray(np.square(base))
         # RN(base ** exponent), the exponent at its own value (never first rounded to the base's type)
         return numerics.power(base, exponent)
-    if is_float(exponent.dtype) or (exponent.dtype.kind == "i" and bool((exponent < 0).any())):
+    if numerics.is_float(exponent.dtype) or (exponent.dtype.kind == "i" and bool((exponent < 0).any())):
         # an integer base with a fractional or negative exponent: RN in float64, truncated
         with np.errstate(all="ignore"):
             return numerics.power(base.astype(np.float64), exponent.astype(np.float64)).astype(dtype)
@@ -231,13 +223,13 @@ def _pow_constant_exponent(inputs: tuple[Any, ...], attributes: Any) -> KernelFn
     exponent = inputs[1]
     if exponent is VARIES or exponent.size != 1 or exponent.ndim > 0:
         return None
-    if exponent.dtype.kind not in "iuf" and not is_float(exponent.dtype):
+    if exponent.dtype.kind not in "iuf" and not numerics.is_float(exponent.dtype):
         return None
     if float(exponent.reshape(())) != 2:
         return None
 
     def square(base: Array, _exponent: Array) -> Array:
-        if not is_float(base.dtype):
+        if not numerics.is_float(base.dtype):
             return _power(base, exponent)
         out = np.square(base)
         return out if type(out) is np.ndarray else np.asarray(out)
