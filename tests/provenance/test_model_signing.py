@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import model_signing
@@ -232,3 +233,160 @@ def test_a_link_planted_in_the_directory_fails_the_check(model: Path, keys: tupl
     # Signing refuses it (model-signing too, without allow_symlinks): bad input.
     assert main(["manifest", "sign", str(model), "--key", str(private), "-o", str(tmp_path / "x.sig")]) == 2
     assert "symbolic link" in _error_line(capsys)
+
+
+def test_only_checks_a_subset_and_says_the_check_is_partial(model: Path, keys: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = keys
+    signature = model.parent / "ours.sig"
+    assert main(["manifest", "sign", str(model), "--key", str(private), "-o", str(signature)]) == 0
+    (model / "sub" / "opt.npz").unlink()  # a subset downloaded: what is not there is not checked
+    (model / "a.b").write_text("changed, but not checked")
+    capsys.readouterr()
+    args = ["manifest", "verify", str(model), str(signature), "--trust", str(public), "--only", "model.*", "--only", "config.json"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "PARTIAL OK, 2 of 5 signed file(s)" in out and "not checked: sub/opt.npz" in out and "not checked: a.b" in out
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["partial"] and report["unchecked"] == ["a.b", "a/c.txt", "sub/opt.npz"]
+    _flip_tensor_byte(model / "model.safetensors")
+    assert main(args) == 1
+    assert "MISMATCH tensor 'model.safetensors:w'" in capsys.readouterr().err
+    # A pattern that matches no signed file is a typo, not a check of nothing.
+    assert main(["manifest", "verify", str(model), str(signature), "--trust", str(public), "--only", "model-*"]) == 2
+    assert "matches no file" in _error_line(capsys)
+
+
+def test_only_still_checks_the_whole_signed_statement(model: Path, keys: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = keys
+    signature = model.parent / "ours.sig"
+    assert main(["manifest", "sign", str(model), "--key", str(private), "-o", str(signature)]) == 0
+    bundle = json.loads(signature.read_text())
+    statement = _statement(signature)
+    statement["predicate"]["resources"][0]["digest"] = "0" * 64  # a file --only leaves out
+    bundle["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    signature.write_text(json.dumps(bundle))
+    assert main(["manifest", "verify", str(model), str(signature), "--trust", str(public), "--only", "config.json"]) == 1
+    assert "signature is not valid" in _error_line(capsys)
+
+
+def test_ignore_unsigned_files_matches_model_signing(model: Path, keys: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = keys
+    signature = model.parent / "theirs.sig"
+    model_signing.signing.Config().use_elliptic_key_signer(private_key=private).sign(model, signature)
+    (model / "README.md").write_text("added after signing")
+    verifier = model_signing.verifying.Config().use_elliptic_key_verifier(public_key=public)
+    verifier.set_ignore_unsigned_files(True).verify(model, signature)
+    capsys.readouterr()
+    assert main(["manifest", "verify", str(model), str(signature), "--trust", str(public), "--ignore_unsigned_files"]) == 0
+    assert "ignored, not signed: README.md" in capsys.readouterr().out
+    assert main(["manifest", "verify", str(model), str(signature), "--trust", str(public)]) == 1
+    (model / "config.json").unlink()  # a signed file missing still fails, as with model-signing
+    with pytest.raises(ValueError):
+        verifier.verify(model, signature)
+    assert main(["manifest", "verify", str(model), str(signature), "--trust", str(public), "--ignore-unsigned-files"]) == 1
+    assert "config.json" in _error_line(capsys)
+
+
+@pytest.fixture
+def quick_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files made by a test are cached once they are 50 ms old, not 2 s (the racy window)."""
+    monkeypatch.setattr("sealtrace.provenance.hashcache.RACY_NS", 50_000_000)
+    time.sleep(0.1)
+
+
+def _rewrite_same_size_and_mtime(path: Path) -> None:
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # only ctime tells the change
+    assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size
+
+
+def test_signing_with_a_cache_rereads_only_changed_files(
+    model: Path, keys: tuple[Path, Path], tmp_path: Path, quick_cache: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private, public = keys
+    cache = tmp_path / "hash.cache"
+    sign = ["manifest", "sign", str(model), "--key", str(private), "--cache", str(cache), "--shard-size", "64", "-o"]
+    assert main([*sign, str(tmp_path / "first.sig")]) == 0
+    assert "5 file(s), 0 from the hash cache" in capsys.readouterr().out
+    assert cache.stat().st_mode & 0o777 == 0o600
+    _rewrite_same_size_and_mtime(model / "model.safetensors")
+    assert main([*sign, str(tmp_path / "second.sig")]) == 0
+    assert "5 file(s), 4 from the hash cache" in capsys.readouterr().out
+    _ms_verify(model, tmp_path / "second.sig", public)  # the reused digests and the fresh one are right
+    with pytest.raises(ValueError, match=r"model\.safetensors"):
+        _ms_verify(model, tmp_path / "first.sig", public)
+    # The same bundle as a signing without the cache (ECDSA signatures differ; the statements do not).
+    assert main(["manifest", "sign", str(model), "--key", str(private), "--shard-size", "64", "-o", str(tmp_path / "full.sig")]) == 0
+    assert _statement(tmp_path / "second.sig") == _statement(tmp_path / "full.sig")
+
+
+def test_verifying_with_a_cache_names_a_change_only_ctime_shows(
+    model: Path, keys: tuple[Path, Path], tmp_path: Path, quick_cache: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private, public = keys
+    signature, cache = tmp_path / "ours.sig", tmp_path / "hash.cache"
+    assert main(["manifest", "sign", str(model), "--key", str(private), "-o", str(signature)]) == 0
+    verify = ["manifest", "verify", str(model), str(signature), "--trust", str(public), "--cache", str(cache)]
+    assert main(verify) == 0 and main(verify) == 0
+    assert "OK, 5 file(s) (5 from the hash cache)" in capsys.readouterr().out.splitlines()[-1]
+    _rewrite_same_size_and_mtime(model / "model.safetensors")
+    assert main(verify) == 1
+    assert "MISMATCH tensor 'model.safetensors:w'" in capsys.readouterr().err
+
+
+def test_a_cache_others_can_write_is_refused(model: Path, keys: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    private, _ = keys
+    cache = tmp_path / "hash.cache"
+    assert main(["manifest", "sign", str(model), "--key", str(private), "--cache", str(cache), "-o", str(tmp_path / "a.sig")]) == 0
+    cache.chmod(0o666)
+    assert main(["manifest", "sign", str(model), "--key", str(private), "--cache", str(cache), "-o", str(tmp_path / "b.sig")]) == 2
+    assert "no one else can write" in _error_line(capsys)
+    cache.chmod(0o600)
+    other = tmp_path / "other"
+    other.mkdir()
+    assert main(["manifest", "sign", str(other), "--key", str(private), "--cache", str(cache), "-o", str(tmp_path / "c.sig")]) == 2
+    assert "one cache per directory" in _error_line(capsys)
+
+
+def _sharded_set(d: Path, shards: dict[str, dict[str, np.ndarray]], weight_map: dict[str, str] | None = None) -> None:
+    d.mkdir(exist_ok=True)
+    for name, tensors in shards.items():
+        save_file(tensors, d / name)
+    weight_map = weight_map or {t: name for name, tensors in shards.items() for t in tensors}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_sharded_safetensors_name_the_tensor_across_the_set(tmp_path: Path, keys: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = keys
+    first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    a, b, c = np.ones(4, np.float32), np.arange(4, dtype=np.float32), np.full(3, 7.0, np.float32)
+    d, signature = tmp_path / "sharded", tmp_path / "sharded.sig"
+    _sharded_set(d, {first: {"a": a, "b": b}, second: {"c": c}})
+    assert main(["manifest", "sign", str(d), "--key", str(private), "-o", str(signature)]) == 0
+    _ms_verify(d, signature, public)
+    assert _statement(signature)["predicate"]["sealtrace"]["safetensors_sets"] == [
+        {"index": "model.safetensors.index.json", "weight_map": {"a": first, "b": first, "c": second}}
+    ]
+    verify = ["manifest", "verify", str(d), str(signature), "--trust", str(public)]
+    # A tensor moved to the other shard, the index updated to match: named once, as moved.
+    _sharded_set(d, {first: {"a": a}, second: {"b": b, "c": c}})
+    capsys.readouterr()
+    assert main(verify) == 1
+    err = capsys.readouterr().err
+    assert f"MISMATCH tensor '{first}:b'" in err and f"moved to {second}" in err and "(values unchanged)" in err
+    assert "MISMATCH weight_map 'model.safetensors.index.json:b'" in err and f"{second}:b" not in err
+    # The files as signed, the index edited: the entry that changed, and that the files disagree.
+    _sharded_set(d, {first: {"a": a, "b": b}, second: {"c": c}}, {"a": second, "b": first, "c": second})
+    assert main(verify) == 1
+    err = capsys.readouterr().err
+    assert f"MISMATCH weight_map 'model.safetensors.index.json:a': expected in {first}, found in {second}" in err
+    assert f"held by {first}" in err and "tensor '" not in err
+    # A changed value in the second shard: the tensor with its file.
+    _sharded_set(d, {first: {"a": a, "b": b}, second: {"c": c + 1}})
+    assert main(verify) == 1
+    err = capsys.readouterr().err
+    assert f"MISMATCH tensor '{second}:c'" in err and "weight_map" not in err

@@ -212,20 +212,31 @@ def manifest_create(directory: str, output: str, sign: tuple[str, ...], follow_s
     )
 
 
+_cache = click.option(
+    "--cache", type=click.Path(), metavar="FILE",
+    help="A hash cache of yours (made on first use): files whose inode, size, mtime and ctime it holds are not re-read.",
+)  # fmt: skip
+
+
 @manifest.command("sign")
 @click.argument("directory", type=click.Path())
 @click.option("--key", "key", required=True, type=click.Path(), metavar="KEY.pem", help="An ECDSA private key (P-256, P-384 or P-521).")
 @click.option("-o", "--output", "output", required=True, type=click.Path(), help="The Sigstore bundle to write (model.sig).")
 @click.option("--shard-size", type=int, metavar="BYTES", help="Hash each file in shards of this size, as model-signing's shard serialization.")
 @click.option("--follow-symlinks", is_flag=True, help="Follow symbolic links that stay inside DIRECTORY.")
+@_cache
 @_force
-def manifest_sign(directory: str, key: str, output: str, shard_size: int | None, follow_symlinks: bool, force: bool) -> None:
+def manifest_sign(
+    directory: str, key: str, output: str, shard_size: int | None, follow_symlinks: bool, cache: str | None, force: bool
+) -> None:
     """Sign DIRECTORY as OpenSSF model-signing does (a Sigstore bundle; no Sigstore instance is reached)."""
     from sealtrace.provenance.modelsig import sign_directory
 
-    signed = sign_directory(directory, key, output, shard_size=shard_size, follow_symlinks=follow_symlinks, force=force)
+    signed = sign_directory(directory, key, output, shard_size=shard_size, follow_symlinks=follow_symlinks, force=force,
+                            cache_path=cache)  # fmt: skip
+    cached = f", {signed.reused} from the hash cache" if signed.reused is not None else ""
     click.echo(
-        f"wrote {signed.path}: {signed.files} file(s) as {signed.resources} resource(s), {signed.tensors} tensor(s); "
+        f"wrote {signed.path}: {signed.files} file(s){cached} as {signed.resources} resource(s), {signed.tensors} tensor(s); "
         f"root digest {signed.root_digest}"
     )
 
@@ -244,10 +255,19 @@ def manifest_sign(directory: str, key: str, output: str, shard_size: int | None,
     "--exact-files", is_flag=True,
     help="Fail on any changed file, even a checkpoint re-laid out with every array's values unchanged.",
 )  # fmt: skip
+@click.option(
+    "--only", "only", multiple=True, metavar="PATTERN",
+    help="Model-signing bundles: check only the signed files this glob matches (repeat for several); a partial check.",
+)  # fmt: skip
+@click.option(
+    "--ignore-unsigned-files", "--ignore_unsigned_files", "ignore_unsigned_files", is_flag=True,
+    help="Model-signing bundles: leave out files the bundle does not list, as model-signing's option does.",
+)  # fmt: skip
+@_cache
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def manifest_verify(
     directory: str, manifest_file: str, trust: tuple[str, ...], require_signature: bool, follow_symlinks: bool,
-    exact_files: bool, as_json: bool,
+    exact_files: bool, only: tuple[str, ...], ignore_unsigned_files: bool, cache: str | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Check DIRECTORY against MANIFEST (or a model-signing bundle): changed arrays, changed, missing and
     extra files, changed tensors."""
@@ -257,8 +277,11 @@ def manifest_verify(
         if exact_files or follow_symlinks:
             raise InputError(f"{manifest_file}: a model-signing bundle; --exact-files and --follow-symlinks apply to "
                              "sealtrace manifests only (the bundle says whether links are followed)")  # fmt: skip
-        _verify_model_signature(directory, manifest_file, trust, as_json)
+        _verify_model_signature(directory, manifest_file, trust, only, ignore_unsigned_files, cache, as_json)
         return
+    if only or ignore_unsigned_files or cache:
+        raise InputError(f"{manifest_file}: a sealtrace manifest; --only, --ignore-unsigned-files and --cache apply to "
+                         "model-signing bundles only")  # fmt: skip
     report = manifests.verify_manifest(
         directory, manifest_file, trust=trust, require_signature=require_signature, follow_symlinks=follow_symlinks,
         raise_on_failure=False, exact_files=exact_files,
@@ -279,15 +302,27 @@ def manifest_verify(
     _list_and_fail(directory, report.mismatches, as_json)
 
 
-def _verify_model_signature(directory: str, bundle: str, trust: tuple[str, ...], as_json: bool) -> None:
+def _verify_model_signature(
+    directory: str, bundle: str, trust: tuple[str, ...], only: tuple[str, ...], ignore_unsigned_files: bool,
+    cache: str | None, as_json: bool,
+) -> None:  # fmt: skip
     from sealtrace.provenance.modelsig import verify_directory
 
-    report = verify_directory(directory, bundle, trust, raise_on_failure=False)
+    report = verify_directory(directory, bundle, trust, raise_on_failure=False, only=only,
+                              ignore_unsigned_files=ignore_unsigned_files, cache_path=cache)  # fmt: skip
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     elif report.ok:
+        total = report.files + len(report.unchecked)
+        verdict = f"PARTIAL OK, {report.files} of {total} signed file(s)" if report.partial else f"OK, {report.files} file(s)"
+        cached = f" ({report.reused} from the hash cache)" if report.reused is not None else ""
         click.echo(
-            f"{directory}: OK, {report.files} file(s) match {bundle}, signed by key {report.signatures[0].key_id}; "
+            f"{directory}: {verdict}{cached} match {bundle}, signed by key {report.signatures[0].key_id}; "
             f"root digest {report.digest}"
         )
+    if not as_json:
+        for name in report.unchecked:
+            click.echo(f"  not checked: {name}")
+        for name in report.ignored:
+            click.echo(f"  ignored, not signed: {name}")
     _list_and_fail(directory, report.mismatches, as_json)

@@ -370,15 +370,20 @@ def _external_data_ranges(files: dict[str, Path], verifying: bool = False) -> di
 
 def _external_data_tensors(files: dict[str, Path], verifying: bool = False) -> dict[str, list[dict[str, str]]]:
     """Format 1: the sha256 of each ONNX external data tensor's range, by data file."""
-    found: dict[str, list[dict[str, str]]] = {}
-    for location, tensors in _external_data_ranges(files, verifying).items():
-        for name, offset, length in tensors:
-            try:
-                with files[location].open("rb") as f:
-                    digest = _range_sha256(f, offset, length)
-            except OSError:
-                continue
-            found.setdefault(location, []).append({"name": name, "sha256": digest})
+    found = {location: _range_tensors(files[location], ranges) for location, ranges in _external_data_ranges(files, verifying).items()}
+    return {location: tensors for location, tensors in found.items() if tensors}
+
+
+def _range_tensors(path: Path, ranges: list[tuple[str, int, int]]) -> list[dict[str, str]]:
+    """The sha256 of each (name, offset, length) range of ``path`` that can be read."""
+    found = []
+    for name, offset, length in ranges:
+        try:
+            with path.open("rb") as f:
+                digest = _range_sha256(f, offset, length)
+        except OSError:
+            continue
+        found.append({"name": name, "sha256": digest})
     return found
 
 

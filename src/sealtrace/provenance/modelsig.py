@@ -15,12 +15,14 @@ reported with the tensors that changed. v1.0 verifiers ignore fields they do not
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import hashlib
 import json
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -46,6 +48,8 @@ from sealtrace.provenance.dsse import (
     statement_bytes,
     trusted,
 )
+from sealtrace.provenance.hashcache import HashCache, open_cache, stat_key
+from sealtrace.provenance.safetensors_sets import read_weight_map, safetensors_sets, set_mismatches
 from sealtrace.signing import PublicKey, load_signing_key
 
 BUNDLE_MEDIA_TYPES = ("application/vnd.dev.sigstore.bundle.v0.3+json", "application/vnd.dev.sigstore.bundle+json;version=0.3")
@@ -63,6 +67,24 @@ class SignedModel:
     resources: int
     files: int
     tensors: int
+    reused: int | None = None  # files whose digests came from the hash cache (None: no cache)
+
+
+@dataclass
+class BundleReport(ManifestReport):
+    """A check against a model-signing bundle: a partial one lists the signed files it did not check."""
+
+    unchecked: list[str] = field(default_factory=list)  # signed, left out by --only: not checked
+    ignored: list[str] = field(default_factory=list)  # on disk, not signed, left out by --ignore-unsigned-files
+    reused: int | None = None  # files whose digests came from the hash cache (None: no cache)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.unchecked)
+
+    def to_json(self) -> dict[str, Any]:
+        extra = {"partial": self.partial, "unchecked": self.unchecked, "ignored_unsigned": self.ignored, "cached_files": self.reused}
+        return {**super().to_json(), **extra}
 
 
 def looks_like_bundle(path: str | os.PathLike[str]) -> bool:
@@ -125,23 +147,46 @@ def _orbax_sets(root: Path, records: list[dict[str, Any]]) -> list[dict[str, Any
     return [s for s in find_array_sets(root, as_listed, hashlib.sha256) if s["kind"] == "orbax-ocdbt"]
 
 
-def _describe(files: list[tuple[str, Path]], shard_size: int | None, tensors: bool) -> list[dict[str, Any]]:
+def _describe(
+    files: list[tuple[str, Path]], shard_size: int | None, tensors: bool, cache: HashCache | None = None
+) -> list[dict[str, Any]]:
     """Per file: sha256 and size, with ``tensors`` its format and tensors too (manifest format 1),
-    and its shards when sharding."""
-    external = manifests._external_data_tensors(dict(files)) if tensors else {}
+    and its shards when sharding; taken from ``cache`` for a file whose stat it holds."""
+    ranges = manifests._external_data_ranges(dict(files)) if tensors else {}
+    shards = f"shards-{shard_size}"
+    needs = ["size", "sha256", *(["format", "tensors"] if tensors else []), *([shards] if shard_size is not None else [])]
 
-    def describe(item: tuple[str, Path]) -> dict[str, Any]:
-        rel, path = item
+    def read(rel: str, path: Path) -> dict[str, Any]:
         if tensors:
-            record = manifests._describe_file(rel, path, external.get(rel))
+            external = manifests._range_tensors(path, ranges[rel]) if rel in ranges else None
+            fields = manifests._describe_file(rel, path, external or None)
+            del fields["path"]
         else:
             digest, size = manifests._file_sha256(path)
-            record = {"path": rel, "size": size, "sha256": digest}
+            fields = {"size": size, "sha256": digest}
         if shard_size is not None:
-            record["shards"] = _shards(path, record["size"], shard_size)
-        return record
+            fields[shards] = _shards(path, fields["size"], shard_size)
+        return fields
 
-    return hash_map(describe, files)
+    def describe(item: tuple[str, Path]) -> tuple[dict[str, Any], bool]:
+        rel, path = item
+        cached = None
+        if cache is not None:
+            external = [list(r) for r in ranges.get(rel, [])] or None  # a data file's tensors depend on its .onnx
+            key = stat_key(path)
+            cached = cache.lookup(rel, key, needs, external)
+        fields = cached or read(rel, path)
+        if cache is not None and cached is None:
+            cache.store(rel, key, path, fields, external)
+        record = {"path": rel, **{n: fields[n] for n in needs}}
+        if shard_size is not None:
+            record["shards"] = record.pop(shards)
+        return record, cached is not None
+
+    described = hash_map(describe, files)
+    if cache is not None:
+        cache.reused = sum(reused for _, reused in described)
+    return [record for record, _ in described]
 
 
 def sign_directory(
@@ -152,8 +197,10 @@ def sign_directory(
     shard_size: int | None = None,
     follow_symlinks: bool = False,
     force: bool = False,
+    cache_path: str | os.PathLike[str] | None = None,
 ) -> SignedModel:
-    """Write a model-signing bundle of ``directory`` signed with the ECDSA key at ``key_path``."""
+    """Write a model-signing bundle of ``directory`` signed with the ECDSA key at ``key_path``;
+    with ``cache_path``, re-read only the files whose stat the hash cache there does not hold."""
     check_output(out_path, force, "-o")
     if shard_size is not None and shard_size < 1:
         raise InputError(f"--shard-size {shard_size}: must be a positive number of bytes")
@@ -165,11 +212,11 @@ def sign_directory(
     if not root.is_dir():
         raise manifests.ManifestPathError(f"{root}: not a directory")
     ignore = list(GIT_PATHS)
-    if (rel := _inside(root, out_path)) is not None:
-        ignore.append(rel)
+    ignore += [rel for path in (out_path, cache_path) if path is not None and (rel := _inside(root, path)) is not None]
     files, refused = _files(root, ignore, follow_symlinks)
     manifests._refuse_unrecordable([], refused)  # model-signing refuses them too
-    records = _describe(files, shard_size, tensors=True)
+    cache = open_cache(cache_path, root) if cache_path is not None else None
+    records = _describe(files, shard_size, tensors=True, cache=cache)
     if shard_size is None:
         resources = [{"name": r["path"], "algorithm": "sha256", "digest": r["sha256"]} for r in records]
         serialization: dict[str, Any] = {"method": "files", "hash_type": "sha256"}
@@ -182,7 +229,10 @@ def sign_directory(
     resources.sort(key=lambda r: _resource_order(r["name"], shard_size is not None))
     serialization |= {"allow_symlinks": follow_symlinks, "ignore_paths": ignore}
     tensors = [{"name": r["path"], "format": r["format"], "tensors": r["tensors"]} for r in records if r["tensors"]]
-    extra = {"version": __version__, "tensor_digest": "sha256", "files": tensors, "arrays": _orbax_sets(root, records)}
+    extra = {
+        "version": __version__, "tensor_digest": "sha256", "files": tensors, "arrays": _orbax_sets(root, records),
+        "safetensors_sets": safetensors_sets(files),
+    }  # fmt: skip
     predicate = {"serialization": serialization, "resources": resources, "sealtrace": extra}
     root_digest = _root_digest(resources)
     name = root.name or os.path.basename(root.resolve())
@@ -194,7 +244,10 @@ def sign_directory(
     }
     with atomic_output(out_path, force=force) as f:
         f.write(json.dumps(bundle, indent=2).encode("utf-8") + b"\n")
-    return SignedModel(os.fspath(out_path), root_digest, len(resources), len(records), sum(len(t["tensors"]) for t in tensors))
+    if cache is not None:
+        cache.save({rel for rel, _ in files})
+    return SignedModel(os.fspath(out_path), root_digest, len(resources), len(records), sum(len(t["tensors"]) for t in tensors),
+                       cache.reused if cache is not None else None)  # fmt: skip
 
 
 def _trusted_for(bundle: dict[str, Any], keys: list[PublicKey], where: str) -> list[PublicKey]:
@@ -237,11 +290,20 @@ def verify_directory(
     trust: tuple[str, ...] | list[str],
     *,
     raise_on_failure: bool = True,
-) -> ManifestReport:
+    only: tuple[str, ...] | list[str] = (),
+    ignore_unsigned_files: bool = False,
+    cache_path: str | os.PathLike[str] | None = None,
+) -> BundleReport:
     """Check ``directory`` against a model-signing bundle signed by one of the ``trust`` keys: name
     every changed, missing and extra file, and every changed tensor the bundle's sealtrace field
     lists. A signature no trusted key verifies raises :class:`SignatureInvalidError` (exit 1).
-    The report's digest is the bundle's root digest."""
+    The report's digest is the bundle's root digest.
+
+    ``only`` (glob patterns over paths in the directory) checks just the signed files they match, a
+    partial check whose report lists the signed files left unchecked; the signature and root digest
+    still cover every resource. ``ignore_unsigned_files`` leaves out files the bundle does not list
+    (model-signing's option of that name). With ``cache_path``, a file whose stat the hash cache
+    holds is not re-read."""
     where = os.fspath(bundle_path)
     keys = trusted(trust, "checking a model-signing bundle")
     bundle = read_json(bundle_path, "Sigstore bundle")
@@ -262,23 +324,55 @@ def verify_directory(
     ignore = [*GIT_PATHS, *(str(p) for p in serialization.get("ignore_paths", []))]
     if (rel := _inside(root, bundle_path)) is not None:
         ignore.append(rel)
-    files, refused = _files(root, ignore, bool(serialization.get("allow_symlinks")))
-    records = _describe(files, shard_size, tensors=False)  # tensors only of the files that changed, below
+    if cache_path is not None and (rel := _inside(root, cache_path)) is not None:
+        ignore.append(rel)
+    on_disk, refused = _files(root, ignore, bool(serialization.get("allow_symlinks")))
+    signed = set(_signed_files(resources, shard_size is not None))
+    checked = _selected(signed, only, where)
+    files = [f for f in on_disk if f[0] in checked or (f[0] not in signed and _matches(f[0], only))]
+    refused = [r for r in refused if r.path in checked or (r.path not in signed and _matches(r.path, only))]
+    ignored = sorted(rel for rel, _ in files if rel not in signed) if ignore_unsigned_files else []
+    files = [f for f in files if f[0] not in ignored]
+    refused = [r for r in refused if not (ignore_unsigned_files and r.path not in signed)]
+    cache = open_cache(cache_path, root) if cache_path is not None else None
+    records = _describe(files, shard_size, tensors=False, cache=cache)  # tensors only of the files that changed, below
+    if cache is not None:
+        cache.save({rel for rel, _ in on_disk})
 
+    @functools.cache
     def tensors_of(rel: str) -> list[dict[str, str]]:
         external = manifests._external_data_tensors(dict(files), verifying=True)
         return manifests._describe_file(rel, dict(files)[rel], external.get(rel), verifying=True)["tensors"]
 
-    report = ManifestReport(os.fspath(directory), root_digest, files=len(records),
-                            signatures=[SignatureCheck(opened.signed_by, valid=True, trusted=True)])  # fmt: skip
+    report = BundleReport(os.fspath(directory), root_digest, files=len(records),
+                          signatures=[SignatureCheck(opened.signed_by, valid=True, trusted=True)],
+                          unchecked=sorted(signed - checked), ignored=ignored,
+                          reused=cache.reused if cache is not None else None)  # fmt: skip
     extra = opened.statement["predicate"].get("sealtrace")
-    report.mismatches = _compare(records, resources, shard_size, extra, tensors_of)
+    sharded = shard_size is not None
+    in_checked = [r for r in resources if (r["name"].rsplit(":", 2)[0] if sharded else r["name"]) in checked]
+    report.mismatches = _compare(records, in_checked, shard_size, extra, tensors_of)
+    report.mismatches = set_mismatches(extra, report.mismatches, lambda rel: read_weight_map(rel, root / rel),
+                                       lambda rel: {t["name"] for t in tensors_of(rel)}, {rel for rel, _ in files})  # fmt: skip
     report.mismatches[:0] = _changed_arrays(root, records, extra, {m.name for m in report.mismatches})
     # What cannot be hashed is a mismatch (a link planted in the directory fails the check, exit 1).
     report.mismatches += [Mismatch("file", r.path, "a regular file, or nothing", r.reason) for r in refused]
     if raise_on_failure and report.mismatches:
         raise IntegrityError(os.fspath(directory), report.mismatches)
     return report
+
+
+def _matches(rel: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    return not patterns or any(fnmatch.fnmatchcase(rel, p) for p in patterns)
+
+
+def _selected(signed: set[str], only: tuple[str, ...] | list[str], where: str) -> set[str]:
+    """The signed files that ``only`` matches (all of them without patterns); a pattern that
+    matches none is refused, so that a typo cannot pass as a check of nothing."""
+    for pattern in only:
+        if not any(fnmatch.fnmatchcase(rel, pattern) for rel in signed):
+            raise InputError(f"--only {pattern}: matches no file that {where} signs")
+    return {rel for rel in signed if _matches(rel, only)}
 
 
 def _changed_arrays(root: Path, records: list[dict[str, Any]], extra: Any, changed: set[str]) -> list[Mismatch]:
