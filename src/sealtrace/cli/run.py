@@ -204,9 +204,9 @@ def run(
     if attest_path and audit_path and sign_log:
         from sealtrace.provenance.attest import attest_log
 
-        index = receipt.index if ledger is not None else None
-        written = attest_log(audit_path, sign_log, attest_path, ledger_index=index, force=force)
-        click.echo(f"attestation {written.path}: run digest {written.run_digest}, signed by key {written.signed_by}")
+        index, record_id = (receipt.index, receipt.record_id) if ledger is not None else (None, None)
+        written = attest_log(audit_path, sign_log, attest_path, ledger_index=index, record_id=record_id, force=force)
+        click.echo(f"attestation {attest_path}: run digest {written.run_digest}, signed by key {written.signed_by}")
     if session.origin.kind in ("container", "artifact"):
         click.echo(session.origin.provenance())
     else:
