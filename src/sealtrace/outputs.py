@@ -47,6 +47,21 @@ def check_output(path: str | os.PathLike[str], force: bool = False, what: str = 
     return target
 
 
+def check_output_directory(path: str | os.PathLike[str], keep: bool, what: str,
+                           hint: str = "use --force to overwrite") -> Path:
+    """Refuse, before any work is done, a directory of outputs that could not be written: a file in
+    the way, a missing parent, or (unless ``keep``) a directory that already holds something."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.exists() and not target.is_dir():
+        raise OutputPathError(f"{what} {target}: exists and is not a directory")
+    if not parent.is_dir():
+        raise OutputPathError(f"{what} {target}: directory {parent} does not exist")
+    if target.is_dir() and not keep and any(target.iterdir()):
+        raise OutputExistsError(f"{what} {target}: directory is not empty ({hint})")
+    return target
+
+
 @contextmanager
 def atomic_output(path: str | os.PathLike[str], force: bool = False) -> Iterator[BinaryIO]:
     """Yield a file to write; on success it appears at ``path`` in one rename, on failure nothing

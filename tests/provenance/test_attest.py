@@ -135,9 +135,33 @@ def test_run_attest_writes_the_attestation_with_the_ledger_index(run: Path, tmp_
     argv = ["run", str(run / "m.seal"), "--input", f"x={run / 'x.npy'}", "--audit", str(log), "--sign-log", str(run / "ed.pem")]
     assert main([*argv, "--ledger", str(tmp_path / "ledger.db"), "--attest", str(out)]) == 0
     assert "attestation" in capsys.readouterr().out
-    assert _payload(json.loads(out.read_text()))["predicate"]["ledger"] == {"index": 0}
+    from sealtrace.ledger import Ledger
+
+    with Ledger.open(str(tmp_path / "ledger.db"), readonly=True) as ledger:
+        ((index, record),) = ledger.records()
+    assert _payload(json.loads(out.read_text()))["predicate"]["ledger"] == {"index": index, "record_id": record["id"]}
     assert main(["audit", "verify-attestation", str(out), "--trust", str(run / "ed.pub"), "--log", str(log)]) == 0
     # Without a key to sign it: bad input, before the run.
     assert main(["run", str(run / "m.seal"), "--random-inputs", "--audit", str(tmp_path / "b.jsonl"), "--attest", str(tmp_path / "b.json")]) == 2
     assert "--sign-log" in _error_line(capsys)
     assert not (tmp_path / "b.jsonl").exists()
+
+
+def test_a_record_without_its_log_has_no_attestation(run: Path, tmp_path: Path) -> None:
+    from sealtrace.ledger import Ledger
+    from sealtrace.provenance.attest import NotAttestableError, attest_record
+    from sealtrace.signing import load_signing_key
+
+    store = tmp_path / "ledger.db"
+    base = ["run", str(run / "m.seal"), "--input", f"x={run / 'x.npy'}", "--ledger", str(store)]
+    assert main([*base, "--audit", str(tmp_path / "run.jsonl")]) == 0
+    assert main(base) == 0  # an io record: digests only
+    key = load_signing_key(run / "ed.pem")
+    with Ledger.open(str(store)) as ledger:
+        (_, full), (_, io) = ledger.records()
+        assert attest_record(ledger, full["id"], key).run_digest == full["trail"]
+        with pytest.raises(NotAttestableError, match="--audit io"):
+            attest_record(ledger, io["id"], key)
+        ledger.prune(older_than=-60)  # retention removed the trail
+        with pytest.raises(NotAttestableError, match="audit log is gone"):
+            attest_record(ledger, full["id"], key)

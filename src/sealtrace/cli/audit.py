@@ -100,7 +100,7 @@ def attest(log: str, key: str, output: str, ledger_index: int | None, force: boo
 
     written = attest_log(log, key, output, ledger_index=ledger_index, force=force)
     click.echo(
-        f"wrote {written.path}: {written.subjects} output(s) attested, run digest {written.run_digest}, "
+        f"wrote {output}: {written.subjects} output(s) attested, run digest {written.run_digest}, "
         f"signed by key {written.signed_by}"
     )
 

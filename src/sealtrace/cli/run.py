@@ -19,7 +19,7 @@ from sealtrace.cli import app
 from sealtrace.cli._device import device_options
 from sealtrace.errors import BackendError, CheckFailedError, InputError
 from sealtrace.inputs import gather_feeds, write_npz_atomically
-from sealtrace.outputs import OutputExistsError, OutputPathError, check_output
+from sealtrace.outputs import check_output, check_output_directory
 from sealtrace.session import Session
 
 
@@ -43,14 +43,7 @@ def _check_run_outputs(out_path: str | None, audit_path: str | None, capture_dir
         if out_path and os.path.realpath(out_path) == os.path.realpath(audit_path):
             raise InputError(f"--audit {audit_path}: the same file as --out")
     if capture_dir:
-        target = Path(capture_dir)
-        parent = target.parent if str(target.parent) else Path(".")
-        if target.exists() and not target.is_dir():
-            raise OutputPathError(f"--capture {target}: exists and is not a directory")
-        if not parent.is_dir():
-            raise OutputPathError(f"--capture {target}: directory {parent} does not exist")
-        if target.is_dir() and any(target.iterdir()) and not force:
-            raise OutputExistsError(f"--capture {target}: directory is not empty (use --force to overwrite)")
+        check_output_directory(capture_dir, force, "--capture")
 
 
 @app.command()
@@ -204,9 +197,9 @@ def run(
     if attest_path and audit_path and sign_log:
         from sealtrace.provenance.attest import attest_log
 
-        index = receipt.index if ledger is not None else None
-        written = attest_log(audit_path, sign_log, attest_path, ledger_index=index, force=force)
-        click.echo(f"attestation {written.path}: run digest {written.run_digest}, signed by key {written.signed_by}")
+        index, record_id = (receipt.index, receipt.record_id) if ledger is not None else (None, None)
+        written = attest_log(audit_path, sign_log, attest_path, ledger_index=index, record_id=record_id, force=force)
+        click.echo(f"attestation {attest_path}: run digest {written.run_digest}, signed by key {written.signed_by}")
     if session.origin.kind in ("container", "artifact"):
         click.echo(session.origin.provenance())
     else:

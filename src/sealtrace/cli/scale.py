@@ -117,11 +117,16 @@ def _executor(ray_address: str | None, workers: int | None) -> Any:
               help="Requests per task.")
 @click.option("--store-inputs/--no-store-inputs", default=True, show_default=True,
               help="Store each request's inputs in the ledger (what `ledger replay` re-runs).")
+@click.option("--attest", "attest_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Write each record's run as an in-toto attestation, DIR/REQUEST.intoto.json (with --audit full "
+                   "and --attest-key; docs/supply-chain.md).")
+@click.option("--attest-key", type=click.Path(dir_okay=False), metavar="KEY.pem",
+              help="The key that signs the attestations (Ed25519 or ECDSA).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def batch(model: str, inputs: str, ledger_location: str, audit: str, backend: str | None, threads: int,
           device: str | None, gpu_precision: str | None, ray_address: str | None, workers: int | None, resume: bool, sign_key: str | None,
           trust: tuple[str, ...], principal: str | None, name: str | None, task_size: int, store_inputs: bool,
-          as_json: bool) -> None:
+          attest_dir: str | None, attest_key: str | None, as_json: bool) -> None:
     """Run every request of INPUTS (a directory of .npz feeds, or a Parquet file with one row per
     request) through the sealed MODEL, and append each run's record to the ledger, in the order of the
     requests. Exit 1 when some requests failed (the others are recorded); 130 when interrupted
@@ -131,7 +136,8 @@ def batch(model: str, inputs: str, ledger_location: str, audit: str, backend: st
 
     job = BatchJob(model, inputs, ledger_location, audit=audit, backend=backend, threads=threads,
                    principal=principal, name=name, trust=trust, sign_key=sign_key, resume=resume,
-                   task_size=task_size, store_inputs=store_inputs, device=device, gpu_precision=gpu_precision)
+                   task_size=task_size, store_inputs=store_inputs, device=device, gpu_precision=gpu_precision,
+                   attest_dir=attest_dir, attest_key=attest_key)
     job.checked_backend()  # a bad combination is refused before Ray starts
     executor = _executor(ray_address, workers)
     progress = JobProgress("batch", "requests", "failed", enabled=not as_json)
@@ -155,6 +161,8 @@ def batch(model: str, inputs: str, ledger_location: str, audit: str, backend: st
                    f"{summary.rate:.1f} requests/s ({summary.seconds:.1f} s, {summary.where})")
         first = f", from index {summary.first_index}" if summary.first_index is not None else ""
         click.echo(f"ledger {ledger_location}: {summary.ledger_size} record(s){first}")
+        if attest_dir is not None:
+            click.echo(f"attestations {attest_dir}: {summary.attested} written")
         for failure in summary.failures[:10]:
             click.echo(f"failed: request {failure.position} ({failure.name}): {failure.error}")
         if len(summary.failures) > 10:

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
               help="Serve only containers signed by one of these keys (repeatable).")
 @click.option("--sign", "sign_key", type=click.Path(dir_okay=False), metavar="KEY.pem",
               help="The Ed25519 key that signs the ledger's tree heads (and full-audit trails).")
+@click.option("--attest-key", type=click.Path(dir_okay=False), metavar="KEY.pem",
+              help="Sign in-toto attestations of the records' runs with this key (Ed25519 or ECDSA), served at "
+                   "/v2/ledger/records/{id}/attestation (docs/supply-chain.md).")
 @click.option("--ledger", "ledger", metavar="PATH.db|postgresql://...",
               help="The ledger (default: sealtrace-ledger.db beside the first container).")
 @click.option("--backend", type=click.Choice(["reference", "onnxruntime", "torch"]), default=None,
@@ -80,7 +83,7 @@ if TYPE_CHECKING:
               show_default=True)
 def serve(
     models: tuple[str, ...], names: tuple[str, ...], trust: tuple[str, ...], sign_key: str | None,
-    ledger: str | None, backend: str | None, audit: str, host: str, port: int, token_file: str | None,
+    attest_key: str | None, ledger: str | None, backend: str | None, audit: str, host: str, port: int, token_file: str | None,
     metrics_auth: bool, health_auth: bool, max_body: str, max_json: str, max_response: str, replay_workers: int, replay_atol: float,
     replay_rtol: float, replay_drain: float, store_inputs: bool | None, retention: float | None,
     head_every: int, head_interval: float, threads: int | None, device: str | None, gpu_precision: str | None,
@@ -131,7 +134,7 @@ def serve(
         audit=audit, backend=serving, threads=threads, replay_workers=replay_workers,
         tolerance=Tolerance(replay_atol, replay_rtol), store_inputs=store_inputs, head_every=head_every,
         head_interval=head_interval, retention=retention, replay_drain_seconds=replay_drain,
-        max_response=response_limit,
+        max_response=response_limit, attest_key=attest_key,
     )
     try:
         service = InferenceService(config)

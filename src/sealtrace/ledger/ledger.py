@@ -493,7 +493,7 @@ class Ledger:
         """A stored per-op trail (audit log bytes) by its run digest."""
         row = self.store.trail_row(run_digest)
         if row is None:
-            raise LedgerError(f"{self.store.location}: trail {run_digest[:16]}... is not stored "
+            raise NotInLedgerError(f"{self.store.location}: trail {run_digest[:16]}... is not stored "
                               "(never stored, or removed by retention)")
         return decompress_trail(row[1], row[0], f"{self.store.location}: trail {run_digest[:16]}...")
 

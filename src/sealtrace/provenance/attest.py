@@ -5,6 +5,10 @@ The Statement's subjects are the run's graph outputs with their digests; its pre
 (container and Plan digests), on what (input digests), how (backend, device, numerics), where (host
 facts), and the audit log's run digest that binds it all to the log. Only a log that verifies is
 attested, and ``verify_attestation`` given the log checks the two still agree.
+
+One builder, :func:`attest_run`, over a verified log however it was read: a file
+(:func:`attest_log`: ``audit attest``, ``run --attest``) or the trail a ledger stores for a record
+(:func:`attest_record`: ``batch --attest``, ``serve --attest-key``), which adds the record's index.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sealtrace.audit.verify import AuditVerification, verify_log
+from sealtrace.audit.log import parse_lines
+from sealtrace.audit.verify import AuditVerification, verify_lines, verify_log
 from sealtrace.errors import CheckFailedError, InputError
 from sealtrace.jsonschemas import load_schema, validator
+from sealtrace.ledger import Ledger, LedgerCheckError, NotInLedgerError
 from sealtrace.outputs import atomic_output, check_output
 from sealtrace.provenance.dsse import (
     ProvenanceFormatError,
@@ -26,7 +32,7 @@ from sealtrace.provenance.dsse import (
     statement_bytes,
     trusted,
 )
-from sealtrace.signing import key_id, load_signing_key
+from sealtrace.signing import PrivateKey, key_id, load_signing_key
 
 PREDICATE_TYPE = "https://sealtrace.dev/attestation/run/v1"
 SCHEMA = "run-attestation.schema.json"
@@ -36,13 +42,18 @@ class AttestationMismatchError(CheckFailedError):
     """An attestation that does not state what its audit log records (exit 1)."""
 
 
+class NotAttestableError(NotInLedgerError):
+    """A ledger record with no audit log to attest (an ``io`` or ``deferred`` record, or its trail
+    removed by retention): there is no attestation of it (HTTP 404, exit 2)."""
+
+
 def _tensor(entry: dict[str, Any], algorithm: str) -> dict[str, Any]:
     described = {"name": entry["name"], "digest": {algorithm: entry["digest"]}}
     return described | {k: entry[k] for k in ("kind", "dtype", "shape") if k in entry}
 
 
-def _statement_parts(result: AuditVerification, ledger_index: int | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The subjects and predicate that a verified log's records say."""
+def _statement_parts(result: AuditVerification, ledger: dict[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The subjects and predicate that a verified log's records say (``ledger``: where it is recorded)."""
     header, footer = result.header or {}, result.footer or {}
     algorithm = result.digest_algorithm
     backend = header.get("backend", {})
@@ -72,18 +83,44 @@ def _statement_parts(result: AuditVerification, ledger_index: int | None) -> tup
             "finished": footer.get("finished"),
         },
     }
-    if ledger_index is not None:
-        predicate["ledger"] = {"index": ledger_index}
+    if ledger is not None:
+        predicate["ledger"] = ledger
     subjects = [{"name": o["name"], "digest": o["digest"]} for o in outputs]
     return subjects, predicate
 
 
 @dataclass(frozen=True)
 class Attestation:
-    path: str
+    """A run's signed in-toto attestation: the DSSE envelope and what it states."""
+
+    envelope: dict[str, Any]
     run_digest: str
     subjects: int
     signed_by: str
+
+    def document(self) -> bytes:
+        """The envelope as written to a file or sent over HTTP (JSON, indent 2, its keys in order)."""
+        return json.dumps(self.envelope, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+
+    def write(self, path: str | os.PathLike[str], force: bool = False) -> None:
+        with atomic_output(path, force=force) as f:
+            f.write(self.document())
+
+
+def attest_run(
+    result: AuditVerification, key: PrivateKey, *, ledger_index: int | None = None, record_id: str | None = None
+) -> Attestation:
+    """The attestation of a verified audit log (``result``: :func:`~sealtrace.audit.verify.verify_log`
+    or ``verify_lines`` on a log's bytes), with the ledger index and record id where it is recorded.
+    Raises :class:`~sealtrace.audit.errors.AuditCheckError` (exit 1) when the log did not verify:
+    what is attested is only ever a log that verifies."""
+    result.raise_if_failed()
+    ledger = None if ledger_index is None else {"index": ledger_index} | ({"record_id": record_id} if record_id else {})
+    subjects, predicate = _statement_parts(result, ledger)
+    if not subjects:
+        raise InputError(f"{result.path}: the run has no graph outputs to attest")
+    signed = envelope(statement_bytes(subjects, PREDICATE_TYPE, predicate), key)
+    return Attestation(signed, str(result.run_digest), len(subjects), key_id(key.public_key()))
 
 
 def attest_log(
@@ -92,22 +129,45 @@ def attest_log(
     out_path: str | os.PathLike[str],
     *,
     ledger_index: int | None = None,
+    record_id: str | None = None,
     force: bool = False,
 ) -> Attestation:
-    """Verify ``log`` (exit 1 if it does not) and write its run as a signed in-toto attestation."""
+    """Verify the log file ``log`` (exit 1 if it does not) and write its run as a signed in-toto
+    attestation at ``out_path``."""
     check_output(out_path, force, "-o")
     if ledger_index is not None and ledger_index < 0:
         raise InputError(f"--ledger-index {ledger_index}: must be 0 or more")
     key = load_signing_key(key_path)
-    result = verify_log(log)
-    result.raise_if_failed()
-    subjects, predicate = _statement_parts(result, ledger_index)
-    if not subjects:
-        raise InputError(f"{log}: the run has no graph outputs to attest")
-    document = envelope(statement_bytes(subjects, PREDICATE_TYPE, predicate), key)
-    with atomic_output(out_path, force=force) as f:
-        f.write(json.dumps(document, indent=2).encode("utf-8") + b"\n")
-    return Attestation(os.fspath(out_path), str(result.run_digest), len(subjects), key_id(key.public_key()))
+    attestation = attest_run(verify_log(log), key, ledger_index=ledger_index, record_id=record_id)
+    attestation.write(out_path, force)
+    return attestation
+
+
+def attest_record(ledger: Ledger, record_id: str, key: PrivateKey) -> Attestation:
+    """The attestation of a ledger record's run, from the audit log the ledger stores as its trail,
+    with the record's index. Raises :class:`NotAttestableError` for a record that keeps no audit log
+    (``io`` and ``deferred`` records: their evidence is digests, not a log), and for one whose trail
+    retention removed."""
+    index, record = ledger.record(record_id)
+    if record["trail"] is None:
+        raise NotAttestableError(f"record {record_id} has no audit log to attest: {_why_no_log(record)}")
+    try:
+        log = ledger.trail(record["trail"])
+    except NotInLedgerError as exc:
+        raise NotAttestableError(f"record {record_id}: its audit log is gone ({exc})") from None
+    result = verify_lines(parse_lines(log), f"{ledger.store.location}: trail of record {record_id}")
+    if result.ok and result.run_digest != record["trail"]:
+        raise LedgerCheckError([f"{result.path}: run digest {result.run_digest}, the record names {record['trail']}"])
+    return attest_run(result, key, ledger_index=index, record_id=record_id)
+
+
+def _why_no_log(record: dict[str, Any]) -> str:
+    if record["kind"] == "replay":
+        return "it records a replay that could not be made"
+    if record["audit"] == "deferred":
+        return (f"its answer came from {record['backend']['name']} with input and output digests only "
+                "(--audit deferred); the replay record that links to it attests the reference run of its inputs")
+    return f"it was recorded with --audit {record['audit']} (input and output digests only)"
 
 
 @dataclass(frozen=True)
@@ -137,7 +197,7 @@ def verify_attestation(
     if log is not None:
         result = verify_log(log)
         result.raise_if_failed()
-        subjects, recorded = _statement_parts(result, predicate.get("ledger", {}).get("index"))
+        subjects, recorded = _statement_parts(result, predicate.get("ledger"))
         differing = [k for k in ("model", "input", "computation", "profile", "output", "host") if predicate[k] != recorded[k]]
         if predicate["audit_log"] != recorded["audit_log"]:
             differing.insert(0, "audit_log (run digest " + str(predicate["audit_log"].get("run_digest")) + ")")

@@ -32,23 +32,28 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sealtrace import __version__
 from sealtrace.digest import canonical_json
 from sealtrace.errors import InputError, SealtraceError
 from sealtrace.ledger import Ledger, LedgerEntry, Trail, record_run
+from sealtrace.outputs import check_output_directory
+from sealtrace.provenance.attest import attest_record
 from sealtrace.scale.cluster import Executor, worker_name
-from sealtrace.scale.datasets import Request, iter_positions, open_dataset
+from sealtrace.scale.datasets import Dataset, Request, iter_positions, open_dataset
 from sealtrace.scale.errors import JobError, JobInterrupted
 from sealtrace.scale.ordered import Appended, Outcome, append_in_order
 from sealtrace.scale.shipped import ShippedModel, ship_model
+from sealtrace.signing import PrivateKey
 
 JOB_FORMAT = "sealtrace.batch.job.v1"
 RECORD_ID_TAG = b"sealtrace.batch.record.v1"
 AUDIT_MODES = ("full", "io")
 DEFAULT_TASK_SIZE = 32
 DEFAULT_BACKEND = {"full": "reference", "io": "onnxruntime"}
+ATTESTATION_SUFFIX = ".intoto.json"
 
 
 def batch_record_id(job_id: str, position: int) -> str:
@@ -128,6 +133,7 @@ class BatchSummary:
     where: str = ""
     first_index: int | None = None  # the ledger index of the first record appended
     ledger_size: int = 0
+    attested: int = 0  # attestations written (--attest)
 
     @property
     def rate(self) -> float:
@@ -142,6 +148,7 @@ class BatchSummary:
             "failures": [{"position": f.position, "name": f.name, "error": f.error} for f in self.failures[:100]],
             "seconds": round(self.seconds, 3), "requests_per_second": round(self.rate, 2),
             "workers": dict(self.workers), "where": self.where, "ledger_size": self.ledger_size,
+            "attested": self.attested,
         }
 
 
@@ -167,6 +174,8 @@ class BatchJob:
     head_interval: float = 10.0
     device: str | None = None  # the torch backend's device (--device); None: the CPU
     gpu_precision: str | None = None
+    attest_dir: str | None = None  # one in-toto attestation per record, named after its request (--attest)
+    attest_key: str | None = None
 
     def checked_backend(self) -> str:
         if self.audit not in AUDIT_MODES:
@@ -175,6 +184,12 @@ class BatchJob:
         if self.audit == "full" and backend != "reference":
             raise InputError(f"--audit full runs on the reference backend (the per-op audit is the reference run); "
                              f"--backend {backend} runs with --audit io")
+        if (self.attest_dir is None) != (self.attest_key is None):
+            raise InputError("--attest DIR and --attest-key KEY.pem go together: where the attestations go, "
+                             "and the key that signs them")
+        if self.attest_dir is not None and self.audit != "full":
+            raise InputError("--attest needs --audit full: an io record keeps input and output digests only, "
+                             "no audit log whose run an attestation could state")
         if self.task_size < 1 or self.threads < 1:
             raise InputError("--task-size and --threads must be at least 1")
         if self.device is not None or self.gpu_precision is not None:
@@ -199,11 +214,17 @@ def run_batch(job: BatchJob, executor: Executor, on_progress: Progress | None = 
     """
     started = time.monotonic()
     backend = job.checked_backend()
-    signer = None
+    signer = attester = None
     if job.sign_key is not None:
         from sealtrace.signing import load_private_key
 
         signer = load_private_key(job.sign_key)
+    if job.attest_dir is not None and job.attest_key is not None:
+        from sealtrace.signing import load_signing_key
+
+        check_output_directory(job.attest_dir, job.resume, "--attest",
+                               "give a new or empty one; --resume adds what an earlier run of the job left out")
+        attester = load_signing_key(job.attest_key)
     model, session = ship_model(job.model, executor, backend=backend, threads=job.threads, trust=job.trust,
                                 name=job.name, device=job.device, gpu_precision=job.gpu_precision)
     dataset = open_dataset(job.dataset, session.plan.inputs)
@@ -253,6 +274,8 @@ def run_batch(job: BatchJob, executor: Executor, on_progress: Progress | None = 
         finally:
             summary.recorded, summary.first_index = appended.recorded, appended.first_index
             summary.skipped += appended.already
+        if attester is not None and job.attest_dir is not None:
+            summary.attested = _attest_records(ledger, dataset, job_id, Path(job.attest_dir), attester)
         ledger.sign_tree_head()
         summary.ledger_size = ledger.size
     finally:
@@ -268,6 +291,19 @@ def _recorded_positions(ledger: Ledger, job_id: str, size: int) -> set[int]:
         ids = {batch_record_id(job_id, p): p for p in range(start, min(size, start + 4096))}
         held.update(ids[record_id] for record_id in ledger.holding(ids))
     return held
+
+
+def _attest_records(ledger: Ledger, dataset: Dataset, job_id: str, folder: Path, key: PrivateKey) -> int:
+    """Write the attestation of each of the job's records that ``folder`` lacks (those this run
+    appended, and those an interrupted earlier run did); how many were written."""
+    folder.mkdir(exist_ok=True)
+    written = 0
+    for position in sorted(_recorded_positions(ledger, job_id, dataset.size)):
+        target = folder / f"{dataset.stem(position)}{ATTESTATION_SUFFIX}"
+        if not target.exists():
+            attest_record(ledger, batch_record_id(job_id, position), key).write(target)
+            written += 1
+    return written
 
 
 __all__: Sequence[str] = ["BatchJob", "BatchSummary", "BatchTask", "Failure", "RunOutcome", "batch_record_id",

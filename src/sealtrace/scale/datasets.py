@@ -75,6 +75,10 @@ class Dataset(Protocol):
         """The requests at ``positions`` (ascending)."""
         ...
 
+    def stem(self, position: int) -> str:
+        """A file name (without suffix) for what is written about the request at ``position``."""
+        ...
+
 
 def open_dataset(path: str | os.PathLike[str], inputs: Sequence[ValueInfo]) -> Dataset:
     """The dataset at ``path``: a directory of .npz files, or a Parquet file (``.parquet``/``.pq``, or
@@ -120,6 +124,9 @@ class NpzDirectory:
         for name, size in self._entries:
             listing.update(name.encode("utf-8", "surrogateescape") + b"\0" + str(size).encode() + b"\n")
         return {"kind": "npz-directory", "requests": self.size, "listing": listing.hexdigest()}
+
+    def stem(self, position: int) -> str:
+        return self._entries[position][0].removesuffix(".npz")
 
     def read(self, positions: Sequence[int]) -> list[Request]:
         requests = []
@@ -210,6 +217,9 @@ class ParquetRequests:
 
     def fingerprint(self) -> dict[str, Any]:
         return {"kind": "parquet", "requests": self.size, "footer": hashlib.sha256(self._footer).hexdigest()}
+
+    def stem(self, position: int) -> str:
+        return f"row-{position}"
 
     def read(self, positions: Sequence[int]) -> list[Request]:
         requests = []

@@ -368,6 +368,11 @@ class _Endpoints:
         index, body = await self.blocking(self.ledger.record, _record_id(record_id))
         return _document({"index": index, "record": body})
 
+    async def attestation(self, request: Request, record_id: str) -> Response:
+        self.principal(request)
+        attested = await self.blocking(self.service.attestation, _record_id(record_id))
+        return Response(attested.document(), media_type="application/json")
+
     async def inclusion(self, request: Request, record_id: str,
                         tree_size: int | None = Query(None, ge=1, lt=1 << 63)) -> Response:
         self.principal(request)
@@ -441,6 +446,7 @@ def create_app(
         post(f"{model}/infer", tags=["inference"], openapi_extra=_INFER_OPENAPI, responses=_ERROR_RESPONSES)(endpoints.infer)
     get("/v2/ledger/tree-head", tags=["ledger"], responses=_ERROR_RESPONSES)(endpoints.tree_head)
     get("/v2/ledger/records/{record_id}", tags=["ledger"], responses=_ERROR_RESPONSES)(endpoints.record)
+    get("/v2/ledger/records/{record_id}/attestation", tags=["ledger"], responses=_ERROR_RESPONSES)(endpoints.attestation)
     get("/v2/ledger/records/{record_id}/proof/inclusion", tags=["ledger"],
         responses=_ERROR_RESPONSES)(endpoints.inclusion)
     get("/v2/ledger/proof/consistency", tags=["ledger"], responses=_ERROR_RESPONSES)(endpoints.consistency)

@@ -28,16 +28,19 @@ from sealtrace.errors import InputError
 from sealtrace.ledger import Ledger, LedgerEntry, Receipt, record_run
 from sealtrace.ledger.records import AUDIT_MODES
 from sealtrace.parity.tolerance import Tolerance
+from sealtrace.provenance.attest import Attestation, attest_record
 from sealtrace.serve.models import ServedModel, model_name_of, open_served_model
 from sealtrace.serve.protocol import (
     EncodedResponse,
     InferenceRequest,
+    NotFoundError,
     ProtocolError,
     declared_response_bytes,
     encode_response,
     parse_request,
 )
 from sealtrace.serve.replay import ReplayJob, ReplayQueue, ReplayResult, ReplaySpec, served_model_of
+from sealtrace.signing import PrivateKey, load_signing_key
 
 log = logging.getLogger("sealtrace.serve")
 
@@ -68,6 +71,7 @@ class ServeConfig:
     replay_drain_seconds: float = 10.0
     sample: int = 8  # values of each tensor a full-audit trail shows
     max_response: int = DEFAULT_MAX_RESPONSE  # bytes of one response body (413 past it; nothing recorded)
+    attest_key: str | None = None  # signs the records' in-toto attestations (docs/supply-chain.md)
 
     def backend_for_serving(self) -> str | Backend:
         return self.backend if self.backend is not None else DEFAULT_BACKEND[self.audit]
@@ -102,8 +106,14 @@ class InferenceService:
         if config.audit == "deferred" and backend_name == "reference":
             raise InputError("--audit deferred replays the reference backend's run behind a faster backend: "
                              "serve with --backend onnxruntime or torch, or use --audit full")
+        if config.attest_key is not None and config.audit == "io":
+            raise InputError("--attest-key: --audit io records keep input and output digests only, no audit log "
+                             "to attest; serve with --audit full or deferred")
         self.config = config
         self.audit = config.audit
+        self._attester: PrivateKey | None = None
+        if config.attest_key is not None:
+            self._attester = load_signing_key(config.attest_key)
         self.store_inputs = config.store_inputs if config.store_inputs is not None else config.audit != "io"
         if config.audit == "deferred" and not self.store_inputs:
             raise InputError("--audit deferred needs the inputs stored (replays read them after a restart)")
@@ -183,6 +193,13 @@ class InferenceService:
             queue, job = self.replay, ReplayJob(record["id"], model.name, record, request.inputs, outputs)
             durable.add_done_callback(lambda f: queue.put(job) if f.exception() is None else None)
         return Answer(model, record["id"], durable, response)
+
+    def attestation(self, record_id: str) -> Attestation:
+        """The in-toto attestation of a record's run, from the audit log the ledger keeps for it
+        (NotFoundError where the server signs none, NotAttestableError where the record keeps no log)."""
+        if self._attester is None:
+            raise NotFoundError("this server signs no attestations (start it with --attest-key KEY.pem)")
+        return attest_record(self.ledger, record_id, self._attester)
 
     # -- state for /ledger, metrics and health ---------------------------------------------------------
     @property
