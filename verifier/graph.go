@@ -49,7 +49,12 @@ type Attribute struct {
 	S       string
 	Floats  []float32
 	Ints    []int64
-	Subject bool // a graph or tensor attribute: no kernel of replay takes one
+	Subject bool // a graph or tensor attribute
+	// Tensor is a tensor attribute's value (Constant's and ConstantOfShape's value), read with the
+	// container's tensor table; TensorErr says why it could not be read (refused where it is used).
+	Tensor    *Tensor
+	TensorErr error
+	tensor    []byte
 }
 
 // Node is one graph node.
@@ -127,6 +132,11 @@ func ReadGraph(model []byte, table map[string][]byte) (*Graph, error) {
 		}
 	}
 	for _, n := range g.Nodes {
+		for _, a := range n.Attributes {
+			if a.tensor != nil {
+				_, a.Tensor, a.TensorErr = readInitializer(a.tensor, table)
+			}
+		}
 		n.Opset = g.Opsets[n.Domain]
 		if n.Domain == "ai.onnx" {
 			n.Opset = g.Opsets[""]
@@ -208,7 +218,9 @@ func readAttribute(b []byte) (string, *Attribute, error) {
 			for i := 0; i < len(f.Bytes); i += 4 {
 				a.Floats = append(a.Floats, math.Float32frombits(binary.LittleEndian.Uint32(f.Bytes[i:])))
 			}
-		case f.Number == attrT, f.Number == attrG, f.Number == attrTensors, f.Number == attrGraphs,
+		case f.Number == attrT && f.Type == wireBytes:
+			a.Subject, a.tensor = true, f.Bytes
+		case f.Number == attrG, f.Number == attrTensors, f.Number == attrGraphs,
 			f.Number == attrSparseTensor, f.Number == attrSparseTensors:
 			a.Subject = true
 		}
