@@ -261,6 +261,7 @@ func readInitializer(b []byte, table map[string][]byte) (string, *Tensor, error)
 	}
 	want := elementCount(t.Shape) * itemSizes[dtype]
 	var values bytes.Buffer
+	inTable := false // an empty tensor's region in the table is empty too
 	for _, kv := range ref.External {
 		if kv[0] == "sealtrace.tensor" {
 			data, ok := table[kv[1]]
@@ -268,9 +269,10 @@ func readInitializer(b []byte, table map[string][]byte) (string, *Tensor, error)
 				return "", nil, badInput("initializer %s refers to tensor %s, not in the container", quoteForMessage(ref.Name), quoteForMessage(kv[1]))
 			}
 			values.Write(data)
+			inTable = true
 		}
 	}
-	if len(ref.External) > 0 && values.Len() == 0 {
+	if len(ref.External) > 0 && !inTable {
 		return "", nil, badInput("initializer %s: its data is in an external file, which replay does not read (seal the model)", quoteForMessage(ref.Name))
 	}
 	fields, _ := parseMessage(b)
