@@ -71,7 +71,7 @@ def cast_case(rng: np.random.Generator) -> ModelCase:
 def arithmetic_case(rng: np.random.Generator) -> ModelCase:
     """Integer Add, Sub, Mul, Div (overflow wraps; truncating division; x / 0; -2^63 / -1), in int64, int32
     and uint8; Equal and Where on integers and on floats with NaN and signed zeros, broadcast."""
-    edges = [(-7, 2), (7, -2), (-7, -2), (5, 0), (-5, 0), (-(2**63), -1), (2**62, 4), (2**63 - 1, 1), (-(2**63), 1),
+    edges = [(-7, 2), (7, -2), (-7, -2), (5, 0), (-5, 0), (-(2**63), -1), (-(2**31), -1), (2**62, 4), (2**63 - 1, 1), (-(2**63), 1),
              (0, 0), (255, 3), (-1, 255)]
     a = np.array([p[0] for p in edges] + list(rng.integers(-(2**40), 2**40, 12)), dtype=np.int64)
     b = np.array([p[1] for p in edges] + list(rng.integers(-50, 50, 12)), dtype=np.int64)
