@@ -388,24 +388,13 @@ func advance(counter, dims []int) {
 // conv is RN(sum over the group's input channels and kernel taps of x * w + bias[m]), padding
 // values 0 (numerics.md, section 3.1), with ONNX's strides, dilations, pads and groups.
 func conv(n *Node, in []*Tensor) ([]*Tensor, error) {
-	if err := requireFloat32(n, in, 2); err != nil {
+	x, w, groups, err := convOperands(n, in)
+	if err != nil {
 		return nil, err
 	}
-	x, w := in[0], in[1]
-	if len(x.Shape) < 3 || len(w.Shape) != len(x.Shape) {
-		return nil, badInput("Conv %s: input %v and weight %v", quoteForMessage(n.Name), x.Shape, w.Shape)
-	}
-	groups := int(attrInt(n, "group", 1))
 	batch, channels, filters, perGroup := x.Shape[0], x.Shape[1], w.Shape[0], w.Shape[1]
 	if groups < 1 || channels != perGroup*groups || filters%groups != 0 {
 		return nil, badInput("Conv %s: %d channels, weight %v, %d groups", quoteForMessage(n.Name), channels, w.Shape, groups)
-	}
-	if a, ok := n.Attributes["kernel_shape"]; ok {
-		for i, k := range a.Ints {
-			if i+2 >= len(w.Shape) || int64(w.Shape[i+2]) != k {
-				return nil, badInput("Conv %s: kernel_shape %v for weight %v", quoteForMessage(n.Name), a.Ints, w.Shape)
-			}
-		}
 	}
 	bias := make([]float32, filters)
 	if len(in) > 2 && in[2] != nil {

@@ -48,14 +48,15 @@ var kernels = map[string]kernel{
 	"Range":           rangeOf,
 	"Cast":            cast,
 	"Resize":          resize,
+	"ConvTranspose":   convTranspose,
 }
 
 // SupportedOps lists the operators replay runs, for its refusals.
 func SupportedOps() string {
-	return "Add, AveragePool, BatchNormalization, Cast, Clip, Concat, Constant, ConstantOfShape, Conv, Div, " +
-		"Equal, Expand, Flatten, Gather, Gemm, GlobalAveragePool, HardSigmoid, HardSwish, Identity, MatMul, " +
-		"MaxPool, Mul, Range, Relu, Reshape, Resize, Shape, Sigmoid, Slice, Softmax, Split, Squeeze, Sub, " +
-		"Transpose, Unsqueeze, Where"
+	return "Add, AveragePool, BatchNormalization, Cast, Clip, Concat, Constant, ConstantOfShape, Conv, " +
+		"ConvTranspose, Div, Equal, Expand, Flatten, Gather, Gemm, GlobalAveragePool, HardSigmoid, HardSwish, " +
+		"Identity, MatMul, MaxPool, Mul, Range, Relu, Reshape, Resize, Shape, Sigmoid, Slice, Softmax, Split, " +
+		"Squeeze, Sub, Transpose, Unsqueeze, Where"
 }
 
 // unsupportedDtype refuses a tensor type a kernel has no portable definition for yet.

@@ -1,7 +1,8 @@
 """The replay family of the agreement corpus (issue 30): sealtrace records audit logs of the ACAS Xu
 networks on random inputs (and, in the whole corpus, the falsifier's certifying runs of its counterexamples to
 the benchmark's sat instances) and of stage (b)'s models (the demo classifier and YOLOv8n on real images and
-random inputs, small models of single operators at their edges over several seeds), and ``sealverify replay`` re-executes them with its own kernels (Go, from
+random inputs, the PP-OCRv4 text detector too, small models of single operators at their edges over several
+seeds), and ``sealverify replay`` re-executes them with its own kernels (Go, from
 docs/numerics.md): every log must replay bit-identical (exit 0), and a log with one step's output digest
 edited (and the chain re-digested, so that the log verifies) must be caught at that step (exit 1). The same
 logs go through sealtrace's own replay, whose verdict must be the same; both are timed.
@@ -103,7 +104,7 @@ def _edited(workdir: Path, source: ReplayCase, pick: random.Random) -> ReplayCas
 
 
 # Stage (b)'s real models (sealtrace.zoo keys) and the real images they run on.
-STAGE_B_MODELS = ("mobilenetv3-orientation", "yolov8n")
+STAGE_B_MODELS = ("mobilenetv3-orientation", "yolov8n", "ppocr-det")
 STAGE_B_IMAGES = ("astronaut", "chelsea", "coffee")
 
 
