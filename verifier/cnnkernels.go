@@ -413,23 +413,25 @@ func conv(n *Node, in []*Tensor) ([]*Tensor, error) {
 	xs, ws := x.Float32s(), w.Float32s()
 	plane, tapCount, outPlane := elementCount(x.Shape[2:]), elementCount(w.Shape[2:]), elementCount(geometry.out)
 	out := make([]float32, batch*filters*outPlane)
-	xTaps, wTaps := make([]float32, perGroup*tapCount), make([]float32, perGroup*tapCount)
-	geometry.taps(func(position int, tap, at []int) {
+	// A filter's weights, channel by channel and tap by tap, are one contiguous run of w; the
+	// window's inputs are gathered once per group and position, for all of the group's filters.
+	xTaps, weights := make([]float32, perGroup*tapCount), perGroup*tapCount
+	perFilterGroup := filters / groups
+	geometry.taps(func(position int, _, at []int) {
 		for b := 0; b < batch; b++ {
-			for m := 0; m < filters; m++ {
-				firstChannel := m / (filters / groups) * perGroup
+			for g := 0; g < groups; g++ {
 				for c := 0; c < perGroup; c++ {
-					image := xs[(b*channels+firstChannel+c)*plane:]
-					kernel := ws[(m*perGroup+c)*tapCount:]
-					for t := range tap {
+					image := xs[(b*channels+g*perGroup+c)*plane:]
+					for t, a := range at {
 						xTaps[c*tapCount+t] = 0
-						if at[t] >= 0 {
-							xTaps[c*tapCount+t] = image[at[t]]
+						if a >= 0 {
+							xTaps[c*tapCount+t] = image[a]
 						}
-						wTaps[c*tapCount+t] = kernel[tap[t]]
 					}
 				}
-				out[(b*filters+m)*outPlane+position] = dotRN32(xTaps, wTaps, 1, float64(bias[m]))
+				for m := g * perFilterGroup; m < (g+1)*perFilterGroup; m++ {
+					out[(b*filters+m)*outPlane+position] = dotRN32(xTaps, ws[m*weights:(m+1)*weights], 1, float64(bias[m]))
+				}
 			}
 		}
 	})

@@ -24,21 +24,27 @@ const float64Unit = 0x1p-53
 // the exact value beta * c (a product of two float32 values, exact in float64).
 func dotRN32(x, y []float32, alpha float32, addend float64) float32 {
 	var sum, sumAbs float64
-	nan, posInf, negInf := false, false, false
 	for k := range x {
 		p := float64(x[k]) * float64(y[k]) // exact: 24 + 24 bits fit float64's 53
-		switch {
-		case p != p:
-			nan = true
-		case math.IsInf(p, 1):
-			posInf = true
-		case math.IsInf(p, -1):
-			negInf = true
-		}
 		sum += p
 		sumAbs += math.Abs(p)
 	}
 	a := float64(alpha)
+	// Finite products are below 2^256 and there are fewer than 2^62 of them, so sumAbs is finite
+	// exactly when every product is: only then are infinite and NaN products looked for.
+	nan, posInf, negInf := false, false, false
+	if math.IsInf(sumAbs, 0) || sumAbs != sumAbs {
+		for k := range x {
+			switch p := float64(x[k]) * float64(y[k]); {
+			case p != p:
+				nan = true
+			case math.IsInf(p, 1):
+				posInf = true
+			case math.IsInf(p, -1):
+				negInf = true
+			}
+		}
+	}
 	// IEEE's rules for what is not finite; they do not depend on the order of the sum.
 	if nan || posInf || negInf {
 		special := math.Inf(1)
