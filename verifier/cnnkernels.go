@@ -602,27 +602,15 @@ func meanRN32(x []float32) float32 {
 		return float32(math.NaN())
 	}
 	var sum, sumAbs float64
-	nan, posInf, negInf := false, false, false
+	var seen nonFinite
 	for _, v := range x {
 		f := float64(v)
-		switch {
-		case f != f:
-			nan = true
-		case math.IsInf(f, 1):
-			posInf = true
-		case math.IsInf(f, -1):
-			negInf = true
-		}
+		seen.see(f)
 		sum += f
 		sumAbs += math.Abs(f)
 	}
-	switch {
-	case nan || (posInf && negInf):
-		return float32(math.NaN())
-	case posInf:
-		return float32(math.Inf(1))
-	case negInf:
-		return float32(math.Inf(-1))
+	if seen.nan || seen.posInf || seen.negInf {
+		return float32(seen.sum())
 	}
 	// The float64 sum of n float32 values is within (n - 1) u sumAbs of the exact sum, so the
 	// mean within u sumAbs, plus u of itself for the division; the bound doubles that.
