@@ -10,10 +10,10 @@ type kernel func(n *Node, in []*Tensor) ([]*Tensor, error)
 
 // kernels: the operators replay runs (domain "" only).
 var kernels = map[string]kernel{
-	"Add":     elementwise(func(a, b float32) float32 { return a + b }),
-	"Sub":     elementwise(func(a, b float32) float32 { return a - b }),
-	"Mul":     elementwise(func(a, b float32) float32 { return a * b }),
-	"Div":     elementwise(func(a, b float32) float32 { return a / b }),
+	"Add":     arithmetic('+'),
+	"Sub":     arithmetic('-'),
+	"Mul":     arithmetic('*'),
+	"Div":     arithmetic('/'),
 	"Relu":    relu,
 	"MatMul":  matMul,
 	"Gemm":    gemm,
@@ -35,13 +35,28 @@ var kernels = map[string]kernel{
 	"Identity":           identity,
 	"Shape":              shapeOf,
 	"Slice":              slice,
+
+	"Split":           split,
+	"Gather":          gather,
+	"Unsqueeze":       unsqueeze,
+	"Squeeze":         squeeze,
+	"Expand":          expand,
+	"Where":           where,
+	"Equal":           equal,
+	"Constant":        constant,
+	"ConstantOfShape": constantOfShape,
+	"Range":           rangeOf,
+	"Cast":            cast,
+	"Resize":          resize,
+	"ConvTranspose":   convTranspose,
 }
 
 // SupportedOps lists the operators replay runs, for its refusals.
 func SupportedOps() string {
-	return "Add, AveragePool, BatchNormalization, Clip, Concat, Conv, Div, Flatten, Gemm, GlobalAveragePool, " +
-		"HardSigmoid, HardSwish, Identity, MatMul, MaxPool, Mul, Relu, Reshape, Shape, Sigmoid, Slice, Softmax, " +
-		"Sub, Transpose"
+	return "Add, AveragePool, BatchNormalization, Cast, Clip, Concat, Constant, ConstantOfShape, Conv, " +
+		"ConvTranspose, Div, Equal, Expand, Flatten, Gather, Gemm, GlobalAveragePool, HardSigmoid, HardSwish, " +
+		"Identity, MatMul, MaxPool, Mul, Range, Relu, Reshape, Resize, Shape, Sigmoid, Slice, Softmax, Split, " +
+		"Squeeze, Sub, Transpose, Unsqueeze, Where"
 }
 
 // unsupportedDtype refuses a tensor type a kernel has no portable definition for yet.
