@@ -17,7 +17,7 @@ sys.path.insert(0, str(HERE))
 from material import SKIPPED  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
 
 ORDER = ("reference", "executors", "numerics", "portability_arm64", "exhaustive_functions", "container", "graph-index", "manifest", "incremental-sign", "audit", "parity", "parity-scale", "torch", "tvm", "falsify", "vnnlib",
-         "serve", "ledger", "scale", "verifier", "fuzz", "fuzz-http")
+         "serve", "ledger", "scale", "verifier", "replay", "fuzz", "fuzz-http")
 
 INTRO = """# Benchmarks
 
