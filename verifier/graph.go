@@ -49,7 +49,12 @@ type Attribute struct {
 	S       string
 	Floats  []float32
 	Ints    []int64
-	Subject bool // a graph or tensor attribute: no kernel of replay takes one
+	Subject bool // a graph or tensor attribute
+	// Tensor is a tensor attribute's value (Constant's and ConstantOfShape's value), read with the
+	// container's tensor table; TensorErr says why it could not be read (refused where it is used).
+	Tensor    *Tensor
+	TensorErr error
+	tensor    []byte
 }
 
 // Node is one graph node.
@@ -127,6 +132,11 @@ func ReadGraph(model []byte, table map[string][]byte) (*Graph, error) {
 		}
 	}
 	for _, n := range g.Nodes {
+		for _, a := range n.Attributes {
+			if a.tensor != nil {
+				_, a.Tensor, a.TensorErr = readInitializer(a.tensor, table)
+			}
+		}
 		n.Opset = g.Opsets[n.Domain]
 		if n.Domain == "ai.onnx" {
 			n.Opset = g.Opsets[""]
@@ -208,7 +218,9 @@ func readAttribute(b []byte) (string, *Attribute, error) {
 			for i := 0; i < len(f.Bytes); i += 4 {
 				a.Floats = append(a.Floats, math.Float32frombits(binary.LittleEndian.Uint32(f.Bytes[i:])))
 			}
-		case f.Number == attrT, f.Number == attrG, f.Number == attrTensors, f.Number == attrGraphs,
+		case f.Number == attrT && f.Type == wireBytes:
+			a.Subject, a.tensor = true, f.Bytes
+		case f.Number == attrG, f.Number == attrTensors, f.Number == attrGraphs,
 			f.Number == attrSparseTensor, f.Number == attrSparseTensors:
 			a.Subject = true
 		}
@@ -249,6 +261,7 @@ func readInitializer(b []byte, table map[string][]byte) (string, *Tensor, error)
 	}
 	want := elementCount(t.Shape) * itemSizes[dtype]
 	var values bytes.Buffer
+	inTable := false // an empty tensor's region in the table is empty too
 	for _, kv := range ref.External {
 		if kv[0] == "sealtrace.tensor" {
 			data, ok := table[kv[1]]
@@ -256,9 +269,10 @@ func readInitializer(b []byte, table map[string][]byte) (string, *Tensor, error)
 				return "", nil, badInput("initializer %s refers to tensor %s, not in the container", quoteForMessage(ref.Name), quoteForMessage(kv[1]))
 			}
 			values.Write(data)
+			inTable = true
 		}
 	}
-	if len(ref.External) > 0 && values.Len() == 0 {
+	if len(ref.External) > 0 && !inTable {
 		return "", nil, badInput("initializer %s: its data is in an external file, which replay does not read (seal the model)", quoteForMessage(ref.Name))
 	}
 	fields, _ := parseMessage(b)

@@ -16,10 +16,10 @@ type kernel func(n *Node, in []*Tensor) ([]*Tensor, error)
 
 // kernels: the operators replay runs (domain "" only).
 var kernels = map[string]kernel{
-	"Add":     elementwise(func(a, b float32) float32 { return a + b }),
-	"Sub":     elementwise(func(a, b float32) float32 { return a - b }),
-	"Mul":     elementwise(func(a, b float32) float32 { return a * b }),
-	"Div":     elementwise(func(a, b float32) float32 { return a / b }),
+	"Add":     arithmetic('+'),
+	"Sub":     arithmetic('-'),
+	"Mul":     arithmetic('*'),
+	"Div":     arithmetic('/'),
 	"Relu":    relu,
 	"MatMul":  matMul,
 	"Gemm":    gemm,
@@ -41,6 +41,19 @@ var kernels = map[string]kernel{
 	"Identity":           identity,
 	"Shape":              shapeOf,
 	"Slice":              slice,
+
+	"Split":           split,
+	"Gather":          gather,
+	"Unsqueeze":       unsqueeze,
+	"Squeeze":         squeeze,
+	"Expand":          expand,
+	"Where":           where,
+	"Equal":           equal,
+	"Constant":        constant,
+	"ConstantOfShape": constantOfShape,
+	"Range":           rangeOf,
+	"Cast":            cast,
+	"Resize":          resize,
 
 	"LayerNormalization": layerNormalization,
 	"Erf":                unary(erf32),

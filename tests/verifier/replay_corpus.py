@@ -1,12 +1,14 @@
 """The replay family of the agreement corpus (issue 30): sealtrace records audit logs of the ACAS Xu
 networks on random inputs (and, in the whole corpus, the falsifier's certifying runs of its counterexamples to
-the benchmark's sat instances), and ``sealverify replay`` re-executes them with its own kernels (Go, from
+the benchmark's sat instances) and of stage (b)'s models (the demo classifier and YOLOv8n on real images and
+random inputs, small models of single operators at their edges over several seeds), and ``sealverify replay`` re-executes them with its own kernels (Go, from
 docs/numerics.md): every log must replay bit-identical (exit 0), and a log with one step's output digest
 edited (and the chain re-digested, so that the log verifies) must be caught at that step (exit 1). The same
 logs go through sealtrace's own replay, whose verdict must be the same; both are timed.
 
-``python -m tests.verifier.replay_corpus [--networks N] [--runs R] [--counterexamples S] [--binary B]`` runs
-it; ``make verifier-corpus`` runs every network and every sat instance.
+``python -m tests.verifier.replay_corpus [--family all|acasxu|stage-b] [--networks N] [--runs R]
+[--counterexamples S] [--seeds K] [--images I] [--random-images J] --binary B`` runs it; ``make verifier-corpus``
+runs every network, every sat instance and stage (b)'s family.
 """
 
 from __future__ import annotations
@@ -20,17 +22,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 
-from sealtrace import Session
+from sealtrace import Session, zoo
 from sealtrace.audit import audited_run, replay_log
 from sealtrace.container import seal_model
 from sealtrace.digest import canonical_json
 from sealtrace.falsify import SearchSettings, falsify, load_vnnlib
 from sealtrace.zoo import ACASXU_NETWORKS, acasxu_file
+from tests.verifier.stage_b_models import ModelCase, cnn_op_cases, shape_op_cases
 
 # Standard deviations of the random inputs, run after run: the properties' box ([-0.33, 0.68] at most per
 # normalized input) and far beyond it both ways, where sums cancel or grow large.
@@ -78,6 +83,71 @@ def edit_step_digest(log: Path, out: Path, step_line: int) -> None:
             if value.get("name") == name and value.get("digest") == old:
                 value["digest"] = new
     out.write_text("".join(canonical_json(r).decode() + "\n" for r in _rechain(records)))
+
+
+def _recorded(workdir: Path, name: str, container: Path, feeds: dict[str, np.ndarray]) -> ReplayCase:
+    """A log of one run of the container on feeds, its inputs in an .npz (a sample does not hold them)."""
+    log, inputs = workdir / f"{name}.jsonl", workdir / f"{name}.npz"
+    log.unlink(missing_ok=True)
+    audited_run(Session(str(container)), feeds, audit=log)
+    np.savez(inputs, **feeds)
+    return ReplayCase(name, log, container, inputs, None)
+
+
+def _edited(workdir: Path, source: ReplayCase, pick: random.Random) -> ReplayCase:
+    """A copy of source's log with a step's output digest edited, which both replays must name."""
+    step_line = pick.randrange(2, len(source.log.read_text().splitlines()))  # a step, not header/footer
+    edited = workdir / f"{source.name}-edited.jsonl"
+    edit_step_digest(source.log, edited, step_line)
+    return ReplayCase(f"{source.name}-edited-line-{step_line}", edited, source.container, source.inputs, step_line)
+
+
+# Stage (b)'s real models (sealtrace.zoo keys) and the real images they run on.
+STAGE_B_MODELS = ("mobilenetv3-orientation", "yolov8n")
+STAGE_B_IMAGES = ("astronaut", "chelsea", "coffee")
+
+
+def real_model_cases(workdir: Path, key: str, images: tuple[str, ...], random_runs: int, side: int | None = None,
+                     seed: int = 30) -> list[ReplayCase]:
+    """Logs of a real model on images (resized to its input, or to side x side, scaled to [0, 1]) and on
+    random inputs of several scales, and one of them with a step's digest edited."""
+    material = zoo.model(key)
+    container = workdir / f"{key}.seal"
+    if not container.exists():
+        seal_model(onnx.load(str(zoo.locate(material.package, material.path_in_package))), container)
+    ((name, example),) = material.make_inputs().items()
+    shape = example.shape if side is None else (*example.shape[:2], side, side)
+    rng = np.random.default_rng(seed)
+    feeds = [{name: zoo.image_tensor(image, shape[2], shape[3])} for image in images]
+    feeds += [{name: (rng.standard_normal(shape) * scale).astype(np.float32)}
+              for scale in RANDOM_IMAGE_SCALES[:random_runs]]
+    cases = [_recorded(workdir, f"{key}-{i}", container, f) for i, f in enumerate(feeds)]
+    return [*cases, _edited(workdir, cases[0], random.Random(seed))]
+
+
+# A function giving small models to record, on inputs drawn from a generator.
+ModelFamily = Callable[[np.random.Generator], list[ModelCase]]
+
+# Standard deviations of a real model's random inputs.
+RANDOM_IMAGE_SCALES = (1.0, 30.0, 1e-3)
+
+
+def operator_model_cases(workdir: Path, seeds: int, families: tuple[ModelFamily, ...] = (cnn_op_cases, shape_op_cases),
+                         seed: int = 30) -> list[ReplayCase]:
+    """Logs of stage (b)'s small models of single operators (by default test_replay_cnn.py's and
+    stage_b_models.py's) on the inputs of each seed, and for each model one log with a step's digest edited."""
+    pick = random.Random(seed)
+    cases: list[ReplayCase] = []
+    for s in range(seeds):
+        rng = np.random.default_rng(s)
+        for name, model, feeds in (case for family in families for case in family(rng)):
+            container = workdir / f"{name}-{s}.seal"
+            container.unlink(missing_ok=True)
+            seal_model(model, container)
+            cases.append(_recorded(workdir, f"{name}-{s}", container, feeds))
+            if s == 0:
+                cases.append(_edited(workdir, cases[-1], pick))
+    return cases
 
 
 def _sealed(workdir: Path, network: str) -> Path:
@@ -129,11 +199,7 @@ def make_cases(workdir: Path, networks: list[str], runs: int, seed: int = 30) ->
             audited_run(session, {"input": x}, audit=log, sample=2 if inputs else 8,
                         digest="blake3" if run % 6 == 1 else "sha256")
             cases.append(ReplayCase(f"{stem}-{run}", log, container, inputs, None))
-        edited = workdir / f"{stem}-edited.jsonl"
-        source = cases[first]
-        step_line = pick.randrange(2, len(source.log.read_text().splitlines()))  # a step, not header/footer
-        edit_step_digest(source.log, edited, step_line)
-        cases.append(ReplayCase(f"{stem}-edited-line-{step_line}", edited, container, source.inputs, step_line))
+        cases.append(_edited(workdir, cases[first], pick))
     return cases
 
 
@@ -194,22 +260,47 @@ def compare(binary: Path, cases: list[ReplayCase], workdir: Path) -> tuple[list[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--family", choices=("all", "acasxu", "stage-b"), default="all",
+                        help="The ACAS Xu logs, stage (b)'s (the CNN operators, YOLOv8n and the demo classifier), or both.")
     parser.add_argument("--networks", type=int, default=len(ACASXU_NETWORKS), help="The first N networks.")
     parser.add_argument("--runs", type=int, default=6, help="Logs on random inputs per network.")
     parser.add_argument("--counterexamples", type=float, default=10.0, metavar="S",
                         help="Falsify every sat instance for up to S seconds and replay the certifying runs (0: none).")
+    parser.add_argument("--seeds", type=int, default=4, help="Stage (b): seeds of the small operator models.")
+    parser.add_argument("--images", type=int, default=len(STAGE_B_IMAGES), help="Stage (b): real images per real model.")
+    parser.add_argument("--random-images", type=int, default=len(RANDOM_IMAGE_SCALES),
+                        help="Stage (b): random inputs per real model.")
     parser.add_argument("--binary", type=Path, required=True, help="A built sealverify.")
     args = parser.parse_args(argv)
+    failed = False
     with tempfile.TemporaryDirectory(prefix="replay-corpus-") as tmp:
-        cases = make_cases(Path(tmp), list(ACASXU_NETWORKS[: args.networks]), args.runs)
-        found = counterexample_cases(Path(tmp), args.counterexamples) if args.counterexamples > 0 else []
-        problems, seconds_go, seconds_python = compare(args.binary, cases + found, Path(tmp))
-    for problem in problems:
-        print(problem)
-    print(f"replay family: {len(cases)} log(s) of {args.networks} ACAS Xu network(s) on random inputs and "
-          f"{len(found)} certified counterexample(s), {len(problems)} disagreement(s); "
-          f"sealverify replay {seconds_go:.2f} s in all, sealtrace replay {seconds_python:.2f} s")
-    return 1 if problems else 0
+        workdir = Path(tmp)
+        if args.family in ("all", "acasxu"):
+            cases = make_cases(workdir, list(ACASXU_NETWORKS[: args.networks]), args.runs)
+            found = counterexample_cases(workdir, args.counterexamples) if args.counterexamples > 0 else []
+            problems, seconds_go, seconds_python = compare(args.binary, cases + found, workdir)
+            for problem in problems:
+                print(problem)
+            print(f"replay family: {len(cases)} log(s) of {args.networks} ACAS Xu network(s) on random inputs and "
+                  f"{len(found)} certified counterexample(s), {len(problems)} disagreement(s); "
+                  f"sealverify replay {seconds_go:.2f} s in all, sealtrace replay {seconds_python:.2f} s")
+            failed = failed or bool(problems)
+        if args.family in ("all", "stage-b"):
+            stage_b = workdir / "stage-b"
+            stage_b.mkdir()
+            real = [case for key in STAGE_B_MODELS
+                    for case in real_model_cases(stage_b, key, STAGE_B_IMAGES[: args.images], args.random_images)]
+            small = operator_model_cases(stage_b, args.seeds)
+            problems, seconds_go, seconds_python = compare(args.binary, real + small, stage_b)
+            for problem in problems:
+                print(problem)
+            edited = sum(case.differing_line is not None for case in real + small)
+            print(f"stage (b) replay family: {len(real)} log(s) of {', '.join(STAGE_B_MODELS)} on real images and random "
+                  f"inputs and {len(small)} of small operator models over {args.seeds} seed(s), {edited} of them with "
+                  f"an edited step; {len(problems)} disagreement(s); sealverify replay {seconds_go:.2f} s in all, "
+                  f"sealtrace replay {seconds_python:.2f} s")
+            failed = failed or bool(problems)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
