@@ -5,99 +5,22 @@ for bit by the Go verifier's own kernels."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from sealtrace import Session
-from tests.conftest import make_model
-from tests.verifier.test_replay_cnn import Case, hard_values, replay_cases, weight
-
-STAGE_C_FLOAT_OPERATORS = {"LayerNormalization", "Erf", "Tanh", "Sqrt", "Neg", "Pow", "ReduceMean", "ReduceSum",
-                           "ReduceMax", "ReduceMin"}
-
-
-def function_edges(rng: np.random.Generator) -> np.ndarray:
-    """Arguments where the correctly rounded functions are hard: subnormals, signed zeros, infinities, NaN,
-    the thresholds where erf and tanh round to +-1, and random values of several scales."""
-    edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3e-39, -1.2e-38, 1e-20, 2.0 ** -12,
-                      3.9, 3.92, 3.95, 4.0, -3.93, 9.0, 9.01, 9.02, 10.0, -9.015, 0.5, 1.0, 88.0, -104.0],
-                     dtype=np.float32)
-    random = (rng.standard_normal(103) * rng.choice([1e-3, 0.3, 1.0, 3.0], size=103)).astype(np.float32)
-    return np.concatenate([edges, random]).reshape(2, 4, 16)
-
-
-def scalar(name: str, value: float | int, dtype: type = np.float32) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.array(value, dtype=dtype), name)
-
-
-def stage_c_cases(rng: np.random.Generator) -> list[Case]:
-    x = hard_values(rng, (2, 3, 4, 8))
-    smooth = hard_values(rng, (2, 3, 4, 8), specials=False)
-    edges = function_edges(rng)
-    # Long rows of zeros of both signs (NumPy's SIMD reductions keep whichever zero their lanes meet last).
-    zeros = rng.choice(np.array([0.0, -0.0], dtype=np.float32), size=(8, 40))
-    zeros[0], zeros[1, :3], zeros[2, 5] = -0.0, [-1e-45, np.nan, 1.0], -np.inf
-    far = (np.float32(1e4) + smooth).astype(np.float32)  # a mean large against the spread
-    exponents = np.array([2.0, -2.0, 3.0, -1.0, 0.5, -0.5, 1.5, 0.0, -0.0, np.inf, -np.inf, np.nan, 7.0, 150.0,
-                          -150.0, 0.25], dtype=np.float32)
-    bases = np.array([[0.0], [-0.0], [-2.0], [2.0 ** -100], [-1.0], [1.0], [np.inf], [-np.inf], [np.nan],
-                      [0.75], [16.0], [-3.0], [1e-20], [1.5], [2.0 ** -75], [65537.0]], dtype=np.float32)
-    return [
-        ("layernorm", [
-            helper.make_node("LayerNormalization", ["x", "s", "b"], ["a"], name="ln_last", epsilon=1e-12),
-            helper.make_node("LayerNormalization", ["a", "s2"], ["y", "mean", "inv_std"], name="ln_axis1", axis=1)],
-         {"x": smooth}, [weight(rng, "s", (8,)), weight(rng, "b", (8,)), weight(rng, "s2", (3, 1, 8))]),
-        ("layernorm_far_mean", [
-            helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], name="ln", axis=-2)],
-         {"x": far}, [weight(rng, "s", (4, 8)), weight(rng, "b", (8,))]),
-        ("layernorm_specials", [helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln")],
-         {"x": x}, [weight(rng, "s", (8,))]),
-        ("erf_tanh", [
-            helper.make_node("Erf", ["x"], ["a"], name="erf"),
-            helper.make_node("Tanh", ["x"], ["b"], name="tanh"),
-            helper.make_node("Mul", ["x", "big"], ["c"], name="spread"),
-            helper.make_node("Erf", ["c"], ["d"], name="erf_wide"),
-            helper.make_node("Tanh", ["c"], ["e"], name="tanh_wide"),
-            helper.make_node("Add", ["d", "e"], ["y"], name="add")],
-         {"x": edges}, [scalar("big", 4.0)]),
-        ("sqrt_neg", [
-            helper.make_node("Sqrt", ["x"], ["a"], name="sqrt"),
-            helper.make_node("Neg", ["x"], ["b"], name="neg"),
-            helper.make_node("Sqrt", ["b"], ["y"], name="sqrt_negated")],
-         {"x": edges}, []),
-        ("pow", [
-            helper.make_node("Pow", ["x", "two"], ["a"], name="square"),
-            helper.make_node("Pow", ["x", "half"], ["b"], name="root"),
-            helper.make_node("Pow", ["x", "three"], ["c"], name="cube_int64"),
-            helper.make_node("Pow", ["bases", "exponents"], ["d"], name="specials"),
-            helper.make_node("Pow", ["x", "odd"], ["y"], name="odd_float64")],
-         {"x": edges}, [scalar("two", 2.0), scalar("half", 0.5), scalar("three", 3, np.int64),
-                        numpy_helper.from_array(bases, "bases"), numpy_helper.from_array(exponents, "exponents"),
-                        scalar("odd", -3.0, np.float64)]),
-        ("reduce", [
-            helper.make_node("ReduceMean", ["x"], ["a"], name="mean_last", axes=[-1]),
-            helper.make_node("ReduceMean", ["x"], ["b"], name="mean_all", keepdims=0),
-            helper.make_node("ReduceSum", ["x", "axes"], ["c"], name="sum_inner"),
-            helper.make_node("ReduceSum", ["x"], ["d"], name="sum_all"),
-            helper.make_node("ReduceMax", ["x"], ["e"], name="max_outer", axes=[0, 2], keepdims=0),
-            helper.make_node("ReduceMax", ["x"], ["y"], name="max_all")],
-         {"x": x}, [numpy_helper.from_array(np.array([1, 3], dtype=np.int64), "axes")]),
-        ("reduce_signed_zeros", [
-            helper.make_node("ReduceMax", ["x"], ["a"], name="max_rows", axes=[1]),
-            helper.make_node("ReduceMax", ["x"], ["b"], name="max_columns", axes=[0]),
-            helper.make_node("ReduceMin", ["x"], ["m"], name="min_rows", axes=[1]),
-            helper.make_node("ReduceMin", ["x"], ["n"], name="min_columns", axes=[0], keepdims=0),
-            helper.make_node("ReduceSum", ["x", "axes"], ["c"], name="sum_rows"),
-            helper.make_node("ReduceMean", ["x"], ["y"], name="mean_rows", axes=[1])],
-         {"x": zeros}, [numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")]),
-        ("reduce_smooth", [
-            helper.make_node("ReduceMean", ["x"], ["a"], name="mean", axes=[1, 3]),
-            helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=0)],
-         {"x": smooth}, [numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes")]),
-    ]
+from sealtrace import Session, zoo
+from sealtrace.audit import audited_run
+from sealtrace.container import seal_model
+from tests.conftest import make_model, require_material
+from tests.verifier.minilm_fp32 import minilm_fp32_path
+from tests.verifier.replay_corpus import edit_step_digest
+from tests.verifier.stage_c_models import STAGE_C_FLOAT_OPERATORS, scalar, stage_c_cases
+from tests.verifier.test_replay_cnn import replay_cases
 
 
 def test_stage_c_operators_replay_bit_identical(sealverify: Path, tmp_path: Path) -> None:
@@ -132,3 +55,27 @@ def test_reduce_max_and_min_of_signed_zeros_do_not_depend_on_the_row_length(tmp_
     hi, lo = Session(str(path)).run(None, {"x": rows})
     assert np.array_equal(np.signbit(hi.reshape(-1)), np.signbit(rows).all(axis=1))
     assert np.array_equal(np.signbit(lo.reshape(-1)), np.signbit(rows).any(axis=1))
+
+
+def test_minilm_in_float32_replays_bit_identical_and_an_edited_step_is_caught(sealverify: Path, tmp_path: Path) -> None:
+    """all-MiniLM-L6-v2 in float32 (exported from the int8 model's dequantized weights) on real sentences: 220
+    steps (embeddings Gather, LayerNormalization, MatMul, Softmax, Erf, the shape subgraph), and a copy of the
+    log with the first Erf step's digest edited, caught at that step."""
+    model = onnx.load(str(require_material(minilm_fp32_path)))
+    container, log, npz = tmp_path / "minilm.seal", tmp_path / "minilm.jsonl", tmp_path / "minilm.npz"
+    seal_model(model, container)
+    feeds = zoo.minilm_inputs()
+    audited_run(Session(str(container)), feeds, audit=log)
+    np.savez(npz, **feeds)
+    command = [str(sealverify), "replay", str(log), "--container", str(container), "--inputs", str(npz)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "bit-identical: 220 step(s)" in done.stdout
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    erf_line = next(i for i, r in enumerate(lines, 1) if r.get("op_type") == "Erf")
+    edited = tmp_path / "edited.jsonl"
+    edit_step_digest(log, edited, erf_line)
+    command[2] = str(edited)
+    caught = subprocess.run([*command, "--json"], capture_output=True, text=True, check=False)
+    assert caught.returncode == 1, caught.stderr
+    assert json.loads(caught.stdout)["failures"][0]["where"] == erf_line
