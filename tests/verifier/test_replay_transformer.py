@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime
 from onnx import TensorProto, helper
 
 from sealtrace import Session, zoo
@@ -79,3 +80,17 @@ def test_minilm_in_float32_replays_bit_identical_and_an_edited_step_is_caught(se
     caught = subprocess.run([*command, "--json"], capture_output=True, text=True, check=False)
     assert caught.returncode == 1, caught.stderr
     assert json.loads(caught.stdout)["failures"][0]["where"] == erf_line
+
+
+def test_the_float32_minilm_agrees_with_the_int8_model_and_onnxruntime() -> None:
+    """The export computes what the int8 model computes (which dequantizes its weights to float32 in the graph:
+    the same values up to float32 rounding order), and sealtrace's reference agrees with ONNX Runtime."""
+    path = require_material(minilm_fp32_path)
+    feeds = zoo.minilm_inputs()
+    ours = onnxruntime.InferenceSession(str(path)).run(None, feeds)[0]
+    int8 = onnxruntime.InferenceSession(str(zoo.model("minilm-int8").path)).run(None, feeds)[0]
+    (reference,) = Session(str(path)).run(None, feeds)
+    assert ours.shape == int8.shape == (2, 15, 384)
+    scale = max(1.0, float(np.abs(ours).max()))
+    assert float(np.abs(ours - int8).max()) / scale < 1e-4
+    assert float(np.abs(reference - ours).max()) / scale < 1e-4
