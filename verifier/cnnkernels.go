@@ -388,24 +388,13 @@ func advance(counter, dims []int) {
 // conv is RN(sum over the group's input channels and kernel taps of x * w + bias[m]), padding
 // values 0 (numerics.md, section 3.1), with ONNX's strides, dilations, pads and groups.
 func conv(n *Node, in []*Tensor) ([]*Tensor, error) {
-	if err := requireFloat32(n, in, 2); err != nil {
+	x, w, groups, err := convOperands(n, in)
+	if err != nil {
 		return nil, err
 	}
-	x, w := in[0], in[1]
-	if len(x.Shape) < 3 || len(w.Shape) != len(x.Shape) {
-		return nil, badInput("Conv %s: input %v and weight %v", quoteForMessage(n.Name), x.Shape, w.Shape)
-	}
-	groups := int(attrInt(n, "group", 1))
 	batch, channels, filters, perGroup := x.Shape[0], x.Shape[1], w.Shape[0], w.Shape[1]
 	if groups < 1 || channels != perGroup*groups || filters%groups != 0 {
 		return nil, badInput("Conv %s: %d channels, weight %v, %d groups", quoteForMessage(n.Name), channels, w.Shape, groups)
-	}
-	if a, ok := n.Attributes["kernel_shape"]; ok {
-		for i, k := range a.Ints {
-			if i+2 >= len(w.Shape) || int64(w.Shape[i+2]) != k {
-				return nil, badInput("Conv %s: kernel_shape %v for weight %v", quoteForMessage(n.Name), a.Ints, w.Shape)
-			}
-		}
 	}
 	bias := make([]float32, filters)
 	if len(in) > 2 && in[2] != nil {
@@ -424,23 +413,25 @@ func conv(n *Node, in []*Tensor) ([]*Tensor, error) {
 	xs, ws := x.Float32s(), w.Float32s()
 	plane, tapCount, outPlane := elementCount(x.Shape[2:]), elementCount(w.Shape[2:]), elementCount(geometry.out)
 	out := make([]float32, batch*filters*outPlane)
-	xTaps, wTaps := make([]float32, perGroup*tapCount), make([]float32, perGroup*tapCount)
-	geometry.taps(func(position int, tap, at []int) {
+	// A filter's weights, channel by channel and tap by tap, are one contiguous run of w; the
+	// window's inputs are gathered once per group and position, for all of the group's filters.
+	xTaps, weights := make([]float32, perGroup*tapCount), perGroup*tapCount
+	perFilterGroup := filters / groups
+	geometry.taps(func(position int, _, at []int) {
 		for b := 0; b < batch; b++ {
-			for m := 0; m < filters; m++ {
-				firstChannel := m / (filters / groups) * perGroup
+			for g := 0; g < groups; g++ {
 				for c := 0; c < perGroup; c++ {
-					image := xs[(b*channels+firstChannel+c)*plane:]
-					kernel := ws[(m*perGroup+c)*tapCount:]
-					for t := range tap {
+					image := xs[(b*channels+g*perGroup+c)*plane:]
+					for t, a := range at {
 						xTaps[c*tapCount+t] = 0
-						if at[t] >= 0 {
-							xTaps[c*tapCount+t] = image[at[t]]
+						if a >= 0 {
+							xTaps[c*tapCount+t] = image[a]
 						}
-						wTaps[c*tapCount+t] = kernel[tap[t]]
 					}
 				}
-				out[(b*filters+m)*outPlane+position] = dotRN32(xTaps, wTaps, 1, float64(bias[m]))
+				for m := g * perFilterGroup; m < (g+1)*perFilterGroup; m++ {
+					out[(b*filters+m)*outPlane+position] = dotRN32(xTaps, ws[m*weights:(m+1)*weights], 1, float64(bias[m]))
+				}
 			}
 		}
 	})
@@ -611,27 +602,15 @@ func meanRN32(x []float32) float32 {
 		return float32(math.NaN())
 	}
 	var sum, sumAbs float64
-	nan, posInf, negInf := false, false, false
+	var seen nonFinite
 	for _, v := range x {
 		f := float64(v)
-		switch {
-		case f != f:
-			nan = true
-		case math.IsInf(f, 1):
-			posInf = true
-		case math.IsInf(f, -1):
-			negInf = true
-		}
+		seen.see(f)
 		sum += f
 		sumAbs += math.Abs(f)
 	}
-	switch {
-	case nan || (posInf && negInf):
-		return float32(math.NaN())
-	case posInf:
-		return float32(math.Inf(1))
-	case negInf:
-		return float32(math.Inf(-1))
+	if seen.nan || seen.posInf || seen.negInf {
+		return float32(seen.sum())
 	}
 	// The float64 sum of n float32 values is within (n - 1) u sumAbs of the exact sum, so the
 	// mean within u sumAbs, plus u of itself for the division; the bound doubles that.

@@ -24,31 +24,23 @@ const float64Unit = 0x1p-53
 // the exact value beta * c (a product of two float32 values, exact in float64).
 func dotRN32(x, y []float32, alpha float32, addend float64) float32 {
 	var sum, sumAbs float64
-	nan, posInf, negInf := false, false, false
 	for k := range x {
 		p := float64(x[k]) * float64(y[k]) // exact: 24 + 24 bits fit float64's 53
-		switch {
-		case p != p:
-			nan = true
-		case math.IsInf(p, 1):
-			posInf = true
-		case math.IsInf(p, -1):
-			negInf = true
-		}
 		sum += p
 		sumAbs += math.Abs(p)
 	}
 	a := float64(alpha)
-	// IEEE's rules for what is not finite; they do not depend on the order of the sum.
-	if nan || posInf || negInf {
-		special := math.Inf(1)
-		switch {
-		case nan || (posInf && negInf):
-			special = math.NaN()
-		case negInf:
-			special = math.Inf(-1)
+	// Finite products are below 2^256 and there are fewer than 2^62 of them, so sumAbs is finite
+	// exactly when every product is: only then are infinite and NaN products looked for.
+	var seen nonFinite
+	if math.IsInf(sumAbs, 0) || sumAbs != sumAbs {
+		for k := range x {
+			seen.see(float64(x[k]) * float64(y[k]))
 		}
-		return float32(a*special + addend)
+	}
+	// IEEE's rules for what is not finite; they do not depend on the order of the sum.
+	if seen.nan || seen.posInf || seen.negInf {
+		return float32(a*seen.sum() + addend)
 	}
 	if math.IsInf(addend, 0) || addend != addend || math.IsInf(a, 0) || a != a {
 		// The exact sum is finite: only its sign matters against an infinite alpha.
@@ -71,6 +63,32 @@ func dotRN32(x, y []float32, alpha float32, addend float64) float32 {
 	}
 	rounded, _ := exact.Float32() // to nearest even, with gradual underflow and overflow to infinity
 	return rounded
+}
+
+// nonFinite records the NaN and infinite terms of a sum.
+type nonFinite struct{ nan, posInf, negInf bool }
+
+func (s *nonFinite) see(v float64) {
+	switch {
+	case v != v:
+		s.nan = true
+	case math.IsInf(v, 1):
+		s.posInf = true
+	case math.IsInf(v, -1):
+		s.negInf = true
+	}
+}
+
+// sum is IEEE's sum of the terms seen, some not finite: NaN with a NaN or with infinities of
+// both signs, else the infinity; it does not depend on the order of the sum.
+func (s *nonFinite) sum() float64 {
+	switch {
+	case s.nan || (s.posInf && s.negInf):
+		return math.NaN()
+	case s.negInf:
+		return math.Inf(-1)
+	}
+	return math.Inf(1)
 }
 
 // exactDot is alpha * sum_k x[k] y[k] + addend, exactly; every value finite.

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"math"
 )
@@ -131,7 +132,10 @@ func ReadGraph(model []byte, table map[string][]byte) (*Graph, error) {
 			}
 		}
 	}
-	for _, n := range g.Nodes {
+	for i, n := range g.Nodes {
+		if n.Name == "" {
+			n.Name = fmt.Sprintf("%s_%d", n.OpType, i) // as a log names an unnamed node (docs/audit-log.md)
+		}
 		for _, a := range n.Attributes {
 			if a.tensor != nil {
 				_, a.Tensor, a.TensorErr = readInitializer(a.tensor, table)

@@ -54,6 +54,7 @@ var kernels = map[string]kernel{
 	"Range":           rangeOf,
 	"Cast":            cast,
 	"Resize":          resize,
+	"ConvTranspose":   convTranspose,
 
 	"LayerNormalization": layerNormalization,
 	"Erf":                unary(erf32),

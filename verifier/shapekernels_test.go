@@ -184,3 +184,23 @@ func TestResizeNearest(t *testing.T) {
 		}
 	}
 }
+
+func TestConvTransposeScattersEachInput(t *testing.T) {
+	x, w := f32([]int{1, 1, 2}, 1, 2), f32([]int{1, 1, 2}, 1, 10)
+	wantBits(t, "stride 2: no overlap", runOne(t, opNode("ConvTranspose", map[string]*Attribute{"strides": ints(2)}), x, w)[0],
+		[]int{1, 1, 4}, 1, 10, 2, 20)
+	wantBits(t, "stride 1: overlapping taps add, bias too", runOne(t, opNode("ConvTranspose", nil), x, w, f32([]int{1}, 0.5))[0],
+		[]int{1, 1, 3}, 1.5, 12.5, 20.5)
+	wantBits(t, "a pad at the start, output_padding at the end", runOne(t, opNode("ConvTranspose",
+		map[string]*Attribute{"pads": ints(1, 0), "output_padding": ints(1), "strides": ints(2)}), x, w)[0], []int{1, 1, 4}, 10, 2, 20, 0)
+	wantBits(t, "output_shape pads the start more (NOTSET)", runOne(t, opNode("ConvTranspose",
+		map[string]*Attribute{"output_shape": ints(3), "strides": ints(2)}), x, w)[0], []int{1, 1, 3}, 10, 2, 20)
+	wantBits(t, "SAME_UPPER pads the end more", runOne(t, opNode("ConvTranspose",
+		map[string]*Attribute{"auto_pad": {S: "SAME_UPPER"}, "strides": ints(1)}), x, w)[0], []int{1, 1, 2}, 1, 12)
+	// Two groups of one channel each: channel c only reaches filter c.
+	grouped := runOne(t, opNode("ConvTranspose", map[string]*Attribute{"group": {I: 2}}), f32([]int{1, 2, 1}, 2, 3), f32([]int{2, 1, 1}, 5, 7))[0]
+	wantBits(t, "groups", grouped, []int{1, 2, 1}, 10, 21)
+	// 1 + 2^-25 + 3 * 2^-26 rounds once to 1 + 2^-23; added in float32 one term at a time it would be 1.
+	once := runOne(t, opNode("ConvTranspose", nil), f32([]int{1, 1, 2}, 1, 0x1p-25), f32([]int{1, 1, 2}, 1, 1), f32([]int{1}, 3*0x1p-26))[0]
+	wantBits(t, "the sum rounds once", once, []int{1, 1, 3}, 1, 1+0x1p-23, 5*0x1p-26)
+}

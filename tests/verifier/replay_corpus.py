@@ -1,9 +1,9 @@
 """The replay family of the agreement corpus (issue 30): sealtrace records audit logs of the ACAS Xu
 networks on random inputs (and, in the whole corpus, the falsifier's certifying runs of its counterexamples to
 the benchmark's sat instances) and of stage (b)'s models (the demo classifier and YOLOv8n on real images and
-random inputs, small models of single operators at their edges over several seeds) and of stage (c)'s
-(all-MiniLM-L6-v2 in float32 on batches of real sentences, small models of the transformer operators), and
-``sealverify replay`` re-executes them with its own kernels (Go, from
+random inputs, the PP-OCRv4 text detector too, small models of single operators at their edges over several
+seeds) and of stage (c)'s (all-MiniLM-L6-v2 in float32 on batches of real sentences, small models of the
+transformer operators), and ``sealverify replay`` re-executes them with its own kernels (Go, from
 docs/numerics.md): every log must replay bit-identical (exit 0), and a log with one step's output digest
 edited (and the chain re-digested, so that the log verifies) must be caught at that step (exit 1). The same
 logs go through sealtrace's own replay, whose verdict must be the same; both are timed.
@@ -107,7 +107,7 @@ def _edited(workdir: Path, source: ReplayCase, pick: random.Random) -> ReplayCas
 
 
 # Stage (b)'s real models (sealtrace.zoo keys) and the real images they run on.
-STAGE_B_MODELS = ("mobilenetv3-orientation", "yolov8n")
+STAGE_B_MODELS = ("mobilenetv3-orientation", "yolov8n", "ppocr-det")
 STAGE_B_IMAGES = ("astronaut", "chelsea", "coffee")
 
 

@@ -1,5 +1,5 @@
 """Small models of the data-movement, integer, boolean, Cast, Range and Resize operators that sealverify
-replay runs for YOLOv8n (issue 30, stage b), each at its edges: NaN, infinities and values past an integer
+replay runs for YOLOv8n (issue 30, stage b), and of ConvTranspose (the PP-OCR detector's), each at its edges: NaN, infinities and values past an integer
 type's range for Cast, integer overflow and division by zero, negative indices and axes, uneven splits,
 every nearest mode of Resize. The replay tests and the replay corpus record them with sealtrace on seeded
 inputs and replay them with sealverify."""
@@ -22,7 +22,7 @@ CAST_TARGETS = (TensorProto.UINT8, TensorProto.INT8, TensorProto.UINT16, TensorP
                 TensorProto.INT32, TensorProto.UINT64, TensorProto.INT64, BOOL, F16, F32, F64)
 
 STAGE_B_SHAPE_OPERATORS = {"Split", "Gather", "Unsqueeze", "Squeeze", "Expand", "Where", "Equal", "Constant",
-                           "ConstantOfShape", "Range", "Cast", "Resize", "Add", "Sub", "Mul", "Div"}
+                           "ConstantOfShape", "Range", "Cast", "Resize", "Add", "Sub", "Mul", "Div", "ConvTranspose"}
 
 
 def _model(nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarray], outputs: dict[str, int],
@@ -71,7 +71,7 @@ def cast_case(rng: np.random.Generator) -> ModelCase:
 def arithmetic_case(rng: np.random.Generator) -> ModelCase:
     """Integer Add, Sub, Mul, Div (overflow wraps; truncating division; x / 0; -2^63 / -1), in int64, int32
     and uint8; Equal and Where on integers and on floats with NaN and signed zeros, broadcast."""
-    edges = [(-7, 2), (7, -2), (-7, -2), (5, 0), (-5, 0), (-(2**63), -1), (2**62, 4), (2**63 - 1, 1), (-(2**63), 1),
+    edges = [(-7, 2), (7, -2), (-7, -2), (5, 0), (-5, 0), (-(2**63), -1), (-(2**31), -1), (2**62, 4), (2**63 - 1, 1), (-(2**63), 1),
              (0, 0), (255, 3), (-1, 255)]
     a = np.array([p[0] for p in edges] + list(rng.integers(-(2**40), 2**40, 12)), dtype=np.int64)
     b = np.array([p[1] for p in edges] + list(rng.integers(-50, 50, 12)), dtype=np.int64)
@@ -188,10 +188,27 @@ def resize_case(rng: np.random.Generator) -> ModelCase:
     return "resize_nearest", _model(nodes, {"x": x}, outputs, weights, opset=13), {"x": x}
 
 
+def conv_transpose_case(rng: np.random.Generator) -> ModelCase:
+    """ConvTranspose with strides, dilations, pads on one side, output_padding, groups, output_shape and
+    SAME padding, on values with signed zeros, ties and NaN; the nodes unnamed (a log names them
+    OP_TYPE_INDEX)."""
+    x = (rng.standard_normal((2, 4, 5, 4)) * rng.choice([1e-3, 1.0, 30.0], (2, 4, 5, 4))).astype(np.float32)
+    x.reshape(-1)[:6] = [0.0, -0.0, 0.5, -2.5, 3.0, np.nan]
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["a"], strides=[2, 3], dilations=[1, 2], pads=[1, 0, 0, 2],
+                         output_padding=[1, 0]),
+        helper.make_node("ConvTranspose", ["x", "wg"], ["c"], group=2, strides=[2, 2], output_shape=[10, 9]),
+        helper.make_node("ConvTranspose", ["x", "wg"], ["d"], group=2, strides=[3, 2], auto_pad="SAME_UPPER"),
+        helper.make_node("ConvTranspose", ["x", "wg"], ["e"], group=2, strides=[3, 2], auto_pad="SAME_LOWER")]
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.5).astype(np.float32), name)
+               for name, shape in (("w", (4, 3, 2, 3)), ("b", (3,)), ("wg", (4, 1, 3, 3)))]
+    return "conv_transpose", _model(nodes, {"x": x}, {"a": F32, "c": F32, "d": F32, "e": F32}, weights), {"x": x}
+
+
 def shape_op_cases(rng: np.random.Generator) -> list[ModelCase]:
     """Every model above, on inputs drawn from rng."""
     return [cast_case(rng), arithmetic_case(rng), gather_case(rng), split_case(rng), *split_opset_cases(rng),
-            fill_case(rng), resize_case(rng)]
+            fill_case(rng), resize_case(rng), conv_transpose_case(rng)]
 
 
 def cnn_op_cases(rng: np.random.Generator) -> list[ModelCase]:

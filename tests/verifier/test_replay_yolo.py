@@ -1,6 +1,6 @@
 """``sealverify replay`` of YOLOv8n (issue 30, stage b): the data-movement, integer, boolean, Cast, Range and
-Resize operators its graph needs, each in small models at its edges (stage_b_models.py), and the real
-detector on a real image, recorded by sealtrace and replayed bit for bit by the Go verifier; a log with one
+Resize operators its graph needs and ConvTranspose, each in small models at its edges (stage_b_models.py),
+and the real detectors (YOLOv8n, PP-OCRv4's) on a real image, recorded by sealtrace and replayed bit for bit by the Go verifier; a log with one
 step's digest edited is named at that step by both replays."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
 from sealtrace import Session, zoo
@@ -28,16 +29,18 @@ def test_shape_operators_replay_bit_identical_and_an_edited_step_is_caught(sealv
     assert covered >= STAGE_B_SHAPE_OPERATORS
 
 
-def test_yolov8n_replays_bit_identical_on_a_real_image(sealverify: Path, tmp_path: Path) -> None:
-    material = zoo.model("yolov8n")
+@pytest.mark.parametrize(("key", "steps"), [("yolov8n", 323), ("ppocr-det", 672)])
+def test_real_detectors_replay_bit_identical_on_a_real_image(sealverify: Path, tmp_path: Path, key: str, steps: int) -> None:
+    """YOLOv8n, and the PP-OCRv4 text detector (ConvTranspose, Resize, weights in unnamed Constant nodes)."""
+    material = zoo.model(key)
     require_material(lambda: zoo.locate(material.package, material.path_in_package))
     require_material(lambda: zoo.image("chelsea"))
-    # 160 x 160 (its height and width are dynamic) keeps the test to a few seconds; the corpus runs 320 x 320.
-    case = real_model_cases(tmp_path, "yolov8n", ("chelsea",), random_runs=0, side=160)[0]
+    # 160 x 160 (their height and width are dynamic) keeps the test to a few seconds; the corpus runs 320 x 320.
+    case = real_model_cases(tmp_path, key, ("chelsea",), random_runs=0, side=160)[0]
     done = subprocess.run([str(sealverify), *(a for a in case.args() if a != "--json")], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr
-    assert "bit-identical: 323 step(s)" in done.stdout
+    assert f"bit-identical: {steps} step(s)" in done.stdout
 
 
 def test_modes_replay_does_not_define_are_refused_by_name(sealverify: Path, tmp_path: Path) -> None:
