@@ -80,15 +80,20 @@ func decideInBig(f func(prec uint) *big.Float) float32 {
 	}
 }
 
-// bigExp is e^x at precision prec (relative error well below 2^(20 - prec) for |x| < 2^10):
-// e^x = (e^(x / 2^k))^(2^k), the inner value by its Taylor series, |x / 2^k| < 2^-8.
+// bigExp is e^x at precision prec (relative error well below 2^(20 - prec) for |x| < 2^10).
 func bigExp(x float64, prec uint) *big.Float {
+	return bigExpOf(new(big.Float).SetFloat64(x), prec)
+}
+
+// bigExpOf is e^x at precision prec (relative error well below 2^(20 - prec) for |x| < 2^10):
+// e^x = (e^(x / 2^k))^(2^k), the inner value by its Taylor series, |x / 2^k| < 2^-8.
+func bigExpOf(x *big.Float, prec uint) *big.Float {
 	work := prec + 32
 	k := 8
-	if _, e := math.Frexp(x); e > 0 {
+	if e := x.MantExp(nil); e > 0 && x.Sign() != 0 {
 		k += e
 	}
-	r := new(big.Float).SetPrec(work).SetMantExp(new(big.Float).SetPrec(work).SetFloat64(x), -k)
+	r := new(big.Float).SetPrec(work).SetMantExp(new(big.Float).SetPrec(work).Set(x), -k)
 	sum := new(big.Float).SetPrec(work).SetInt64(1)
 	term := new(big.Float).SetPrec(work).SetInt64(1)
 	limit := new(big.Float).SetPrec(work).SetMantExp(big.NewFloat(1), -int(work))
@@ -104,18 +109,6 @@ func bigExp(x float64, prec uint) *big.Float {
 		sum.Mul(sum, sum)
 	}
 	return sum.SetPrec(prec)
-}
-
-// sigmoid is RN_float32(1 / (1 + e^-x)) elementwise.
-func sigmoid(n *Node, in []*Tensor) ([]*Tensor, error) {
-	if err := requireFloat32(n, in, 1); err != nil {
-		return nil, err
-	}
-	x := in[0].Float32s()
-	for i, v := range x {
-		x[i] = sigmoid32(v)
-	}
-	return []*Tensor{float32Tensor(in[0].Shape, x)}, nil
 }
 
 // softmax along axis (opset 13 on; before 13 on the input coerced to 2-D at axis): m =

@@ -2,8 +2,14 @@ package main
 
 // replay's kernels, each written from docs/numerics.md (portable numerics, version 1) and ONNX's
 // operator definitions. Stage (a) of issue 30: the operators of the ACAS Xu networks and the
-// other fully connected ones; stage (b), convolutional networks' (cnnkernels.go). Any other
+// other fully connected ones; stage (b), convolutional networks'
+// (cnnkernels.go); stage (c), transformers' (transformerkernels.go). Any other
 // operator is refused by name.
+
+import (
+	"sort"
+	"strings"
+)
 
 // kernel computes a node's outputs from its inputs (nil for an omitted optional input).
 type kernel func(n *Node, in []*Tensor) ([]*Tensor, error)
@@ -30,7 +36,7 @@ var kernels = map[string]kernel{
 	"BatchNormalization": batchNormalization,
 	"HardSigmoid":        hardSigmoid,
 	"HardSwish":          hardSwish,
-	"Sigmoid":            sigmoid,
+	"Sigmoid":            unary(sigmoid32),
 	"Softmax":            softmax,
 	"Identity":           identity,
 	"Shape":              shapeOf,
@@ -49,14 +55,27 @@ var kernels = map[string]kernel{
 	"Cast":            cast,
 	"Resize":          resize,
 	"ConvTranspose":   convTranspose,
+
+	"LayerNormalization": layerNormalization,
+	"Erf":                unary(erf32),
+	"Tanh":               unary(tanh32),
+	"Sqrt":               unary(sqrt32),
+	"Neg":                unary(neg32),
+	"Pow":                pow,
+	"ReduceMean":         reduction(meanRN32),
+	"ReduceSum":          reduction(sumRN32),
+	"ReduceMax":          reduction(max32),
+	"ReduceMin":          reduction(min32),
 }
 
 // SupportedOps lists the operators replay runs, for its refusals.
 func SupportedOps() string {
-	return "Add, AveragePool, BatchNormalization, Cast, Clip, Concat, Constant, ConstantOfShape, Conv, " +
-		"ConvTranspose, Div, Equal, Expand, Flatten, Gather, Gemm, GlobalAveragePool, HardSigmoid, HardSwish, " +
-		"Identity, MatMul, MaxPool, Mul, Range, Relu, Reshape, Resize, Shape, Sigmoid, Slice, Softmax, Split, " +
-		"Squeeze, Sub, Transpose, Unsqueeze, Where"
+	names := make([]string, 0, len(kernels))
+	for name := range kernels {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
 
 // unsupportedDtype refuses a tensor type a kernel has no portable definition for yet.

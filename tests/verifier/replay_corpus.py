@@ -2,14 +2,15 @@
 networks on random inputs (and, in the whole corpus, the falsifier's certifying runs of its counterexamples to
 the benchmark's sat instances) and of stage (b)'s models (the demo classifier and YOLOv8n on real images and
 random inputs, the PP-OCRv4 text detector too, small models of single operators at their edges over several
-seeds), and ``sealverify replay`` re-executes them with its own kernels (Go, from
+seeds) and of stage (c)'s (all-MiniLM-L6-v2 in float32 on batches of real sentences, small models of the
+transformer operators), and ``sealverify replay`` re-executes them with its own kernels (Go, from
 docs/numerics.md): every log must replay bit-identical (exit 0), and a log with one step's output digest
 edited (and the chain re-digested, so that the log verifies) must be caught at that step (exit 1). The same
 logs go through sealtrace's own replay, whose verdict must be the same; both are timed.
 
-``python -m tests.verifier.replay_corpus [--family all|acasxu|stage-b] [--networks N] [--runs R]
-[--counterexamples S] [--seeds K] [--images I] [--random-images J] --binary B`` runs it; ``make verifier-corpus``
-runs every network, every sat instance and stage (b)'s family.
+``python -m tests.verifier.replay_corpus [--family all|acasxu|stage-b|stage-c] [--networks N] [--runs R]
+[--counterexamples S] [--seeds K] [--images I] [--random-images J] [--sentence-batches B] --binary B`` runs it;
+``make verifier-corpus`` runs every network, every sat instance and the stage (b) and (c) families.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from sealtrace.container import seal_model
 from sealtrace.digest import canonical_json
 from sealtrace.falsify import SearchSettings, falsify, load_vnnlib
 from sealtrace.zoo import ACASXU_NETWORKS, acasxu_file
+from tests.verifier.minilm_fp32 import minilm_fp32_path
 from tests.verifier.stage_b_models import ModelCase, cnn_op_cases, shape_op_cases
+from tests.verifier.stage_c_models import transformer_op_cases
 
 # Standard deviations of the random inputs, run after run: the properties' box ([-0.33, 0.68] at most per
 # normalized input) and far beyond it both ways, where sums cancel or grow large.
@@ -151,6 +154,30 @@ def operator_model_cases(workdir: Path, seeds: int, families: tuple[ModelFamily,
     return cases
 
 
+# Stage (c): all-MiniLM-L6-v2 in float32 on real sentences, in batches of several sizes (each padded to its
+# longest sentence, so the attention mask masks), and stage (c)'s small models of single operators.
+MINILM_SENTENCES = (
+    *zoo.SENTENCES,
+    "A second implementation walks the trail and re-executes audit logs bit for bit.",
+    "Two implementations that follow this page produce the same bits.",
+    "Speed is not the goal here: agreement is.",
+    "Every NaN in a float output of a step is the canonical quiet NaN.",
+)
+MINILM_BATCHES = ((0,), (0, 1), (2, 3, 4), (5,), (0, 1, 2, 3, 4, 5))
+
+
+def stage_c_cases(workdir: Path, batches: int, seeds: int, seed: int = 30) -> tuple[list[ReplayCase], list[ReplayCase]]:
+    """Logs of MiniLM in float32 on the first ``batches`` batches of real sentences (one of them with a step's
+    digest edited), and of stage (c)'s small operator models over ``seeds`` seeds."""
+    container = workdir / "minilm-fp32.seal"
+    seal_model(onnx.load(str(minilm_fp32_path())), container)
+    real = [_recorded(workdir, f"minilm-fp32-batch-{i}", container,
+                      zoo.minilm_inputs(tuple(MINILM_SENTENCES[k] for k in batch)))
+            for i, batch in enumerate(MINILM_BATCHES[:batches])]
+    real.append(_edited(workdir, real[0], random.Random(seed)))
+    return real, operator_model_cases(workdir, seeds, (transformer_op_cases,), seed)
+
+
 def _sealed(workdir: Path, network: str) -> Path:
     """The network's container (sealing is deterministic: the container a falsifier's log names)."""
     container = workdir / f"{Path(network).stem}.seal"
@@ -261,8 +288,9 @@ def compare(binary: Path, cases: list[ReplayCase], workdir: Path) -> tuple[list[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--family", choices=("all", "acasxu", "stage-b"), default="all",
-                        help="The ACAS Xu logs, stage (b)'s (the CNN operators, YOLOv8n and the demo classifier), or both.")
+    parser.add_argument("--family", choices=("all", "acasxu", "stage-b", "stage-c"), default="all",
+                        help="The ACAS Xu logs, stage (b)'s (the CNN operators, YOLOv8n and the demo classifier), stage (c)'s "
+                             "(the transformer operators and MiniLM in float32), or all.")
     parser.add_argument("--networks", type=int, default=len(ACASXU_NETWORKS), help="The first N networks.")
     parser.add_argument("--runs", type=int, default=6, help="Logs on random inputs per network.")
     parser.add_argument("--counterexamples", type=float, default=10.0, metavar="S",
@@ -271,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=len(STAGE_B_IMAGES), help="Stage (b): real images per real model.")
     parser.add_argument("--random-images", type=int, default=len(RANDOM_IMAGE_SCALES),
                         help="Stage (b): random inputs per real model.")
+    parser.add_argument("--sentence-batches", type=int, default=len(MINILM_BATCHES),
+                        help="Stage (c): batches of real sentences MiniLM runs on.")
     parser.add_argument("--binary", type=Path, required=True, help="A built sealverify.")
     args = parser.parse_args(argv)
     failed = False
@@ -279,29 +309,39 @@ def main(argv: list[str] | None = None) -> int:
         if args.family in ("all", "acasxu"):
             cases = make_cases(workdir, list(ACASXU_NETWORKS[: args.networks]), args.runs)
             found = counterexample_cases(workdir, args.counterexamples) if args.counterexamples > 0 else []
-            problems, seconds_go, seconds_python = compare(args.binary, cases + found, workdir)
-            for problem in problems:
-                print(problem)
-            print(f"replay family: {len(cases)} log(s) of {args.networks} ACAS Xu network(s) on random inputs and "
-                  f"{len(found)} certified counterexample(s), {len(problems)} disagreement(s); "
-                  f"sealverify replay {seconds_go:.2f} s in all, sealtrace replay {seconds_python:.2f} s")
-            failed = failed or bool(problems)
+            failed = _report(args.binary, cases + found, workdir,
+                             f"replay family: {len(cases)} log(s) of {args.networks} ACAS Xu network(s) on random "
+                             f"inputs and {len(found)} certified counterexample(s)") or failed
         if args.family in ("all", "stage-b"):
             stage_b = workdir / "stage-b"
             stage_b.mkdir()
             real = [case for key in STAGE_B_MODELS
                     for case in real_model_cases(stage_b, key, STAGE_B_IMAGES[: args.images], args.random_images)]
             small = operator_model_cases(stage_b, args.seeds)
-            problems, seconds_go, seconds_python = compare(args.binary, real + small, stage_b)
-            for problem in problems:
-                print(problem)
-            edited = sum(case.differing_line is not None for case in real + small)
-            print(f"stage (b) replay family: {len(real)} log(s) of {', '.join(STAGE_B_MODELS)} on real images and random "
-                  f"inputs and {len(small)} of small operator models over {args.seeds} seed(s), {edited} of them with "
-                  f"an edited step; {len(problems)} disagreement(s); sealverify replay {seconds_go:.2f} s in all, "
-                  f"sealtrace replay {seconds_python:.2f} s")
-            failed = failed or bool(problems)
+            failed = _report(args.binary, real + small, stage_b,
+                             f"stage (b) replay family: {len(real)} log(s) of {', '.join(STAGE_B_MODELS)} on real "
+                             f"images and random inputs and {len(small)} of small operator models over {args.seeds} "
+                             "seed(s)") or failed
+        if args.family in ("all", "stage-c"):
+            stage_c = workdir / "stage-c"
+            stage_c.mkdir()
+            real, small = stage_c_cases(stage_c, args.sentence_batches, args.seeds)
+            failed = _report(args.binary, real + small, stage_c,
+                             f"stage (c) replay family: {len(real)} log(s) of MiniLM in float32 on batches of real "
+                             f"sentences and {len(small)} of small operator models over {args.seeds} seed(s)") or failed
     return 1 if failed else 0
+
+
+def _report(binary: Path, cases: list[ReplayCase], workdir: Path, what: str) -> bool:
+    """Replays a family's cases with both implementations and prints its problems and summary; whether any
+    case disagreed."""
+    problems, seconds_go, seconds_python = compare(binary, cases, workdir)
+    for problem in problems:
+        print(problem)
+    edited = sum(case.differing_line is not None for case in cases)
+    print(f"{what}, {edited} of them with an edited step; {len(problems)} disagreement(s); sealverify replay "
+          f"{seconds_go:.2f} s in all, sealtrace replay {seconds_python:.2f} s")
+    return bool(problems)
 
 
 if __name__ == "__main__":

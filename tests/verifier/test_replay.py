@@ -99,29 +99,29 @@ def test_replay_refuses_what_it_cannot_reproduce_and_fails_another_model(sealver
     assert run(sealverify, "replay", str(portable)).returncode == 2  # --container is required
 
 
-def _tanh_run(tmp_path: Path) -> tuple[Path, Path, np.ndarray]:
-    model = make_model([helper.make_node("Tanh", ["x"], ["y"], name="squash")],
+def _atan_run(tmp_path: Path) -> tuple[Path, Path, np.ndarray]:
+    model = make_model([helper.make_node("Atan", ["x"], ["y"], name="angle")],
                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])])
-    container = tmp_path / "tanh.seal"
+    container = tmp_path / "atan.seal"
     seal_model(model, container)
     x = np.array([[0.5, -1.0, 2.0]], dtype=np.float32)
-    log = tmp_path / "tanh.jsonl"
+    log = tmp_path / "atan.jsonl"
     audited_run(Session(str(container)), {"x": x}, audit=log, sample=1)
     return container, log, x
 
 
 def test_an_operator_replay_does_not_run_is_refused_by_name(sealverify: Path, tmp_path: Path) -> None:
-    container, log, x = _tanh_run(tmp_path)
+    container, log, x = _atan_run(tmp_path)
     feeds = tmp_path / "feeds.npz"
     np.savez(feeds, x=x)
     done = run(sealverify, "replay", str(log), "--container", str(container), "--inputs", str(feeds))
     assert done.returncode == 2 and not done.stdout
-    assert "operator Tanh" in done.stderr and done.stderr.count("\n") == 1
+    assert "operator Atan" in done.stderr and done.stderr.count("\n") == 1
 
 
 def test_replay_needs_the_inputs_the_log_does_not_hold(sealverify: Path, tmp_path: Path) -> None:
-    container, log, _ = _tanh_run(tmp_path)  # a sample of 1 value: the input is not in the log
+    container, log, _ = _atan_run(tmp_path)  # a sample of 1 value: the input is not in the log
     done = run(sealverify, "replay", str(log), "--container", str(container))
     assert done.returncode == 2 and "--inputs" in done.stderr
     bad = tmp_path / "bad.npz"

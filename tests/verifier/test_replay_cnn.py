@@ -5,6 +5,7 @@ recorded by sealtrace on random inputs and replayed bit for bit by the Go verifi
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,9 @@ from sealtrace import Session, zoo
 from sealtrace.audit import audited_run
 from sealtrace.container import seal_model
 from tests.conftest import make_model, require_material
+
+# A small model to replay: its name, nodes, inputs and weights.
+Case = tuple[str, list[onnx.NodeProto], dict[str, np.ndarray], list[onnx.TensorProto]]
 
 STAGE_B_OPERATORS = {"Concat", "Transpose", "MaxPool", "Clip", "Conv", "AveragePool", "GlobalAveragePool",
                      "BatchNormalization", "HardSigmoid", "HardSwish", "Sigmoid", "Softmax"}
@@ -52,8 +56,7 @@ def replay(sealverify: Path, tmp_path: Path, name: str, nodes: list[onnx.NodePro
     return done.stdout
 
 
-def stage_b_cases(rng: np.random.Generator) -> list[tuple[str, list[onnx.NodeProto], dict[str, np.ndarray],
-                                                             list[onnx.TensorProto]]]:
+def stage_b_cases(rng: np.random.Generator) -> list[Case]:
     x = hard_values(rng, (2, 4, 9, 8))
     smooth = hard_values(rng, (2, 4, 9, 8), specials=False)
     bounds = [numpy_helper.from_array(np.array(v, dtype=np.float32), n) for n, v in (("lo", -0.0), ("hi", 2.5), ("zero", 0.0))]
@@ -123,14 +126,19 @@ def test_softmax_before_opset_13_coerces_to_2d(sealverify: Path, tmp_path: Path)
     assert done.returncode == 0, done.stderr
 
 
-def test_stage_b_operators_replay_bit_identical(sealverify: Path, tmp_path: Path) -> None:
+def replay_cases(sealverify: Path, tmp_path: Path, cases: Callable[[np.random.Generator], list[Case]]) -> set[str]:
+    """Replays every case on two seeds, each bit-identical; returns the operators covered."""
     covered: set[str] = set()
     for seed in range(2):
-        for name, nodes, feeds, weights in stage_b_cases(np.random.default_rng(seed)):
+        for name, nodes, feeds, weights in cases(np.random.default_rng(seed)):
             out = replay(sealverify, tmp_path, f"{name}{seed}", nodes, feeds, weights)
             assert f"bit-identical: {len(nodes)} step(s)" in out
             covered |= {n.op_type for n in nodes}
-    assert covered >= STAGE_B_OPERATORS
+    return covered
+
+
+def test_stage_b_operators_replay_bit_identical(sealverify: Path, tmp_path: Path) -> None:
+    assert replay_cases(sealverify, tmp_path, stage_b_cases) >= STAGE_B_OPERATORS
 
 
 def test_the_demo_classifier_replays_bit_identical(sealverify: Path, tmp_path: Path) -> None:

@@ -99,11 +99,23 @@ _log_sum_exp = _float_or_integer(numerics.reduce_log_sum_exp, _integer_log_sum_e
 
 
 def _max(x: Array, axes: Axes) -> Array:
-    return np.maximum.reduce(x, axis=axes, keepdims=True, initial=_lowest(x.dtype))
+    return _signed_zero(np.maximum.reduce(x, axis=axes, keepdims=True, initial=_lowest(x.dtype)), x, axes, 0.0)
 
 
 def _min(x: Array, axes: Axes) -> Array:
-    return np.minimum.reduce(x, axis=axes, keepdims=True, initial=_highest(x.dtype))
+    return _signed_zero(np.minimum.reduce(x, axis=axes, keepdims=True, initial=_highest(x.dtype)), x, axes, -0.0)
+
+
+def _signed_zero(result: Array, x: Array, axes: Axes, preferred: float) -> Array:
+    """A zero maximum is +0 where the slice holds a +0, a zero minimum -0 where it holds a -0 (IEEE
+    754-2019's maximum and minimum order -0 below +0): NumPy's reductions keep whichever zero their
+    SIMD lanes meet last, which depends on the slice's length and the CPU."""
+    if not numerics.is_float(x.dtype) or not bool((result == 0).any()):
+        return result
+    wide = x.astype(np.float32) if x.dtype.kind == "V" else x
+    holds = np.logical_or.reduce((wide == 0) & (np.signbit(wide) == bool(np.signbit(preferred))), axis=axes, keepdims=True)
+    zero = np.where(holds, preferred, -preferred).astype(result.dtype)
+    return np.where(result == 0, zero, result)
 
 
 def _lowest(dtype: np.dtype[Any]) -> Any:

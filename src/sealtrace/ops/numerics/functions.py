@@ -327,7 +327,9 @@ def power(base: Array, exponent: Array) -> Array:
     if fmt is FLOAT64:
         return np.array([exact_at(i) for i in range(b_flat.size)], dtype=np.float64).reshape(b64.shape)
     with np.errstate(all="ignore"):
-        y = np.power(b64, e64)
+        # A copy, not the broadcast view: NumPy takes a stride-0 exponent of 0.5 as sqrt, whose
+        # sqrt(-0) = -0 and sqrt(-inf) = NaN are not IEEE pow's +0 and +inf.
+        y = np.power(b64, np.array(e64))
     return settle(y, RELATIVE_BOUND, fmt, lambda index: [exact_at(int(i)) for i in index], relative=True)
 
 

@@ -1,0 +1,108 @@
+"""Small models of the float operators of transformers that sealverify replay runs (issue 30, stage c), each at
+its hard places: subnormal, overflowing and underflowing results, signed zeros, NaN, infinities, a mean far from
+the spread, float32 midpoints of pow. The replay tests and the replay corpus record them with sealtrace on seeded
+inputs and replay them with sealverify."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.conftest import make_model
+from tests.verifier.stage_b_models import ModelCase
+from tests.verifier.test_replay_cnn import Case, hard_values, weight
+
+STAGE_C_FLOAT_OPERATORS = {"LayerNormalization", "Erf", "Tanh", "Sqrt", "Neg", "Pow", "ReduceMean", "ReduceSum",
+                           "ReduceMax", "ReduceMin"}
+
+
+def function_edges(rng: np.random.Generator) -> np.ndarray:
+    """Arguments where the correctly rounded functions are hard: subnormals, signed zeros, infinities, NaN,
+    the thresholds where erf and tanh round to +-1, and random values of several scales."""
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3e-39, -1.2e-38, 1e-20, 2.0 ** -12,
+                      3.9, 3.92, 3.95, 4.0, -3.93, 9.0, 9.01, 9.02, 10.0, -9.015, 0.5, 1.0, 88.0, -104.0],
+                     dtype=np.float32)
+    random = (rng.standard_normal(103) * rng.choice([1e-3, 0.3, 1.0, 3.0], size=103)).astype(np.float32)
+    return np.concatenate([edges, random]).reshape(2, 4, 16)
+
+
+def scalar(name: str, value: float | int, dtype: type = np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(value, dtype=dtype), name)
+
+
+def stage_c_cases(rng: np.random.Generator) -> list[Case]:
+    x = hard_values(rng, (2, 3, 4, 8))
+    smooth = hard_values(rng, (2, 3, 4, 8), specials=False)
+    edges = function_edges(rng)
+    # Long rows of zeros of both signs (NumPy's SIMD reductions keep whichever zero their lanes meet last).
+    zeros = rng.choice(np.array([0.0, -0.0], dtype=np.float32), size=(8, 40))
+    zeros[0], zeros[1, :3], zeros[2, 5] = -0.0, [-1e-45, np.nan, 1.0], -np.inf
+    far = (np.float32(1e4) + smooth).astype(np.float32)  # a mean large against the spread
+    exponents = np.array([2.0, -2.0, 3.0, -1.0, 0.5, -0.5, 1.5, 0.0, -0.0, np.inf, -np.inf, np.nan, 7.0, 150.0,
+                          -150.0, 0.25], dtype=np.float32)
+    bases = np.array([[0.0], [-0.0], [-2.0], [2.0 ** -100], [-1.0], [1.0], [np.inf], [-np.inf], [np.nan],
+                      [0.75], [16.0], [-3.0], [1e-20], [1.5], [2.0 ** -75], [65537.0]], dtype=np.float32)
+    return [
+        ("layernorm", [
+            helper.make_node("LayerNormalization", ["x", "s", "b"], ["a"], name="ln_last", epsilon=1e-12),
+            helper.make_node("LayerNormalization", ["a", "s2"], ["y", "mean", "inv_std"], name="ln_axis1", axis=1)],
+         {"x": smooth}, [weight(rng, "s", (8,)), weight(rng, "b", (8,)), weight(rng, "s2", (3, 1, 8))]),
+        ("layernorm_far_mean", [
+            helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], name="ln", axis=-2)],
+         {"x": far}, [weight(rng, "s", (4, 8)), weight(rng, "b", (8,))]),
+        ("layernorm_specials", [helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln")],
+         {"x": x}, [weight(rng, "s", (8,))]),
+        ("erf_tanh", [
+            helper.make_node("Erf", ["x"], ["a"], name="erf"),
+            helper.make_node("Tanh", ["x"], ["b"], name="tanh"),
+            helper.make_node("Mul", ["x", "big"], ["c"], name="spread"),
+            helper.make_node("Erf", ["c"], ["d"], name="erf_wide"),
+            helper.make_node("Tanh", ["c"], ["e"], name="tanh_wide"),
+            helper.make_node("Add", ["d", "e"], ["y"], name="add")],
+         {"x": edges}, [scalar("big", 4.0)]),
+        ("sqrt_neg", [
+            helper.make_node("Sqrt", ["x"], ["a"], name="sqrt"),
+            helper.make_node("Neg", ["x"], ["b"], name="neg"),
+            helper.make_node("Sqrt", ["b"], ["y"], name="sqrt_negated")],
+         {"x": edges}, []),
+        ("pow", [
+            helper.make_node("Pow", ["x", "two"], ["a"], name="square"),
+            helper.make_node("Pow", ["x", "half"], ["b"], name="root"),
+            helper.make_node("Pow", ["x", "three"], ["c"], name="cube_int64"),
+            helper.make_node("Pow", ["bases", "exponents"], ["d"], name="specials"),
+            helper.make_node("Pow", ["x", "odd"], ["y"], name="odd_float64")],
+         {"x": edges}, [scalar("two", 2.0), scalar("half", 0.5), scalar("three", 3, np.int64),
+                        numpy_helper.from_array(bases, "bases"), numpy_helper.from_array(exponents, "exponents"),
+                        scalar("odd", -3.0, np.float64)]),
+        ("reduce", [
+            helper.make_node("ReduceMean", ["x"], ["a"], name="mean_last", axes=[-1]),
+            helper.make_node("ReduceMean", ["x"], ["b"], name="mean_all", keepdims=0),
+            helper.make_node("ReduceSum", ["x", "axes"], ["c"], name="sum_inner"),
+            helper.make_node("ReduceSum", ["x"], ["d"], name="sum_all"),
+            helper.make_node("ReduceMax", ["x"], ["e"], name="max_outer", axes=[0, 2], keepdims=0),
+            helper.make_node("ReduceMax", ["x"], ["y"], name="max_all")],
+         {"x": x}, [numpy_helper.from_array(np.array([1, 3], dtype=np.int64), "axes")]),
+        ("reduce_signed_zeros", [
+            helper.make_node("ReduceMax", ["x"], ["a"], name="max_rows", axes=[1]),
+            helper.make_node("ReduceMax", ["x"], ["b"], name="max_columns", axes=[0]),
+            helper.make_node("ReduceMin", ["x"], ["m"], name="min_rows", axes=[1]),
+            helper.make_node("ReduceMin", ["x"], ["n"], name="min_columns", axes=[0], keepdims=0),
+            helper.make_node("ReduceSum", ["x", "axes"], ["c"], name="sum_rows"),
+            helper.make_node("ReduceMean", ["x"], ["y"], name="mean_rows", axes=[1])],
+         {"x": zeros}, [numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")]),
+        ("reduce_smooth", [
+            helper.make_node("ReduceMean", ["x"], ["a"], name="mean", axes=[1, 3]),
+            helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=0)],
+         {"x": smooth}, [numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes")]),
+    ]
+
+
+def transformer_op_cases(rng: np.random.Generator) -> list[ModelCase]:
+    """stage_c_cases as models, for the replay corpus."""
+    cases = []
+    for name, nodes, feeds, weights in stage_c_cases(rng):
+        inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()]
+        output = helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)
+        cases.append((name, make_model(nodes, inputs, [output], weights), feeds))
+    return cases
