@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.verifier.replay_corpus import compare, make_cases, real_model_cases
+from tests.verifier.replay_corpus import compare, make_cases, real_model_cases, stage_c_cases
 
 from bench_verifier import build_sealverify, go_version, timed  # benchmarks/ is a folder of scripts
 from material import require
@@ -31,7 +31,8 @@ from sealtrace.audit import replay_log
 from sealtrace.zoo import ACASXU_NETWORKS
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay.md"
-# The real models of the replay stages (sealtrace.zoo keys), each on one real image.
+# The real models of the replay stages (sealtrace.zoo keys), each on one real image; and MiniLM in float32,
+# exported from the int8 model's weights (tests/verifier/minilm_fp32.py).
 MODELS = ("mobilenetv3-orientation", "yolov8n", "ppocr-det")
 
 
@@ -39,13 +40,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    require("bench_replay.py", RESULTS, [*MODELS, "acasxu"])
+    require("bench_replay.py", RESULTS, [*MODELS, "minilm-int8", "acasxu"])
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         workdir = Path(tmp)
         binary = build_sealverify(workdir)
-        for key in MODELS:
-            case = real_model_cases(workdir, key, ("astronaut",), 0)[0]
+        cases = {key: real_model_cases(workdir, key, ("astronaut",), 0)[0] for key in MODELS}
+        minilm = workdir / "minilm"
+        minilm.mkdir()
+        cases["minilm-fp32 (all-MiniLM-L6-v2 in float32), two real sentences"] = stage_c_cases(minilm, 2, 0)[0][1]
+        for name, case in cases.items():
             steps = len(case.log.read_text().splitlines()) - 2
             go, cli, in_process = [], [], []
             for _ in range(args.repeat):
@@ -56,16 +60,17 @@ def main() -> None:
                 report = replay_log(case.log, case.container, dict(_load(case.inputs)))
                 in_process.append(time.perf_counter() - start)
                 if not report.identical:
-                    raise SystemExit(f"bench_replay.py: {key}: sealtrace's replay is not bit-identical")
-            rows.append((f"{key}, one real image ({steps} steps)", statistics.median(go), statistics.median(cli),
+                    raise SystemExit(f"bench_replay.py: {name}: sealtrace's replay is not bit-identical")
+            label = f"{name}, one real image" if name in MODELS else name
+            rows.append((f"{label} ({steps} steps)", statistics.median(go), statistics.median(cli),
                          statistics.median(in_process)))  # fmt: skip
             print(rows[-1], flush=True)
         acasxu = workdir / "acasxu"
         acasxu.mkdir()
-        cases = make_cases(acasxu, list(ACASXU_NETWORKS), runs=2)
+        bulk_cases = make_cases(acasxu, list(ACASXU_NETWORKS), runs=2)
         go_bulk, py_bulk = [], []
         for _ in range(args.repeat):
-            problems, seconds_go, seconds_python = compare(binary, cases, workdir)
+            problems, seconds_go, seconds_python = compare(binary, bulk_cases, workdir)
             if problems:
                 raise SystemExit("bench_replay.py: the implementations disagree:\n" + "\n".join(problems))
             go_bulk.append(seconds_go)
@@ -82,7 +87,7 @@ def main() -> None:
         "| log | `sealverify replay` (a process) | `sealtrace replay` (a process) | `replay_log` (in Python) | sealverify / replay_log |",
         "|---|---:|---:|---:|---:|",
         *(f"| {name} | {go:.2f} s | {cli:.2f} s | {py:.2f} s | {go / py:.2f} |" for name, go, cli, py in rows),
-        f"| ACAS Xu: {len(cases)} logs of the 45 networks (one edited in each), in bulk: one `sealverify batch`, "
+        f"| ACAS Xu: {len(bulk_cases)} logs of the 45 networks (one edited in each), in bulk: one `sealverify batch`, "
         f"one Python loop | {bulk[0]:.2f} s | - | {bulk[1]:.2f} s | {bulk[0] / bulk[1]:.2f} |",
         "",
         "Speed is not the goal of the second implementation, agreement is. sealverify checks the log and the",
