@@ -134,3 +134,21 @@ def test_refusals_before_anything_runs(material: dict[str, Path], tmp_path: Path
     with pytest.raises(IntegrityError):
         run_batch(_job(material, tmp_path / "l.db", trust=(str(tmp_path / "other.pub"),)), InProcess())
     assert not (tmp_path / "l.db").exists()  # refused before the ledger was opened
+
+
+def test_the_gpu_and_its_precision_are_part_of_a_jobs_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job resumed on another GPU or precision is another job (its records' bits differ), while the
+    CPU adds nothing (a CPU job's id is what it was). No GPU is needed: torch.cuda's facts are faked."""
+    torch = pytest.importorskip("torch")
+    from tests.audit.test_device import _fake_gpu
+
+    _fake_gpu(monkeypatch)
+    job = BatchJob("m.seal", "data", "l.db", backend="torch", device="cuda")
+    assert BatchJob("m.seal", "data", "l.db").device_identity() == {}
+    assert BatchJob("m.seal", "data", "l.db", backend="torch", device="cpu").device_identity() == {}
+    h200 = job.device_identity()
+    assert h200["device"]["gpu"]["name"] == "NVIDIA H200" and h200["device"]["precision"] == "faithful"
+    tf32 = BatchJob("m.seal", "data", "l.db", backend="torch", device="cuda", gpu_precision="tf32").device_identity()
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA A100")
+    a100 = job.device_identity()
+    assert len({str(h200), str(tf32), str(a100)}) == 3

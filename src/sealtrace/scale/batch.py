@@ -177,6 +177,22 @@ class BatchJob:
     attest_dir: str | None = None  # one in-toto attestation per record, named after its request (--attest)
     attest_key: str | None = None
 
+    def device_identity(self) -> dict[str, Any]:
+        """What of the device decides a record's bits, for the job's id: nothing on the CPU (the
+        backend's version does), the GPU, its software stack and the precision on CUDA; so a job
+        resumed on another GPU or precision is another job, not one whose records were computed on two."""
+        from sealtrace.backends.devices import check_precision, parse_device
+
+        device = parse_device(self.device or "cpu")
+        if device == "cpu":
+            return {}
+        import torch
+
+        from sealtrace.backends.torch import gpu_facts
+
+        return {"device": {"gpu": gpu_facts(torch.device(device)),
+                           "precision": check_precision(self.gpu_precision, device)}}
+
     def checked_backend(self) -> str:
         if self.audit not in AUDIT_MODES:
             raise InputError(f"--audit {self.audit!r}: choose full or io")
@@ -230,7 +246,7 @@ def run_batch(job: BatchJob, executor: Executor, on_progress: Progress | None = 
     dataset = open_dataset(job.dataset, session.plan.inputs)
     job_id = job_id_of({
         "model": {"name": model.name, "container_digest": model.digest, "plan_digest": session.plan.digest},
-        "backend": {"name": backend, "version": model.backend_version}, "audit": job.audit,
+        "backend": {"name": backend, "version": model.backend_version, **job.device_identity()}, "audit": job.audit,
         "principal": job.principal, "store_inputs": job.store_inputs, "sample": job.sample,
         "dataset": dataset.fingerprint(), "sealtrace_version": __version__,
     })
