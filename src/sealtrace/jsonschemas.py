@@ -76,6 +76,15 @@ class Validator:
             yield ValidationError(next(iter(self._decide.iter_errors(instance))).message)
 
 
+    def validate(self, instance: Any) -> None:
+        """Raise jsonschema's ValidationError (the best match) unless ``instance`` conforms."""
+        from jsonschema.exceptions import best_match
+
+        error = best_match(self.iter_errors(instance))
+        if error is not None:
+            raise error
+
+
 def validator(schema: dict[str, Any]) -> Validator:
     """A Draft 2020-12 validator of ``schema`` whose ``pattern`` follows ECMA-262 anchoring."""
     return Validator(schema)
