@@ -58,6 +58,7 @@ var kernels = map[string]kernel{
 
 	"LayerNormalization": layerNormalization,
 	"Erf":                unary(erf32),
+	"Gelu":               gelu,
 	"Tanh":               unary(tanh32),
 	"Sqrt":               unary(sqrt32),
 	"Neg":                unary(neg32),

@@ -98,11 +98,36 @@ def stage_c_cases(rng: np.random.Generator) -> list[Case]:
     ]
 
 
+def gelu_edges(rng: np.random.Generator) -> np.ndarray:
+    """Arguments where Gelu is hard: signed zeros, infinities, NaN, subnormal arguments (x / 2 a float32 midpoint
+    at odd ones, which the x^2 term decides), the underflow to -0 (near -14.4 for approximate "none", -10.6 for
+    "tanh") and subnormal results above it, the cutoff near 5.5 from which the result is x, random values."""
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 2.0 ** -149, -(2.0 ** -149), 2.0 ** -148, -(2.0 ** -148),
+                      3 * 2.0 ** -149, -3 * 2.0 ** -149, 3e-39, -3e-39, 1e-20, -1e-20, -14.0, -14.3, -14.4, -14.5, -15.0,
+                      -10.4, -10.5, -10.8, -11.0, 5.5, 5.99, 6.0, 1e30, -1e30, 1.0, -1.0, 0.5], dtype=np.float32)
+    tails = rng.uniform(-15.0, -10.0, 48).astype(np.float32)
+    signs = rng.choice(np.array([1.0, -1.0], dtype=np.float32), 16)
+    subnormals = rng.integers(1, 2**23, 16).astype(np.uint32).view(np.float32) * signs
+    random = (rng.standard_normal(32) * rng.choice([1e-3, 1.0, 3.0], size=32)).astype(np.float32)
+    return np.concatenate([edges, tails, subnormals, random]).reshape(4, 32)
+
+
+def gelu_cases(rng: np.random.Generator) -> list[ModelCase]:
+    """Gelu (opset 20) in both modes, approximate "none" by default and by name."""
+    nodes = [helper.make_node("Gelu", ["x"], ["a"], name="gelu"),
+             helper.make_node("Gelu", ["x"], ["b"], name="gelu_tanh", approximate="tanh"),
+             helper.make_node("Gelu", ["b"], ["y"], name="gelu_none_of_tanh", approximate="none")]
+    x = gelu_edges(rng)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("a", "y")]
+    return [("gelu", make_model(nodes, inputs, outputs, opset=20), {"x": x})]
+
+
 def transformer_op_cases(rng: np.random.Generator) -> list[ModelCase]:
-    """stage_c_cases as models, for the replay corpus."""
+    """stage_c_cases and gelu_cases as models, for the replay corpus."""
     cases = []
     for name, nodes, feeds, weights in stage_c_cases(rng):
         inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()]
         output = helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)
         cases.append((name, make_model(nodes, inputs, [output], weights), feeds))
-    return cases
+    return cases + gelu_cases(rng)

@@ -19,13 +19,41 @@ from sealtrace.audit import audited_run
 from sealtrace.container import seal_model
 from tests.conftest import make_model, require_material
 from tests.verifier.minilm_fp32 import minilm_fp32_path
-from tests.verifier.replay_corpus import edit_step_digest
-from tests.verifier.stage_c_models import STAGE_C_FLOAT_OPERATORS, scalar, stage_c_cases
+from tests.verifier.replay_corpus import compare, edit_step_digest, operator_model_cases
+from tests.verifier.stage_b_models import ModelCase
+from tests.verifier.stage_c_models import STAGE_C_FLOAT_OPERATORS, gelu_cases, scalar, stage_c_cases
 from tests.verifier.test_replay_cnn import replay_cases
 
 
 def test_stage_c_operators_replay_bit_identical(sealverify: Path, tmp_path: Path) -> None:
     assert replay_cases(sealverify, tmp_path, stage_c_cases) >= STAGE_C_FLOAT_OPERATORS
+
+
+def test_gelu_in_both_modes_replays_bit_identical_and_an_edited_step_is_caught(sealverify: Path, tmp_path: Path) -> None:
+    """Gelu, approximate "none" and "tanh", each correctly rounded as a whole function: subnormal results, the
+    underflow to -0, -inf (NaN), the cutoff from which the result is x; on two seeds, a log of each with a
+    step's digest edited, which both replays name at its line."""
+    cases = operator_model_cases(tmp_path, seeds=2, families=(gelu_cases,))
+    problems, _, _ = compare(sealverify, cases, tmp_path)
+    assert not problems, "\n".join(problems)
+    assert [c.differing_line is not None for c in cases] == [False, True, False]
+
+
+def test_gelu_on_other_float_types_is_refused_by_name(sealverify: Path, tmp_path: Path) -> None:
+    """numerics.md defines Gelu in every float type; sealverify replay runs float32 and names the others."""
+    def other_types(_: np.random.Generator) -> list[ModelCase]:
+        cases = []
+        for dtype, proto in ((np.float64, TensorProto.DOUBLE), (np.float16, TensorProto.FLOAT16)):
+            model = make_model([helper.make_node("Gelu", ["x"], ["y"], name="gelu")],
+                               [helper.make_tensor_value_info("x", proto, [3])],
+                               [helper.make_tensor_value_info("y", proto, None)], opset=20)
+            cases.append((np.dtype(dtype).name, model, {"x": np.array([-1.0, 0.5, 3.0], dtype=dtype)}))
+        return cases
+
+    recorded = [c for c in operator_model_cases(tmp_path, seeds=1, families=(other_types,)) if c.differing_line is None]
+    for case, dtype in zip(recorded, ("<f8", "<f2"), strict=True):
+        done = subprocess.run([str(sealverify), *case.args()], capture_output=True, text=True, check=False)
+        assert done.returncode == 2 and f"Gelu on {dtype}" in done.stderr, done.stderr
 
 
 def test_pow_with_a_constant_exponent_of_one_half_keeps_ieee_special_cases(tmp_path: Path) -> None:
