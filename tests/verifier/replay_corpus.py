@@ -107,7 +107,7 @@ def _edited(workdir: Path, source: ReplayCase, pick: random.Random) -> ReplayCas
 
 
 # Stage (b)'s real models (sealtrace.zoo keys) and the real images they run on.
-STAGE_B_MODELS = ("mobilenetv3-orientation", "yolov8n", "ppocr-det")
+STAGE_B_MODELS = ("mobilenetv3-orientation", "yolov8n", "ppocr-det", "ppocr-cls", "ppocr-rec")
 STAGE_B_IMAGES = ("astronaut", "chelsea", "coffee")
 
 

@@ -43,6 +43,22 @@ def test_real_detectors_replay_bit_identical_on_a_real_image(sealverify: Path, t
     assert f"bit-identical: {steps} step(s)" in done.stdout
 
 
+@pytest.mark.parametrize(("key", "steps"), [("ppocr-cls", 566), ("ppocr-rec", 860)])
+def test_the_ppocr_classifier_and_recognizer_replay_bit_identical(sealverify: Path, tmp_path: Path, key: str,
+                                                                  steps: int) -> None:
+    """The other PP-OCR models, on a real image at their own input size: the orientation classifier (Conv,
+    BatchNormalization, HardSigmoid) and the SVTR recognizer (MatMul, Softmax, LayerNorm from ReduceMean,
+    Pow and Sqrt), which need no operator beyond stages (b) and (c)."""
+    material = zoo.model(key)
+    require_material(lambda: zoo.locate(material.package, material.path_in_package))
+    require_material(lambda: zoo.image("text"))
+    case = real_model_cases(tmp_path, key, ("text",), random_runs=0)[0]
+    done = subprocess.run([str(sealverify), *(a for a in case.args() if a != "--json")], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"bit-identical: {steps} step(s)" in done.stdout
+
+
 def test_modes_replay_does_not_define_are_refused_by_name(sealverify: Path, tmp_path: Path) -> None:
     x = np.arange(8, dtype=np.float32).reshape(1, 1, 2, 4)
     for name, node, want in (
