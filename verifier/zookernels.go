@@ -3,8 +3,6 @@ package main
 // The operators of the Magika file-type classifier and the int8 all-MiniLM-L6 export: Exp,
 // Reciprocal, variadic Max, GlobalMaxPool, IsNaN, GreaterOrEqual, And and GatherND.
 
-import "math"
-
 func reciprocal32(x float32) float32 { return 1 / x }
 
 // broadcastAll is the common shape of every input and, for each input, the flat index of its
@@ -30,9 +28,9 @@ func broadcastAll(n *Node, in []*Tensor) ([]int, [][]int, error) {
 	return shape, index, nil
 }
 
-// variadicMax folds its inputs left to right with maximum32 on float32 (a NaN operand gives NaN;
-// of equal values, zeros of either sign included, the earlier input is kept) and with integer
-// comparison on integers.
+// variadicMax folds its inputs left to right: on float32 a NaN operand gives NaN (the first NaN)
+// and of equal values, zeros of either sign included, the later input is kept (sealtrace's logs
+// show it, at every length); integers compare as integers.
 func variadicMax(n *Node, in []*Tensor) ([]*Tensor, error) {
 	shape, index, err := broadcastAll(n, in)
 	if err != nil {
@@ -49,7 +47,9 @@ func variadicMax(n *Node, in []*Tensor) ([]*Tensor, error) {
 		for j := range out {
 			m := values[0][index[0][j]]
 			for i := 1; i < len(in); i++ {
-				m = maximum32(m, values[i][index[i][j]])
+				if v := values[i][index[i][j]]; m == m && (v >= m || v != v) {
+					m = v
+				}
 			}
 			out[j] = m
 		}
@@ -73,8 +73,9 @@ func variadicMax(n *Node, in []*Tensor) ([]*Tensor, error) {
 	return []*Tensor{{DType: dtype, Shape: shape, Data: data}}, nil
 }
 
-// globalMaxPool is MaxPool over all spatial axes at once: the first of equal values, a NaN
-// anywhere gives NaN. Any rank from 3 up ([N, C, ...]).
+// globalMaxPool is ReduceMax over all spatial axes: a NaN anywhere gives NaN, and of zeros +0
+// if the plane holds one (sealtrace's logs show it, where MaxPool keeps the first of equal
+// values). Any rank from 3 up ([N, C, ...]).
 func globalMaxPool(n *Node, in []*Tensor) ([]*Tensor, error) {
 	if err := requireFloat32(n, in, 1); err != nil {
 		return nil, err
@@ -87,16 +88,7 @@ func globalMaxPool(n *Node, in []*Tensor) ([]*Tensor, error) {
 	planes, plane := x.Shape[0]*x.Shape[1], elementCount(x.Shape[2:])
 	out := make([]float32, planes)
 	for p := range out {
-		best := float32(math.Inf(-1))
-		for i, v := range xs[p*plane : (p+1)*plane] {
-			if i == 0 || v > best || v != v {
-				best = v
-			}
-			if v != v {
-				break
-			}
-		}
-		out[p] = best
+		out[p] = max32(xs[p*plane : (p+1)*plane])
 	}
 	shape := []int{x.Shape[0], x.Shape[1]}
 	for range x.Shape[2:] {
