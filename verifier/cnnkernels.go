@@ -8,6 +8,7 @@ package main
 import (
 	"math"
 	"math/big"
+	"strconv"
 )
 
 // dataOf: a node's first input, present.
@@ -685,10 +686,10 @@ func slice(n *Node, in []*Tensor) ([]*Tensor, error) {
 		if len(in) <= k || in[k] == nil {
 			return nil, nil
 		}
-		if in[k].DType != "<i8" || len(in[k].Shape) != 1 {
-			return nil, badInput("Slice %s: input %d must be 1-D int64", quoteForMessage(n.Name), k)
+		if len(in[k].Shape) != 1 {
+			return nil, badInput("Slice %s: input %d must be 1-D", quoteForMessage(n.Name), k)
 		}
-		return in[k].Int64s(), nil
+		return indexList(n, in[k], "input "+strconv.Itoa(k))
 	}
 	starts, err1 := ints(1)
 	ends, err2 := ints(2)

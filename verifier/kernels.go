@@ -67,6 +67,15 @@ var kernels = map[string]kernel{
 	"ReduceSum":          reduction(sumRN32),
 	"ReduceMax":          reduction(max32),
 	"ReduceMin":          reduction(min32),
+
+	"Exp":            unary(exp32),
+	"Reciprocal":     unary(reciprocal32),
+	"Max":            variadicMax,
+	"GlobalMaxPool":  globalMaxPool,
+	"IsNaN":          isNaN,
+	"GreaterOrEqual": greaterOrEqual,
+	"And":            and,
+	"GatherND":       gatherND,
 }
 
 // SupportedOps lists the operators replay runs, for its refusals.
