@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime
+import pytest
 from onnx import TensorProto, helper
 
 from sealtrace import Session, zoo
@@ -84,6 +85,22 @@ def test_reduce_max_and_min_of_signed_zeros_do_not_depend_on_the_row_length(tmp_
     hi, lo = Session(str(path)).run(None, {"x": rows})
     assert np.array_equal(np.signbit(hi.reshape(-1)), np.signbit(rows).all(axis=1))
     assert np.array_equal(np.signbit(lo.reshape(-1)), np.signbit(rows).any(axis=1))
+
+
+@pytest.mark.parametrize("length", [1, 16, 17, 18, 33, 34, 49, 65, 66, 257])
+def test_global_max_pool_of_signed_zeros_does_not_depend_on_the_plane_length(tmp_path: Path, length: int) -> None:
+    """GlobalMaxPool orders -0 below +0 as ReduceMax does (+0 where the plane holds one): sealverify's replay
+    of magika found planes of these lengths where the reference kept whichever zero NumPy met last."""
+    planes = np.random.default_rng(length).choice(np.array([0.0, -0.0], dtype=np.float32), size=(8, 4, length))
+    planes[0] = -0.0  # a plane of -0 alone stays -0
+    model = make_model([helper.make_node("GlobalMaxPool", ["x"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(planes.shape))],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "pool.onnx"
+    onnx.save(model, str(path))
+    (y,) = Session(str(path)).run(None, {"x": planes})
+    assert np.array_equal(np.signbit(y.reshape(8, 4)), np.signbit(planes).all(axis=2))
+    assert not y.any()
 
 
 def test_minilm_in_float32_replays_bit_identical_and_an_edited_step_is_caught(sealverify: Path, tmp_path: Path) -> None:

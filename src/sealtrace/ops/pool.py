@@ -16,6 +16,7 @@ import numpy as np
 
 from sealtrace.ops import numerics
 from sealtrace.ops._windows import Array, Window, pad_spatial, resolve_window, tap_view
+from sealtrace.ops.reduce import reduce_max
 from sealtrace.ops.registry import KernelContext, register
 
 
@@ -200,8 +201,9 @@ def global_average_pool(x: Array) -> Array:
 
 @register("GlobalMaxPool", 1, 22)
 def global_max_pool(x: Array) -> Array:
-    """ONNX GlobalMaxPool (versions 1, 22): max over all spatial axes, kept as size 1 (any rank)."""
-    return np.max(x, axis=_spatial_axes(x), keepdims=True)
+    """ONNX GlobalMaxPool (versions 1, 22): max over all spatial axes, kept as size 1 (any rank), with
+    ReduceMax's order of zeros (docs/numerics.md)."""
+    return reduce_max(x, _spatial_axes(x))
 
 
 @register("GlobalLpPool", 1, 2, 22)

@@ -98,11 +98,13 @@ _log_sum = _float_or_integer(_float_log_sum, _integer_log_sum)
 _log_sum_exp = _float_or_integer(numerics.reduce_log_sum_exp, _integer_log_sum_exp)
 
 
-def _max(x: Array, axes: Axes) -> Array:
+def reduce_max(x: Array, axes: Axes) -> Array:
+    """The maximum over ``axes`` (kept as size 1): NaN where the slice holds one, -0 below +0."""
     return _signed_zero(np.maximum.reduce(x, axis=axes, keepdims=True, initial=_lowest(x.dtype)), x, axes, 0.0)
 
 
-def _min(x: Array, axes: Axes) -> Array:
+def reduce_min(x: Array, axes: Axes) -> Array:
+    """The minimum over ``axes`` (kept as size 1): NaN where the slice holds one, -0 below +0."""
     return _signed_zero(np.minimum.reduce(x, axis=axes, keepdims=True, initial=_highest(x.dtype)), x, axes, -0.0)
 
 
@@ -172,8 +174,8 @@ def _input_form(op: str, reduce: Reduction) -> KernelFn:
 _REDUCTIONS: dict[str, tuple[Reduction, tuple[int, ...], tuple[int, ...]]] = {
     "ReduceSum": (_sum, (1, 11), (13,)),
     "ReduceMean": (_mean, (1, 11, 13), (18,)),
-    "ReduceMax": (_max, (1, 11, 12, 13), (18, 20)),
-    "ReduceMin": (_min, (1, 11, 12, 13), (18, 20)),
+    "ReduceMax": (reduce_max, (1, 11, 12, 13), (18, 20)),
+    "ReduceMin": (reduce_min, (1, 11, 12, 13), (18, 20)),
     "ReduceProd": (_prod, (1, 11, 13), (18,)),
     "ReduceL1": (_l1, (1, 11, 13), (18,)),
     "ReduceL2": (_l2, (1, 11, 13), (18,)),
