@@ -67,6 +67,9 @@ var kernels = map[string]kernel{
 	"ReduceSum":          reduction(sumRN32),
 	"ReduceMax":          reduction(max32),
 	"ReduceMin":          reduction(min32),
+
+	"Pad":  pad,
+	"LSTM": lstm,
 }
 
 // SupportedOps lists the operators replay runs, for its refusals.
