@@ -24,10 +24,32 @@ type lstmDirection struct {
 // lstmShape: the sizes of an LSTM node's operands.
 type lstmShape struct{ seq, batch, input, hidden int }
 
+// lstm runs layout 0; layout 1 (batch first) swaps the first two axes of X, the states and the
+// outputs (Y's first three: [batch, seq, directions, hidden]).
 func lstm(n *Node, in []*Tensor) ([]*Tensor, error) {
 	if err := requireFloat32(n, in, 3); err != nil {
 		return nil, err
 	}
+	switch attrInt(n, "layout", 0) {
+	case 0:
+		return lstmSequenceFirst(n, in)
+	case 1:
+		swapped := append([]*Tensor(nil), in...)
+		for _, k := range []int{0, 5, 6} {
+			if t := optionalAt(in, k); t != nil && len(t.Shape) == 3 {
+				swapped[k] = permuted(t, []int{1, 0, 2})
+			}
+		}
+		out, err := lstmSequenceFirst(n, swapped)
+		if err != nil {
+			return nil, err
+		}
+		return []*Tensor{permuted(out[0], []int{2, 0, 1, 3}), permuted(out[1], []int{1, 0, 2}), permuted(out[2], []int{1, 0, 2})}, nil
+	}
+	return nil, badInput("LSTM %s: layout %d", quoteForMessage(n.Name), attrInt(n, "layout", 0))
+}
+
+func lstmSequenceFirst(n *Node, in []*Tensor) ([]*Tensor, error) {
 	for _, k := range []int{3, 5, 6, 7} { // B, initial_h, initial_c, P
 		if t := optionalAt(in, k); t != nil && t.DType != "<f4" {
 			return nil, unsupportedDtype(n, t)
@@ -64,6 +86,12 @@ func lstm(n *Node, in []*Tensor) ([]*Tensor, error) {
 	for d, dir := range directions {
 		for b := 0; b < sh.batch; b++ {
 			hs, cs := h[d*hb+b*sh.hidden:][:sh.hidden], c[d*hb+b*sh.hidden:][:sh.hidden]
+			if lengths[b] == 0 {
+				// ONNX leaves it open; sealtrace's logs give a state of +0, not the initial one.
+				for j := range hs {
+					hs[j], cs[j] = 0, 0
+				}
+			}
 			for k := 0; k < lengths[b]; k++ {
 				t := k
 				if dir.reverse {
@@ -91,43 +119,33 @@ func optionalAt(in []*Tensor, k int) *Tensor {
 
 // step advances one batch entry's state (h, c) by one input x.
 func (dir *lstmDirection) step(x, h, c []float32) {
-	hidden := len(h)
-	input := len(x)
-	pre := func(gate, j int, peep float32, cell float32, usePeep bool) float32 {
+	hidden, input := len(h), len(x)
+	// pre is a gate's pre-activation for hidden unit j; peephole is the gate's row of P
+	// (-1: none), cell the cell state it sees.
+	pre := func(gate, j, peephole int, cell float32) float32 {
 		row := gate*hidden + j
-		v := dotRN32(x, dir.w[row*input:][:input], 1, 0) + dotRN32(h, dir.r[row*hidden:][:hidden], 1, 0)
-		v = float32(v)
-		if usePeep {
-			v = float32(v + float32(peep*cell))
+		v := float32(dotRN32(x, dir.w[row*input:][:input], 1, 0) + dotRN32(h, dir.r[row*hidden:][:hidden], 1, 0))
+		if dir.peep != nil && peephole >= 0 {
+			v = float32(v + float32(dir.peep[peephole*hidden+j]*cell))
 		}
 		if dir.wb != nil {
-			v = float32(v + dir.wb[row])
-			v = float32(v + dir.rb[row])
+			v = float32(float32(v+dir.wb[row]) + dir.rb[row])
 		}
 		if dir.clip > 0 {
 			v = clipTo(v, dir.clip)
 		}
 		return v
 	}
-	peep := func(k, j int) float32 {
-		if dir.peep == nil {
-			return 0
-		}
-		return dir.peep[k*hidden+j]
-	}
-	hasPeep := dir.peep != nil
 	newH := make([]float32, hidden)
 	for j := 0; j < hidden; j++ {
-		i := dir.f(pre(0, j, peep(0, j), c[j], hasPeep))
-		var f float32
-		if dir.inputForget {
-			f = float32(1 - i)
-		} else {
-			f = dir.f(pre(2, j, peep(2, j), c[j], hasPeep))
+		i := dir.f(pre(0, j, 0, c[j]))
+		f := float32(1 - i)
+		if !dir.inputForget {
+			f = dir.f(pre(2, j, 2, c[j]))
 		}
-		candidate := dir.g(pre(3, j, 0, 0, false))
+		candidate := dir.g(pre(3, j, -1, 0))
 		cell := float32(float32(f*c[j]) + float32(i*candidate))
-		o := dir.f(pre(1, j, peep(1, j), cell, hasPeep))
+		o := dir.f(pre(1, j, 1, cell))
 		c[j] = cell
 		newH[j] = float32(o * dir.h(cell))
 	}
@@ -148,9 +166,6 @@ func clipTo(v, bound float32) float32 {
 // lstmSetup checks the attributes and weights and splits them by direction.
 func lstmSetup(n *Node, in []*Tensor) ([]*lstmDirection, lstmShape, error) {
 	name := quoteForMessage(n.Name)
-	if attrInt(n, "layout", 0) != 0 {
-		return nil, lstmShape{}, badInput("LSTM %s: layout 1 is not supported by sealverify replay yet", name)
-	}
 	direction := "forward"
 	if a, ok := n.Attributes["direction"]; ok {
 		direction = a.S
