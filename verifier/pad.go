@@ -125,11 +125,11 @@ func padArguments(n *Node, in []*Tensor) ([]int64, []byte, error) {
 		if a, ok := n.Attributes["pads"]; ok {
 			pads = a.Ints
 		}
-		if value := attrFloat(n, "value", 0); value != 0 {
+		if value, ok := n.Attributes["value"]; ok {
 			if x.DType != "<f4" {
 				return nil, nil, badInput("Pad %s: a value attribute on %s is not supported by sealverify replay yet", quoteForMessage(n.Name), x.DType)
 			}
-			copy(fill, float32Tensor(nil, []float32{value}).Data)
+			fill = float32Tensor(nil, []float32{value.F}).Data
 		}
 		return checkedPads(n, pads, fill, rank)
 	}
