@@ -1,6 +1,6 @@
 package main
 
-// LSTM (every version; ONNX's operator definition, layout 0), float32, with the numerics of
+// LSTM (every version; ONNX's operator definition, both layouts), float32, with the numerics of
 // docs/numerics.md, section 5 ("Recurrent networks"): each gate's pre-activation is
 // (((CR(X_t W^T) + CR(H_t-1 R^T)) + P * C) + Wb) + Rb, every addition and product an exact
 // IEEE operation in float32, the sums of products correctly rounded (exactsum.go); the absent
@@ -49,6 +49,8 @@ func lstm(n *Node, in []*Tensor) ([]*Tensor, error) {
 	return nil, badInput("LSTM %s: layout %d", quoteForMessage(n.Name), attrInt(n, "layout", 0))
 }
 
+// lstmSequenceFirst is LSTM in layout 0; with sequence_lens, an entry's steps past its length leave Y at
+// +0 and its state as it was, and the reverse direction starts at its last step.
 func lstmSequenceFirst(n *Node, in []*Tensor) ([]*Tensor, error) {
 	for _, k := range []int{3, 5, 6, 7} { // B, initial_h, initial_c, P
 		if t := optionalAt(in, k); t != nil && t.DType != "<f4" {
