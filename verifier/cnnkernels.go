@@ -89,6 +89,12 @@ func transpose(n *Node, in []*Tensor) ([]*Tensor, error) {
 			perm[i] = int(p)
 		}
 	}
+	return []*Tensor{permuted(x, perm)}, nil
+}
+
+// permuted is x with its axes in the order perm (output axis i is input axis perm[i]).
+func permuted(x *Tensor, perm []int) *Tensor {
+	rank := len(x.Shape)
 	strides := make([]int, rank)
 	stride := 1
 	for d := rank - 1; d >= 0; d-- {
@@ -116,7 +122,7 @@ func transpose(n *Node, in []*Tensor) ([]*Tensor, error) {
 			counter[d] = 0
 		}
 	}
-	return []*Tensor{{DType: x.DType, Shape: shape, Data: data}}, nil
+	return &Tensor{DType: x.DType, Shape: shape, Data: data}
 }
 
 // clip is min(max(x, low), high) (numerics.md, section 2: max then min; a NaN operand gives

@@ -35,6 +35,7 @@ const (
 	attrS      = 4
 	attrFloats = 7
 	attrInts   = 8
+	attrStrs   = 9
 
 	valueInfoName = 1
 
@@ -50,6 +51,7 @@ type Attribute struct {
 	S       string
 	Floats  []float32
 	Ints    []int64
+	Strings []string
 	Subject bool // a graph or tensor attribute
 	// Tensor is a tensor attribute's value (Constant's and ConstantOfShape's value), read with the
 	// container's tensor table; TensorErr says why it could not be read (refused where it is used).
@@ -208,6 +210,8 @@ func readAttribute(b []byte) (string, *Attribute, error) {
 			a.I = int64(f.Varint)
 		case f.Number == attrS && f.Type == wireBytes:
 			a.S = string(f.Bytes)
+		case f.Number == attrStrs && f.Type == wireBytes:
+			a.Strings = append(a.Strings, string(f.Bytes))
 		case f.Number == attrInts && f.Type == wireVarint:
 			a.Ints = append(a.Ints, int64(f.Varint))
 		case f.Number == attrInts && f.Type == wireBytes:

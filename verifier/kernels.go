@@ -76,6 +76,8 @@ var kernels = map[string]kernel{
 	"GreaterOrEqual": greaterOrEqual,
 	"And":            and,
 	"GatherND":       gatherND,
+	"Pad":            pad,
+	"LSTM":           lstm,
 }
 
 // SupportedOps lists the operators replay runs, for its refusals.

@@ -3,14 +3,16 @@ networks on random inputs (and, in the whole corpus, the falsifier's certifying 
 the benchmark's sat instances) and of stage (b)'s models (the demo classifier and YOLOv8n on real images and
 random inputs, the PP-OCRv4 text detector too, small models of single operators at their edges over several
 seeds) and of stage (c)'s (all-MiniLM-L6-v2 in float32 on batches of real sentences, small models of the
-transformer operators), and ``sealverify replay`` re-executes them with its own kernels (Go, from
+transformer operators) and of the recurrent family (the Silero VAD sequence model on real speech and random
+input, small Pad and LSTM models), and ``sealverify replay`` re-executes them with its own kernels (Go, from
 docs/numerics.md): every log must replay bit-identical (exit 0), and a log with one step's output digest
 edited (and the chain re-digested, so that the log verifies) must be caught at that step (exit 1). The same
 logs go through sealtrace's own replay, whose verdict must be the same; both are timed.
 
-``python -m tests.verifier.replay_corpus [--family all|acasxu|stage-b|stage-c] [--networks N] [--runs R]
-[--counterexamples S] [--seeds K] [--images I] [--random-images J] [--sentence-batches B] --binary B`` runs it;
-``make verifier-corpus`` runs every network, every sat instance and the stage (b) and (c) families.
+``python -m tests.verifier.replay_corpus [--family all|acasxu|stage-b|stage-c|recurrent] [--networks N] [--runs R]
+[--counterexamples S] [--seeds K] [--images I] [--random-images J] [--sentence-batches B] [--random-speech R]
+--binary B`` runs it;
+``make verifier-corpus`` runs every network, every sat instance and the stage (b), (c) and recurrent families.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from sealtrace.digest import canonical_json
 from sealtrace.falsify import SearchSettings, falsify, load_vnnlib
 from sealtrace.zoo import ACASXU_NETWORKS, acasxu_file
 from tests.verifier.minilm_fp32 import minilm_fp32_path
+from tests.verifier.recurrent_models import recurrent_op_cases
 from tests.verifier.stage_b_models import ModelCase, cnn_op_cases, shape_op_cases
 from tests.verifier.stage_c_models import transformer_op_cases
 
@@ -87,6 +90,29 @@ def edit_step_digest(log: Path, out: Path, step_line: int) -> None:
             if value.get("name") == name and value.get("digest") == old:
                 value["digest"] = new
     out.write_text("".join(canonical_json(r).decode() + "\n" for r in _rechain(records)))
+
+
+def replay_and_catch_an_edit(sealverify: Path, workdir: Path, model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                             op_type: str) -> str:
+    """Seals model, records a run on feeds and replays it with sealverify, which must find it bit-identical;
+    then a copy of the log with the first ``op_type`` step's digest edited, which it must name at that step.
+    Returns the first replay's report."""
+    container, log, npz = workdir / "model.seal", workdir / "model.jsonl", workdir / "model.npz"
+    seal_model(model, container)
+    audited_run(Session(str(container)), feeds, audit=log)
+    np.savez(npz, **feeds)
+    command = [str(sealverify), "replay", str(log), "--container", str(container), "--inputs", str(npz)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    step_line = next(i for i, r in enumerate(lines, 1) if r.get("op_type") == op_type)
+    edited = workdir / "edited.jsonl"
+    edit_step_digest(log, edited, step_line)
+    command[2] = str(edited)
+    caught = subprocess.run([*command, "--json"], capture_output=True, text=True, check=False)
+    assert caught.returncode == 1, caught.stderr
+    assert json.loads(caught.stdout)["failures"][0]["where"] == step_line
+    return done.stdout
 
 
 def _recorded(workdir: Path, name: str, container: Path, feeds: dict[str, np.ndarray]) -> ReplayCase:
@@ -176,6 +202,27 @@ def stage_c_cases(workdir: Path, batches: int, seeds: int, seed: int = 30) -> tu
             for i, batch in enumerate(MINILM_BATCHES[:batches])]
     real.append(_edited(workdir, real[0], random.Random(seed)))
     return real, operator_model_cases(workdir, seeds, (transformer_op_cases,), seed)
+
+
+# The recurrent family: the Silero VAD sequence model (reflect Pad, LSTM) on its real input (speech) and on
+# random speech-like inputs of several scales, and the small Pad and LSTM models.
+SILERO_SCALES = (0.1, 1.0, 1e-4)
+
+
+def recurrent_cases(workdir: Path, random_runs: int, seeds: int, seed: int = 30) -> tuple[list[ReplayCase], list[ReplayCase]]:
+    """Logs of the Silero VAD sequence model on its real input and ``random_runs`` random ones (one log with a
+    step's digest edited), and of the small Pad and LSTM models over ``seeds`` seeds, all in workdir (made here)."""
+    workdir.mkdir()
+    material = zoo.model("silero-vad-sequence")
+    container = workdir / "silero-vad-sequence.seal"
+    seal_model(onnx.load(str(material.path)), container)
+    real_input = material.inputs()
+    rng = np.random.default_rng(seed)
+    feeds = [real_input] + [{**real_input, "input": (rng.standard_normal(real_input["input"].shape) * scale)
+                             .astype(np.float32)} for scale in SILERO_SCALES[:random_runs]]
+    real = [_recorded(workdir, f"silero-vad-sequence-{i}", container, f) for i, f in enumerate(feeds)]
+    real.append(_edited(workdir, real[0], random.Random(seed)))
+    return real, operator_model_cases(workdir, seeds, (recurrent_op_cases,), seed)
 
 
 def _sealed(workdir: Path, network: str) -> Path:
@@ -288,9 +335,10 @@ def compare(binary: Path, cases: list[ReplayCase], workdir: Path) -> tuple[list[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--family", choices=("all", "acasxu", "stage-b", "stage-c"), default="all",
+    parser.add_argument("--family", choices=("all", "acasxu", "stage-b", "stage-c", "recurrent"), default="all",
                         help="The ACAS Xu logs, stage (b)'s (the CNN operators, YOLOv8n and the demo classifier), stage (c)'s "
-                             "(the transformer operators and MiniLM in float32), or all.")
+                             "(the transformer operators and MiniLM in float32), the recurrent ones (Pad, LSTM and the "
+                             "Silero VAD sequence model), or all.")
     parser.add_argument("--networks", type=int, default=len(ACASXU_NETWORKS), help="The first N networks.")
     parser.add_argument("--runs", type=int, default=6, help="Logs on random inputs per network.")
     parser.add_argument("--counterexamples", type=float, default=10.0, metavar="S",
@@ -301,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Stage (b): random inputs per real model.")
     parser.add_argument("--sentence-batches", type=int, default=len(MINILM_BATCHES),
                         help="Stage (c): batches of real sentences MiniLM runs on.")
+    parser.add_argument("--random-speech", type=int, default=len(SILERO_SCALES),
+                        help="Recurrent: random inputs the Silero VAD sequence model runs on besides its real one.")
     parser.add_argument("--binary", type=Path, required=True, help="A built sealverify.")
     args = parser.parse_args(argv)
     failed = False
@@ -329,6 +379,12 @@ def main(argv: list[str] | None = None) -> int:
             failed = _report(args.binary, real + small, stage_c,
                              f"stage (c) replay family: {len(real)} log(s) of MiniLM in float32 on batches of real "
                              f"sentences and {len(small)} of small operator models over {args.seeds} seed(s)") or failed
+        if args.family in ("all", "recurrent"):
+            real, small = recurrent_cases(workdir / "recurrent", args.random_speech, args.seeds)
+            failed = _report(args.binary, real + small, workdir / "recurrent",
+                             f"recurrent replay family: {len(real)} log(s) of the Silero VAD sequence model on real "
+                             f"and random input and {len(small)} of small Pad and LSTM models over {args.seeds} "
+                             "seed(s)") or failed
     return 1 if failed else 0
 
 

@@ -5,7 +5,6 @@ for bit by the Go verifier's own kernels."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -16,11 +15,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from sealtrace import Session, zoo
-from sealtrace.audit import audited_run
-from sealtrace.container import seal_model
 from tests.conftest import make_model, require_material
 from tests.verifier.minilm_fp32 import minilm_fp32_path
-from tests.verifier.replay_corpus import compare, edit_step_digest, operator_model_cases
+from tests.verifier.replay_corpus import compare, operator_model_cases, replay_and_catch_an_edit
 from tests.verifier.stage_b_models import ModelCase
 from tests.verifier.stage_c_models import STAGE_C_FLOAT_OPERATORS, gelu_cases, scalar, stage_c_cases
 from tests.verifier.test_replay_cnn import replay_cases
@@ -108,23 +105,8 @@ def test_minilm_in_float32_replays_bit_identical_and_an_edited_step_is_caught(se
     steps (embeddings Gather, LayerNormalization, MatMul, Softmax, Erf, the shape subgraph), and a copy of the
     log with the first Erf step's digest edited, caught at that step."""
     model = onnx.load(str(require_material(minilm_fp32_path)))
-    container, log, npz = tmp_path / "minilm.seal", tmp_path / "minilm.jsonl", tmp_path / "minilm.npz"
-    seal_model(model, container)
-    feeds = zoo.minilm_inputs()
-    audited_run(Session(str(container)), feeds, audit=log)
-    np.savez(npz, **feeds)
-    command = [str(sealverify), "replay", str(log), "--container", str(container), "--inputs", str(npz)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "bit-identical: 220 step(s)" in done.stdout
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
-    erf_line = next(i for i, r in enumerate(lines, 1) if r.get("op_type") == "Erf")
-    edited = tmp_path / "edited.jsonl"
-    edit_step_digest(log, edited, erf_line)
-    command[2] = str(edited)
-    caught = subprocess.run([*command, "--json"], capture_output=True, text=True, check=False)
-    assert caught.returncode == 1, caught.stderr
-    assert json.loads(caught.stdout)["failures"][0]["where"] == erf_line
+    out = replay_and_catch_an_edit(sealverify, tmp_path, model, zoo.minilm_inputs(), "Erf")
+    assert "bit-identical: 220 step(s)" in out
 
 
 def test_the_float32_minilm_agrees_with_the_int8_model_and_onnxruntime() -> None:
