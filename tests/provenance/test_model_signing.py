@@ -390,3 +390,21 @@ def test_sharded_safetensors_name_the_tensor_across_the_set(tmp_path: Path, keys
     assert main(verify) == 1
     err = capsys.readouterr().err
     assert f"MISMATCH tensor '{second}:c'" in err and "weight_map" not in err
+
+
+def test_a_damaged_cache_entry_is_read_again_not_signed(
+    model: Path, keys: tuple[Path, Path], tmp_path: Path, quick_cache: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private, public = keys
+    cache = tmp_path / "hash.cache"
+    sign = ["manifest", "sign", str(model), "--key", str(private), "--cache", str(cache), "-o"]
+    assert main([*sign, str(tmp_path / "first.sig")]) == 0
+    document = json.loads(cache.read_text())
+    first, second = sorted(document["entries"])[:2]
+    document["entries"][first]["sha256"] = 5
+    document["entries"][second]["size"] += 1
+    cache.write_text(json.dumps(document))
+    capsys.readouterr()
+    assert main([*sign, str(tmp_path / "second.sig")]) == 0
+    assert "5 file(s), 3 from the hash cache" in capsys.readouterr().out
+    _ms_verify(model, tmp_path / "second.sig", public)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass, field
@@ -85,8 +86,13 @@ class HashCache:
 
 
 def _well_formed(entry: Any) -> bool:
+    """An entry of the shape ``store`` writes: its stat, and a size and sha256 that could be the file's
+    (a damaged entry is dropped, and its file read again, rather than written into a bundle)."""
     key = entry.get("stat") if isinstance(entry, dict) else None
-    return isinstance(key, list) and len(key) == 5 and all(isinstance(v, int) and not isinstance(v, bool) for v in key)
+    if not (isinstance(key, list) and len(key) == 5 and all(isinstance(v, int) and not isinstance(v, bool) for v in key)):
+        return False
+    digest = entry.get("sha256")
+    return entry.get("size") == key[2] and isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest) is not None
 
 
 def open_cache(path: str | os.PathLike[str], directory: Path) -> HashCache:
