@@ -114,12 +114,12 @@ func arithmetic(op byte) kernel {
 		ia, ib := broadcastIndex(a.Shape, shape), broadcastIndex(b.Shape, shape)
 		switch _, integer := integerDtypes[a.DType]; {
 		case a.DType == "<f4":
-			return elementwise(func(x, y float32) float32 { return float32Op(op, x, y) })(n, in)
+			return elementwise(func(x, y float32) float32 { return floatOp(op, x, y) })(n, in)
 		case a.DType == "<f8":
 			x, y := a.Float64s(), b.Float64s()
 			out := make([]float64, len(ia))
 			for i := range out {
-				out[i] = float64Op(op, x[ia[i]], y[ib[i]])
+				out[i] = floatOp(op, x[ia[i]], y[ib[i]])
 			}
 			return []*Tensor{float64Tensor(shape, out)}, nil
 		case integer:
@@ -133,19 +133,8 @@ func arithmetic(op byte) kernel {
 	}
 }
 
-func float32Op(op byte, x, y float32) float32 {
-	switch op {
-	case '+':
-		return x + y
-	case '-':
-		return x - y
-	case '*':
-		return x * y
-	}
-	return x / y
-}
-
-func float64Op(op byte, x, y float64) float64 {
+// floatOp: x op y, one IEEE operation in T (float32 or float64).
+func floatOp[T float32 | float64](op byte, x, y T) T {
 	switch op {
 	case '+':
 		return x + y
