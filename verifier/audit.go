@@ -273,21 +273,31 @@ func crossCheck(v *Verdict, lines []logLine) {
 	}
 }
 
+// modelIsContainer: whether the model file (a regular file) claims to be a container, by its
+// magic or its name; otherwise it is read as an ONNX file.
+func modelIsContainer(path string) (bool, error) {
+	f, _, err := openRegular(path, "model")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	head := make([]byte, len(ContainerMagic))
+	n, _ := f.Read(head)
+	return ClaimsContainer(path, head[:n]), nil
+}
+
 // checkModelLink: the model the header names is the given file (a container by its digest,
 // verified in full; any other file by its identity).
 func checkModelLink(v *Verdict, header logLine, modelPath string) error {
 	model := header.record.Get("model")
 	recordedContainer, _ := model.Get("container_digest").String()
 	recordedSHA, _ := model.Get("sha256").String()
-	f, _, err := openRegular(modelPath, "model")
+	isContainer, err := modelIsContainer(modelPath)
 	if err != nil {
 		return err
 	}
-	head := make([]byte, len(ContainerMagic))
-	n, _ := f.Read(head)
-	f.Close()
 	kind := model.Get("kind").Str
-	if ClaimsContainer(modelPath, head[:n]) {
+	if isContainer {
 		cv, err := VerifyContainer(modelPath, ContainerOptions{MemoryBudget: defaultMemoryBudget})
 		if err != nil {
 			return err

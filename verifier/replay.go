@@ -113,14 +113,11 @@ func ReplayLog(path string, opts ReplayOptions) (*Verdict, error) {
 // requireTrustedModel: with --trust, what runs must be a container signed by a trusted key (an
 // ONNX file carries no signature, so it fails the check rather than passing it unchecked).
 func requireTrustedModel(path string, trust []*TrustedKey) (*Verdict, error) {
-	f, _, err := openRegular(path, "model")
+	isContainer, err := modelIsContainer(path)
 	if err != nil {
 		return nil, err
 	}
-	head := make([]byte, len(ContainerMagic))
-	n, _ := f.Read(head)
-	f.Close()
-	if ClaimsContainer(path, head[:n]) {
+	if isContainer {
 		return VerifyContainer(path, ContainerOptions{Trust: trust, RequireSignature: true, MemoryBudget: defaultMemoryBudget})
 	}
 	v := newVerdict("container", path)
